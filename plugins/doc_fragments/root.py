@@ -1,0 +1,33 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+
+    # The one root every hardware read goes through (../DESIGN.md "One root").
+    DOCUMENTATION = r'''
+options:
+  root:
+    description:
+      - Filesystem root that C(/sys), C(/proc), C(/usr/src) and C(/usr/bin) are read below.
+      - Keep the default C(/) on a live node. Point it at an unpacked snapshot of a node
+        (see the capture playbook) or at a simulated node to analyse it offline.
+    type: path
+    default: /
+'''
+
+    FACTS = r'''
+attributes:
+  check_mode:
+    support: full
+    description: Can run in check_mode and return changed status prediction without modifying target.
+  diff_mode:
+    support: none
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+  facts:
+    support: full
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+'''

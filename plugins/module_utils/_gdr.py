@@ -1,0 +1,378 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""GPUDirect RDMA readiness of one node, read from sysfs/procfs and the OFED install.
+
+The chain this exists to find (seed 000): the running kernel stopped exporting
+``mm_kobj`` -> MLNX OFED's configure did not define HAVE_MM_KOBJ_EXPORTED ->
+ib_core never creates /sys/kernel/mm/memory_peers/<client>/version -> the
+collective library does not detect GPUDirect RDMA and stages every transfer
+through host memory (4.57 GB/s instead of 24.38 GB/s busbw in the seed).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_CLASS
+
+MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
+
+# How each vendor's collective library decides that peer memory works.
+# NVIDIA: NCCL src/transport/net_ib/gdr.cc ibGdrSupportInitOnce() accepts any of
+#   memory_peers/nv_mem/version, memory_peers/nv_mem_nc/version,
+#   /sys/module/nvidia_peermem/version (so nvidia_peermem alone is enough,
+#   memory_peers or not). Client names: nvidia-peermem.c DRV_NAME "nv_mem" (+ "_nc").
+# AMD: RCCL src/transport/net_ib.cc ncclIbGdrSupport() reads
+#   memory_peers/amdkfd/version (kfd_peerdirect.c "amdkfd"), else looks for
+#   ib_register_peer_memory_client in /proc/kallsyms.
+# MetaX: MCCL needs memory_peers/mxcd/version, created when metax.ko registers
+#   with OFED's peer_mem (seed 000 section 5.1); nothing else stands in for it.
+PEER_PATHS = {
+    'nvidia': {
+        'modules': ('nvidia_peermem', 'nv_peer_mem'),
+        'clients': ('nv_mem', 'nv_mem_nc'),
+        'module_version_files': ('/sys/module/nvidia_peermem/version',),
+        'kallsyms_fallback': False,
+        'library': 'NCCL',
+    },
+    'amd': {
+        'modules': ('amdgpu',),
+        'clients': ('amdkfd',),
+        'module_version_files': (),
+        'kallsyms_fallback': True,
+        'library': 'RCCL',
+    },
+    'metax': {
+        'modules': ('metax',),
+        'clients': ('mxcd',),
+        'module_version_files': (),
+        'kallsyms_fallback': False,
+        'library': 'MCCL',
+    },
+}
+
+# NCCL's default NCCL_NET_GDR_LEVEL is PXB (src/graph/paths.cc ncclTopoCheckGdr):
+# a GPU whose nearest NIC is further away than that gets no GPUDirect RDMA.
+DEFAULT_GDR_LEVEL = 'PXB'
+
+# The configure of mlnx-ofa_kernel writes compat/config.h and the package installs
+# it under /usr/src/ofa_kernel/<arch>/<kver>/ (default -> alternatives symlink;
+# DKMS builds under /usr/src/ofa_kernel-dkms/<arch>/<kver>). compat/config/rdma.m4:
+# LB_CHECK_SYMBOL_EXPORT([mm_kobj], ...) -> "#define HAVE_MM_KOBJ_EXPORTED 1".
+_OFED_HEADER_BASES = ('/usr/src/ofa_kernel', '/usr/src/ofa_kernel-dkms')
+_HAVE_MM_KOBJ_RE = re.compile(r'^\s*#\s*define\s+HAVE_MM_KOBJ_EXPORTED\b', re.M)
+# ofed_info -s: 'MLNX_OFED_LINUX-23.07-0.5.1.2:' (fixture) and the generated
+# script line 'then echo MLNX_OFED_LINUX-<ver>:; exit 0; fi'; DOCA/OFED-internal alike.
+_OFED_VERSION_RE = re.compile(r'\b((?:MLNX_OFED_LINUX|OFED-internal|DOCA[\w.-]*?|OFED)-\d[\w.-]*?)(?=:|\s|\(|$)')
+_KERNEL_VERSION_RE = re.compile(r'^(\d+)\.(\d+)')
+# ibv_reg_dmabuf_mr and ib_umem_dmabuf arrived in Linux 5.12.
+DMABUF_MIN_KERNEL = (5, 12)
+
+
+def parse_modules(text):
+    """/proc/modules -> set of loaded module names."""
+    return set(line.split(None, 1)[0] for line in (text or '').splitlines() if line.strip())
+
+
+def parse_ofed_version(text):
+    """Version from ``ofed_info -s`` output or the ofed_info script itself, or None."""
+    match = _OFED_VERSION_RE.search(text or '')
+    return match.group(1) if match else None
+
+
+def kernel_version(release):
+    match = _KERNEL_VERSION_RE.match(release or '')
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def symvers_exports(text, symbol):
+    """Module.symvers: '0xcrc<TAB>symbol<TAB>module<TAB>EXPORT_...'."""
+    needle = '\t%s\t' % symbol
+    return any(needle in line for line in (text or '').splitlines())
+
+
+def kallsyms_has(sysroot, symbol):
+    """True/False when /proc/kallsyms is readable, None otherwise.
+
+    Read as bytes and searched in one pass: on a live node kallsyms has
+    ~200k lines and splitting it would dominate the module's run time.
+    """
+    try:
+        with open(sysroot.path('/proc/kallsyms'), 'rb') as handle:
+            data = handle.read()
+    except (IOError, OSError):
+        return None
+    pattern = re.compile(br'^[0-9a-fA-F]+ \w ' + re.escape(symbol.encode()) + br'(\s|$)', re.M)
+    return pattern.search(data) is not None
+
+
+def read_kernel(sysroot):
+    """Kernel release and whether it exports mm_kobj, with where that was seen."""
+    release = sysroot.text('/proc/sys/kernel/osrelease')
+    result = {'release': release, 'mm_kobj_exported': None, 'mm_kobj_source': None}
+    # The export shows as __ksymtab_mm_kobj in kallsyms (seed 000 section 5.2).
+    exported = kallsyms_has(sysroot, '__ksymtab_mm_kobj')
+    if exported is not None:
+        result.update(mm_kobj_exported=exported, mm_kobj_source='/proc/kallsyms')
+        if exported:
+            return result
+    # kallsyms may hide data symbols (no CONFIG_KALLSYMS_ALL): the build tree is authoritative.
+    for rel in ('/usr/src/kernels/%s/Module.symvers', '/lib/modules/%s/build/Module.symvers'):
+        rel = rel % release if release else None
+        if rel and sysroot.exists(rel):
+            result.update(mm_kobj_exported=symvers_exports(sysroot.text(rel), 'mm_kobj'), mm_kobj_source=rel)
+            break
+    return result
+
+
+def read_ofed(sysroot, release):
+    """OFED version and whether it was built with HAVE_MM_KOBJ_EXPORTED (for this kernel)."""
+    result = {'version': None, 'version_source': None, 'config_header': None, 'have_mm_kobj_exported': None}
+    for rel in ('/usr/bin/ofed_info', '/sys/module/mlx5_core/version'):
+        version = parse_ofed_version(sysroot.text(rel, quiet=True))
+        if version is None and rel.startswith('/sys/module'):
+            # MLNX OFED's mlx5_core carries MODULE_VERSION("24.10-3.2.5"); inbox has none.
+            version = sysroot.text(rel, quiet=True)
+        if version:
+            result.update(version=version, version_source=rel)
+            break
+    candidates = []
+    for base in _OFED_HEADER_BASES:
+        for arch in sysroot.listdir(base):
+            if release:
+                candidates.append('%s/%s/%s/compat/config.h' % (base, arch, release))
+    candidates.append('/usr/src/ofa_kernel/default/compat/config.h')
+    for rel in candidates:
+        content = sysroot.text(rel, quiet=True)
+        if content is not None:
+            result.update(config_header=rel, have_mm_kobj_exported=bool(_HAVE_MM_KOBJ_RE.search(content)))
+            break
+    return result
+
+
+def read_peer_memory(sysroot, modules, vendors):
+    """Per GPU vendor: is the peer-memory path there, as its collective library would see it?"""
+    clients = {}
+    for client in sysroot.listdir(MEMORY_PEERS):
+        clients[client] = sysroot.text('%s/%s/version' % (MEMORY_PEERS, client), quiet=True)
+    paths = {}
+    for vendor in vendors:
+        spec = PEER_PATHS[vendor]
+        loaded = [m for m in spec['modules'] if m in modules]
+        client = next((c for c in spec['clients'] if clients.get(c)), None)
+        evidence = None
+        if client:
+            evidence = '%s/%s/version' % (MEMORY_PEERS, client)
+        else:
+            evidence = next((f for f in spec['module_version_files'] if sysroot.exists(f)), None)
+        if evidence is None and spec['kallsyms_fallback'] and kallsyms_has(sysroot, 'ib_register_peer_memory_client'):
+            evidence = '/proc/kallsyms: ib_register_peer_memory_client'
+        paths[vendor] = {
+            'modules': list(spec['modules']),
+            'module_loaded': loaded[0] if loaded else None,
+            'client': client or spec['clients'][0],
+            'client_version': clients.get(client) if client else None,
+            'library': spec['library'],
+            'detected': evidence is not None,
+            'evidence': evidence,
+        }
+    return {'memory_peers_present': sysroot.isdir(MEMORY_PEERS), 'clients': clients, 'paths': paths}
+
+
+def read_dmabuf(sysroot, kernel, vendors, nvidia_version_text):
+    """Is the dma-buf path (ibv_reg_dmabuf_mr) possible? It needs no peer-memory client."""
+    reasons = []
+    kver = kernel_version(kernel.get('release'))
+    kernel_ok = None if kver is None else kver >= DMABUF_MIN_KERNEL
+    if kernel_ok is False:
+        reasons.append('kernel %s is older than 5.12 (no ib_umem_dmabuf)' % kernel['release'])
+    gpu_ok = {}
+    for vendor in vendors:
+        if vendor == 'nvidia':
+            if nvidia_version_text is None:
+                gpu_ok[vendor] = None
+                reasons.append('NVIDIA driver version unknown (/proc/driver/nvidia/version missing)')
+            else:
+                # dma-buf export needs the open kernel module (NVRM 'Open Kernel Module' banner).
+                gpu_ok[vendor] = 'Open Kernel Module' in nvidia_version_text
+                if not gpu_ok[vendor]:
+                    reasons.append('NVIDIA proprietary kernel module: dma-buf needs the open kernel module')
+        elif vendor == 'amd':
+            gpu_ok[vendor] = True
+        else:
+            gpu_ok[vendor] = None
+            reasons.append('%s: dma-buf support of the GPU driver unknown' % vendor)
+    values = [kernel_ok] + list(gpu_ok.values())
+    possible = False if False in values else (None if None in values or not vendors else True)
+    return {'possible': possible, 'kernel_supports': kernel_ok, 'gpu_driver_supports': gpu_ok, 'reasons': reasons}
+
+
+def build_topology(pci, gpus, nics):
+    """Distance of every GPU x NIC pair, the bridges between them, and each GPU's nearest NIC."""
+    pairs = []
+    for gpu in gpus:
+        best = None
+        for nic in nics:
+            if nic['pci_address'] not in pci:
+                continue
+            cls, bridges = _pci.distance(pci[gpu['pci_address']], pci[nic['pci_address']])
+            pairs.append({'gpu': gpu['name'], 'nic': nic['name'], 'distance': cls, 'bridges': bridges})
+            rank = (_pci.DISTANCE_CLASSES.index(cls), len(bridges), nic['name'])
+            if best is None or rank < best[0]:
+                best = (rank, nic['name'], cls)
+        gpu['nearest_nic'] = best[1] if best else None
+        gpu['nearest_nic_distance'] = best[2] if best else None
+    return pairs
+
+
+def read_acs(sysroot, pairs):
+    """ACS state of every bridge on a GPU<->NIC path (config space, ext. capability 0x000D)."""
+    on_paths = {}
+    for pair in pairs:
+        for bdf in pair['bridges']:
+            on_paths.setdefault(bdf, []).append('%s-%s' % (pair['gpu'], pair['nic']))
+    bridges = []
+    for bdf in sorted(on_paths):
+        config = sysroot.binary('%s/%s/config' % (_pci.PCI_DEVICES, bdf))
+        acs = _pci.parse_acs(config)
+        entry = {'pci_address': bdf, 'readable': acs is not None, 'present': None, 'cap': None, 'ctl': None,
+                 'cap_flags': [], 'ctl_flags': [], 'redirects_p2p': None, 'paths': on_paths[bdf]}
+        if acs is not None:
+            entry.update(present=acs['present'], cap=acs['cap'], ctl=acs['ctl'])
+            if acs['present']:
+                entry.update(cap_flags=_pci.acs_flags(acs['cap']), ctl_flags=_pci.acs_flags(acs['ctl']),
+                             redirects_p2p=bool(acs['ctl'] & _pci.ACS_P2P_REDIRECT_MASK))
+            else:
+                entry['redirects_p2p'] = False
+        bridges.append(entry)
+    unreadable = [b['pci_address'] for b in bridges if not b['readable']]
+    if unreadable:
+        sysroot.warn('ACS unknown on %d bridge(s) (%s): extended PCI config space is readable by root only'
+                     % (len(unreadable), ', '.join(unreadable[:4]) + (' ...' if len(unreadable) > 4 else '')))
+    redirecting = set(b['pci_address'] for b in bridges if b['redirects_p2p'])
+    for pair in pairs:
+        states = [b for b in bridges if b['pci_address'] in pair['bridges']]
+        if any(b['pci_address'] in redirecting for b in states):
+            pair['acs_redirect'] = True
+        elif any(b['redirects_p2p'] is None for b in states):
+            pair['acs_redirect'] = None
+        else:
+            pair['acs_redirect'] = False
+    return bridges
+
+
+def _peer_chain(vendor, path, kernel, ofed):
+    """Why a vendor's peer-memory path is missing, as the steps of a causal chain."""
+    want = '%s/%s/version' % (MEMORY_PEERS, path['client'])
+    consequence = ('%s does not detect GPUDirect RDMA and stages every transfer through host memory '
+                   '(seed 000: 4.57 instead of 24.38 GB/s cross-node busbw)' % path['library'])
+    if not path['module_loaded']:
+        return ['peer-memory module %s is not loaded (/proc/modules)' % ' or '.join(path['modules']),
+                'so %s does not exist' % want, consequence]
+    if ofed['version'] is None and ofed['config_header'] is None:
+        return ['no MLNX OFED is installed: the inbox RDMA stack has no peer-memory client API',
+                'so %s does not exist' % want, consequence]
+    if kernel['mm_kobj_exported'] is False:
+        built = ('was built without HAVE_MM_KOBJ_EXPORTED (%s)' % ofed['config_header']
+                 if ofed['have_mm_kobj_exported'] is False else 'cannot define HAVE_MM_KOBJ_EXPORTED')
+        return ['kernel %s does not export mm_kobj (no __ksymtab_mm_kobj, %s)' % (kernel['release'], kernel['mm_kobj_source']),
+                'so MLNX OFED %s %s' % (ofed['version'] or '(version unknown)', built),
+                'so ib_core never creates /sys/kernel/mm/memory_peers and %s does not exist' % want,
+                consequence]
+    if ofed['have_mm_kobj_exported'] is False:
+        return ['kernel %s exports mm_kobj but MLNX OFED %s was built without HAVE_MM_KOBJ_EXPORTED (%s): '
+                'it was built against another kernel and must be rebuilt for this one'
+                % (kernel['release'], ofed['version'] or '(version unknown)', ofed['config_header']),
+                'so %s does not exist' % want, consequence]
+    return ['module %s is loaded and OFED supports memory_peers, but client %s has not registered '
+            '(see the kernel log of %s)' % (path['module_loaded'], path['client'], path['module_loaded']),
+            'so %s does not exist' % want, consequence]
+
+
+def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
+    """gdr_ready and the reasons against it, in words."""
+    reasons = []
+    notes = []
+    if not gpus:
+        reasons.append('no GPU of a supported vendor (NVIDIA 0x10de, AMD 0x1002, MetaX 0x9999) on the PCI bus')
+    if not nics:
+        reasons.append('no RDMA NIC (/sys/class/infiniband is empty)')
+    for vendor, path in sorted(peer['paths'].items()):
+        if path['detected']:
+            continue
+        path['chain'] = _peer_chain(vendor, path, kernel, ofed)
+        text = '%s GPUs: %s' % (vendor, ' -> '.join(path['chain']))
+        if dmabuf['possible'] and vendor in ('nvidia', 'amd'):
+            notes.append(text + '; the dma-buf path is possible and %s can use it instead' % path['library'])
+        else:
+            reasons.append(text)
+    by_gpu = {}
+    for pair in pairs:
+        by_gpu.setdefault(pair['gpu'], []).append(pair)
+    for gpu in gpus:
+        nearest = [p for p in by_gpu.get(gpu['name'], []) if p['nic'] == gpu['nearest_nic']]
+        if not nearest:
+            continue
+        pair = nearest[0]
+        level = _pci.DISTANCE_CLASSES.index(pair['distance'])
+        if level > _pci.DISTANCE_CLASSES.index(DEFAULT_GDR_LEVEL):
+            reasons.append('%s (%s): nearest RDMA NIC %s is %s away; NCCL_NET_GDR_LEVEL defaults to %s, so '
+                           'GPUDirect RDMA is not used for it' % (gpu['name'], gpu['pci_address'], pair['nic'],
+                                                                   pair['distance'], DEFAULT_GDR_LEVEL))
+        if pair.get('acs_redirect'):
+            reasons.append('%s (%s) <-> %s: PCIe ACS redirects peer-to-peer traffic on bridge(s) %s, so '
+                           'GPU<->NIC DMA goes up to the root complex (role pcie_acs)'
+                           % (gpu['name'], gpu['pci_address'], pair['nic'], ', '.join(pair['bridges'])))
+    return not reasons, reasons, notes
+
+
+def read_gdr(sysroot, rdma_devices):
+    """All GPUDirect RDMA facts of the node under ``sysroot``.
+
+    ``rdma_devices``: [(name, pci_address)] of the RDMA devices (from /sys/class/infiniband).
+    """
+    pci = _pci.read_pci(sysroot)
+    gpus = []
+    for bdf in sorted(pci):
+        dev = pci[bdf]
+        if _pci.is_gpu(dev):
+            gpus.append({'name': 'GPU%d' % len(gpus), 'pci_address': bdf,
+                         'vendor': _pci.GPU_VENDORS[dev['vendor_id']], 'vendor_id': '0x%04x' % dev['vendor_id'],
+                         'device_id': '0x%04x' % dev['device_id'] if dev['device_id'] is not None else None,
+                         'numa_node': dev['numa_node'], 'driver': dev['driver']})
+    nics = []
+    for name, bdf in rdma_devices:
+        dev = pci.get(bdf or '', {})
+        nics.append({'name': name, 'pci_address': bdf, 'numa_node': dev.get('numa_node'),
+                     'vendor_id': '0x%04x' % dev['vendor_id'] if dev.get('vendor_id') is not None else None,
+                     'driver': dev.get('driver')})
+    pairs = build_topology(pci, gpus, nics)
+    acs = read_acs(sysroot, pairs)
+    modules = parse_modules(sysroot.text('/proc/modules'))
+    vendors = sorted(set(g['vendor'] for g in gpus))
+    kernel = read_kernel(sysroot)
+    ofed = read_ofed(sysroot, kernel['release'])
+    peer = read_peer_memory(sysroot, modules, vendors)
+    peer['modules_loaded'] = sorted(m for m in modules if any(m in spec['modules'] for spec in PEER_PATHS.values()))
+    dmabuf = read_dmabuf(sysroot, kernel, vendors, sysroot.text('/proc/driver/nvidia/version', quiet=True))
+    ready, reasons, notes = assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf)
+    matrix = {}
+    for pair in pairs:
+        matrix.setdefault(pair['gpu'], {})[pair['nic']] = pair['distance']
+    return {
+        'gpus': gpus,
+        'nics': nics,
+        'topology': pairs,
+        'matrix': matrix,
+        'acs': acs,
+        'peer_memory': peer,
+        'kernel': kernel,
+        'ofed': ofed,
+        'dmabuf': dmabuf,
+        'gdr_ready': ready,
+        'reasons': reasons,
+        'notes': notes,
+    }

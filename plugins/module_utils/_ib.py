@@ -1,0 +1,300 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""InfiniBand / RoCE link facts read from sysfs (/sys/class/infiniband, /sys/class/net).
+
+Parsing is kept in small pure functions (``parse_*``) tested on real captured
+trees; :func:`read_ib` does the I/O through one :class:`SysRoot`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int, parse_numa
+
+IB_CLASS = '/sys/class/infiniband'
+NET_CLASS = '/sys/class/net'
+
+# "400 Gb/sec (4X NDR)", "10 Gb/sec (4X)" (iWARP i40iw: no speed name),
+# "2.5 Gb/sec (1X SDR)", "53.125 Gb/sec (1X HDR)". Kernel: drivers/infiniband/core/sysfs.c rate_show().
+_RATE_RE = re.compile(r'^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec\s*\((?P<width>\d+X)\s*(?P<speed>[A-Za-z0-9]+)?\s*\)')
+# "4: ACTIVE", "5: LinkUp"; a bare word is accepted too.
+_STATE_RE = re.compile(r'^\s*(?:(?P<code>\d+)\s*:\s*)?(?P<name>\S.*?)\s*$')
+_BDF_RE = re.compile(r'^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$')
+
+# Width in bits of the IBTA PortCounters error fields (IBA spec vol 1, 16.1.3.5,
+# Table "PortCounters"). A value at 2**bits-1 has saturated and stopped counting:
+# it says "at least this many", not the count (sysfs_ib/gpud_h100_8x_ndr_plus_bond:
+# link_downed = 255 on a flapping link). Data/packet counters are read through
+# PortCountersExtended (64 bit) by the kernel and are not listed.
+COUNTER_BITS = {
+    'symbol_error': 16,
+    'link_error_recovery': 8,
+    'link_downed': 8,
+    'port_rcv_errors': 16,
+    'port_rcv_remote_physical_errors': 16,
+    'port_rcv_switch_relay_errors': 16,
+    'port_xmit_discards': 16,
+    'port_xmit_constraint_errors': 8,
+    'port_rcv_constraint_errors': 8,
+    'local_link_integrity_errors': 4,
+    'excessive_buffer_overrun_errors': 4,
+    'VL15_dropped': 16,
+}
+
+# IB MTU enum values, include/rdma/ib_verbs.h enum ib_mtu.
+IB_MTUS = (256, 512, 1024, 2048, 4096)
+# include/rdma/ib_addr.h iboe_get_mtu(): RoCE headers the netdev MTU must carry
+# besides the IB payload: GRH 40 + UDP 8 + BTH 12 + XRC ext 4 + AtomicETH 28 + ICRC 4.
+ROCE_MTU_OVERHEAD = 40 + 8 + 12 + 4 + 28 + 4
+
+_ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
+_V4_MAPPED_PREFIX = '0000:0000:0000:0000:0000:ffff:'
+
+
+def parse_rate(text):
+    """'400 Gb/sec (4X NDR)' -> (400.0, '4X', 'NDR'); unknown format -> (None, None, None)."""
+    match = _RATE_RE.match(text or '')
+    if not match:
+        return None, None, None
+    return float(match.group('gbps')), match.group('width'), match.group('speed')
+
+
+def parse_state(text):
+    """'4: ACTIVE' -> (4, 'ACTIVE'); 'LinkUp' -> (None, 'LinkUp'); None -> (None, None)."""
+    match = _STATE_RE.match(text or '')
+    if not match:
+        return None, None
+    code = match.group('code')
+    return (int(code) if code is not None else None), match.group('name')
+
+
+def gid_ipv4(gid):
+    """IPv4 of an IPv4-mapped RoCE GID ('...:ffff:0a07:6011' -> '10.7.96.17'), else None."""
+    if not gid or not gid.lower().startswith(_V4_MAPPED_PREFIX):
+        return None
+    tail = gid[len(_V4_MAPPED_PREFIX):].split(':')
+    if len(tail) != 2:
+        return None
+    try:
+        high, low = int(tail[0], 16), int(tail[1], 16)
+    except ValueError:
+        return None
+    return '%d.%d.%d.%d' % (high >> 8, high & 0xff, low >> 8, low & 0xff)
+
+
+def roce_active_mtu(netdev_mtu):
+    """Largest IB MTU a RoCE port can use on a netdev of this MTU (iboe_get_mtu)."""
+    if netdev_mtu is None:
+        return None
+    usable = netdev_mtu - ROCE_MTU_OVERHEAD
+    fitting = [mtu for mtu in IB_MTUS if mtu <= usable]
+    return fitting[-1] if fitting else None
+
+
+def parse_counters(values):
+    """{name: raw text} -> ({name: int or None}, [saturated names], [unavailable names])."""
+    counters = {}
+    saturated = []
+    unavailable = []
+    for name in sorted(values):
+        number = parse_int(values[name])
+        counters[name] = number
+        if number is None:
+            unavailable.append(name)
+        elif name in COUNTER_BITS and number >= (1 << COUNTER_BITS[name]) - 1:
+            saturated.append(name)
+    return counters, saturated, unavailable
+
+
+def parse_ibv_devinfo(text):
+    """``ibv_devinfo`` (plain or -v) -> {(hca, port): active_mtu}.
+
+    Lines: 'hca_id:\tmlx4_0', '\t\tport:\t1', '\t\t\tactive_mtu:\t\t4096 (5)'
+    (ibv_devinfo/heioy_mlx4_2hca_port2_down fixture).
+    """
+    result = {}
+    hca = port = None
+    for line in (text or '').splitlines():
+        stripped = line.strip()
+        if stripped.startswith('hca_id:'):
+            hca = stripped.split(':', 1)[1].strip()
+            port = None
+        elif stripped.startswith('port:') and hca is not None:
+            port = parse_int(stripped.split(':', 1)[1])
+        elif stripped.startswith('active_mtu:') and hca is not None and port is not None:
+            value = stripped.split(':', 1)[1].split()
+            if value:
+                mtu = parse_int(value[0])
+                if mtu is not None:
+                    result[(hca, port)] = mtu
+    return result
+
+
+def _read_dir_values(sysroot, rel):
+    """{file name: text} of every attribute file in a counters directory."""
+    values = {}
+    for name in sysroot.listdir(rel):
+        text = sysroot.text('%s/%s' % (rel, name))
+        if text is not None:
+            values[name] = text
+    return values
+
+
+def _read_gids(sysroot, port_rel):
+    """Populated GID entries with their RoCE type and netdev.
+
+    Unused entries read as all zeros and their gid_attrs return EINVAL, so the
+    attributes are read only for populated entries (and quietly).
+    """
+    gids = []
+    names = sysroot.listdir(port_rel + '/gids')
+    for name in sorted(names, key=lambda n: parse_int(n) if parse_int(n) is not None else 1 << 30):
+        index = parse_int(name)
+        if index is None:
+            continue
+        gid = sysroot.text('%s/gids/%s' % (port_rel, name), quiet=True)
+        if not gid or gid == _ZERO_GID:
+            continue
+        gid_type = sysroot.text('%s/gid_attrs/types/%s' % (port_rel, name), quiet=True)
+        ndev = sysroot.text('%s/gid_attrs/ndevs/%s' % (port_rel, name), quiet=True)
+        gids.append({
+            'index': index,
+            'gid': gid,
+            'type': gid_type or None,
+            'netdev': ndev or None,
+            'ipv4': gid_ipv4(gid),
+        })
+    return gids
+
+
+def _netdev_facts(sysroot, netdev):
+    if not netdev:
+        return None, None
+    base = '%s/%s' % (NET_CLASS, netdev)
+    return parse_int(sysroot.text(base + '/mtu', quiet=True)), sysroot.text(base + '/operstate', quiet=True)
+
+
+def _port_netdev(sysroot, dev_rel, port_num, link_layer, gids):
+    """The netdev of a port, found the way ibdev2netdev (mlnx-ofa_kernel ofed_scripts) does.
+
+    RoCE: the netdev of GID entry 0 (gid_attrs/ndevs). IB: the IPoIB netdev of
+    the same PCI function whose hardware address ends with the port GID (an
+    IPoIB address is 4 bytes of QPN and flags followed by the 16-byte GID).
+    Otherwise dev_port (0-based port index), dev_id for old mlx4 ports.
+    """
+    for gid in gids:
+        if gid['netdev']:
+            return gid['netdev']
+    candidates = sysroot.listdir(dev_rel + '/device/net')
+    if link_layer == 'InfiniBand' and gids:
+        wanted = gids[0]['gid'].replace(':', '').lower()
+        for netdev in candidates:
+            address = (sysroot.text('%s/%s/address' % (NET_CLASS, netdev), quiet=True) or '').replace(':', '').lower()
+            if len(address) == 40 and address[8:] == wanted:
+                return netdev
+    for netdev in candidates:
+        base = '%s/%s' % (NET_CLASS, netdev)
+        dev_port = parse_int(sysroot.text(base + '/dev_port', quiet=True))
+        if not dev_port:
+            dev_port = parse_int(sysroot.text(base + '/dev_id', quiet=True), 16)
+        if (dev_port or 0) + 1 == port_num:
+            return netdev
+    return None
+
+
+def _read_port(sysroot, dev_rel, name, ibv_mtus):
+    port_rel = '%s/ports/%s' % (dev_rel, name)
+    port_num = parse_int(name)
+    state_code, state = parse_state(sysroot.text(port_rel + '/state'))
+    phys_code, phys_state = parse_state(sysroot.text(port_rel + '/phys_state'))
+    rate_text = sysroot.text(port_rel + '/rate')
+    rate_gbps, width, speed = parse_rate(rate_text)
+    if rate_text is not None and rate_gbps is None:
+        sysroot.warn('%s/rate: unrecognised value %r' % (port_rel, rate_text))
+    link_layer = sysroot.text(port_rel + '/link_layer')
+    gids = _read_gids(sysroot, port_rel)
+    netdev = _port_netdev(sysroot, dev_rel, port_num, link_layer, gids)
+    netdev_mtu, netdev_operstate = _netdev_facts(sysroot, netdev)
+
+    raw = _read_dir_values(sysroot, port_rel + '/counters')
+    raw.update(_read_dir_values(sysroot, port_rel + '/counters_ext'))
+    counters, saturated, unavailable = parse_counters(raw)
+    hw_counters = parse_counters(_read_dir_values(sysroot, port_rel + '/hw_counters'))[0]
+
+    dev_name = dev_rel.rsplit('/', 1)[-1]
+    active_mtu, mtu_source = None, None
+    if (dev_name, port_num) in ibv_mtus:
+        active_mtu, mtu_source = ibv_mtus[(dev_name, port_num)], 'ibv_devinfo'
+    elif link_layer == 'Ethernet' and netdev_mtu is not None:
+        active_mtu, mtu_source = roce_active_mtu(netdev_mtu), 'netdev_mtu'
+
+    return {
+        'port': port_num,
+        'state': state,
+        'state_code': state_code,
+        'phys_state': phys_state,
+        'phys_state_code': phys_code,
+        'rate': rate_text,
+        'rate_gbps': rate_gbps,
+        'width': width,
+        'speed': speed,
+        'link_layer': link_layer,
+        'lid': parse_int(sysroot.text(port_rel + '/lid', quiet=True), 16),
+        'sm_lid': parse_int(sysroot.text(port_rel + '/sm_lid', quiet=True), 16),
+        'lid_mask_count': parse_int(sysroot.text(port_rel + '/lid_mask_count', quiet=True)),
+        'netdev': netdev,
+        'netdev_mtu': netdev_mtu,
+        'netdev_operstate': netdev_operstate,
+        'active_mtu': active_mtu,
+        'active_mtu_source': mtu_source,
+        'gids': gids,
+        'counters': counters,
+        'counters_saturated': saturated,
+        'counters_unavailable': unavailable,
+        'hw_counters': hw_counters,
+    }
+
+
+def list_rdma_devices(sysroot):
+    """[(name, PCI address or None)] of every device in /sys/class/infiniband."""
+    devices = []
+    for name in sysroot.listdir(IB_CLASS):
+        pci_path = sysroot.resolve('%s/%s/device' % (IB_CLASS, name))
+        leaf = pci_path.rsplit('/', 1)[-1] if pci_path else ''
+        devices.append((name, leaf.lower() if _BDF_RE.match(leaf) else None))
+    return devices
+
+
+def read_ib(sysroot, ibv_mtus=None):
+    """All RDMA devices under ``sysroot`` -> list of device dicts (possibly empty)."""
+    ibv_mtus = ibv_mtus or {}
+    devices = []
+    for name, pci_address in list_rdma_devices(sysroot):
+        dev_rel = '%s/%s' % (IB_CLASS, name)
+        node_type = parse_state(sysroot.text(dev_rel + '/node_type', quiet=True))[1]
+        ports = []
+        for port_name in sysroot.listdir(dev_rel + '/ports'):
+            if parse_int(port_name) is None:
+                continue
+            ports.append(_read_port(sysroot, dev_rel, port_name, ibv_mtus))
+        ports.sort(key=lambda p: p['port'])
+        devices.append({
+            'name': name,
+            'hca_type': sysroot.text(dev_rel + '/hca_type', quiet=True),
+            'board_id': sysroot.text(dev_rel + '/board_id', quiet=True),
+            'fw_ver': sysroot.text(dev_rel + '/fw_ver', quiet=True),
+            'node_guid': sysroot.text(dev_rel + '/node_guid', quiet=True),
+            'sys_image_guid': sysroot.text(dev_rel + '/sys_image_guid', quiet=True),
+            'node_type': node_type,
+            'node_desc': sysroot.text(dev_rel + '/node_desc', quiet=True),
+            'pci_address': pci_address,
+            'numa_node': parse_numa(sysroot.text(dev_rel + '/device/numa_node', quiet=True)),
+            'driver': sysroot.link_name(dev_rel + '/device/driver'),
+            'hw_counters': parse_counters(_read_dir_values(sysroot, dev_rel + '/hw_counters'))[0],
+            'ports': ports,
+        })
+    return devices
+

@@ -1,0 +1,159 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: gdr_facts
+short_description: GPUDirect RDMA readiness facts (topology, ACS, peer memory, mm_kobj, OFED)
+version_added: 0.1.0
+description:
+  - Finds the GPUs (NVIDIA, AMD, MetaX) and RDMA NICs on the PCI tree in sysfs and computes for
+    every GPU x NIC pair the distance class C(PIX), C(PXB), C(PHB), C(NODE) or C(SYS) (the classes
+    C(nvidia-smi topo -m) and C(mx-smi topo -n) print) and each GPU's nearest NIC.
+  - Reads the ACS capability and control registers (PCI extended capability 0x000D) of every
+    bridge on a GPU<->NIC path and says whether ACS redirects peer-to-peer traffic.
+    Extended config space is readable by root only; without it ACS is reported unknown.
+  - Checks the peer-memory path each vendor's collective library looks for (loaded modules,
+    C(/sys/kernel/mm/memory_peers/<client>/version)), whether the running kernel exports
+    C(mm_kobj), the OFED version and whether it was built with C(HAVE_MM_KOBJ_EXPORTED), and
+    whether the dma-buf path is possible.
+  - Sums it up in C(gdr_ready) with C(reasons) that spell out the causal chain.
+  - Runs no external tool.
+author:
+  - hpc.gpu_fabric maintainers
+extends_documentation_fragment:
+  - hpc.gpu_fabric.root
+  - hpc.gpu_fabric.root.facts
+options: {}
+'''
+
+EXAMPLES = r'''
+- name: Gather GPUDirect RDMA facts
+  hpc.gpu_fabric.gdr_facts:
+  become: true  # extended PCI config space (ACS) is readable by root only
+
+- name: Stop when GPUDirect RDMA cannot work
+  ansible.builtin.assert:
+    that: ansible_facts.gpu_fabric_gdr.gdr_ready
+    fail_msg: "{{ ansible_facts.gpu_fabric_gdr.reasons }}"
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpu_fabric_gdr:
+      description: GPUDirect RDMA facts.
+      type: dict
+      returned: always
+      contains:
+        gpus:
+          description: GPUs in PCI order with vendor, NUMA node and nearest RDMA NIC.
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - name: GPU0
+              pci_address: "0000:08:00.0"
+              vendor: metax
+              vendor_id: "0x9999"
+              device_id: "0x4001"
+              numa_node: 0
+              driver: metax
+              nearest_nic: mlx5_0
+              nearest_nic_distance: PXB
+        nics:
+          description: RDMA NICs with PCI address and NUMA node.
+          type: list
+          elements: dict
+          returned: always
+        topology:
+          description: One entry per GPU x NIC pair with C(distance), the C(bridges) between them and C(acs_redirect).
+          type: list
+          elements: dict
+          returned: always
+        matrix:
+          description: GPU name -> NIC name -> distance class.
+          type: dict
+          returned: always
+          sample: {GPU3: {mlx5_0: PIX, mlx5_1: NODE}}
+        acs:
+          description: ACS state of each bridge on a GPU<->NIC path.
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - pci_address: "0000:10:10.0"
+              readable: true
+              present: true
+              cap: 95
+              ctl: 0
+              cap_flags: [SrcValid, TransBlk, ReqRedir, CmpltRedir, UpstreamFwd, DirectTrans]
+              ctl_flags: []
+              redirects_p2p: false
+              paths: [GPU3-mlx5_0]
+        peer_memory:
+          description: Loaded peer-memory modules, memory_peers clients, and per GPU vendor whether its library detects peer memory.
+          type: dict
+          returned: always
+        kernel:
+          description: Kernel release and whether it exports C(mm_kobj) (and where that was seen).
+          type: dict
+          returned: always
+          sample: {release: 5.14.0-570.el9_6.x86_64, mm_kobj_exported: false, mm_kobj_source: /proc/kallsyms}
+        ofed:
+          description: OFED version and whether its build defined C(HAVE_MM_KOBJ_EXPORTED).
+          type: dict
+          returned: always
+        dmabuf:
+          description: Whether the dma-buf path is possible, and why not.
+          type: dict
+          returned: always
+        gdr_ready:
+          description: True when every GPU vendor on the node has a working GPUDirect RDMA path to a near NIC.
+          type: bool
+          returned: always
+        reasons:
+          description: Why C(gdr_ready) is false, each a causal chain in words.
+          type: list
+          elements: str
+          returned: always
+        notes:
+          description: Observations that do not block GPUDirect RDMA (for example a missing peer-memory module where dma-buf stands in).
+          type: list
+          elements: str
+          returned: always
+'''
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(root=dict(type='path', default='/')),
+        supports_check_mode=True,
+    )
+    root = module.params['root']
+    if not os.path.isdir(root):
+        module.fail_json(msg='root %s is not a directory: give / or the path of an unpacked node snapshot' % root)
+    sysroot = SysRoot(root)
+    facts = read_gdr(sysroot, list_rdma_devices(sysroot))
+    facts['root'] = root
+    for warning in sysroot.warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, ansible_facts={'gpu_fabric_gdr': facts})
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,232 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The fault catalog: each fault mutates a node profile and names what the facts must show.
+
+``expect`` pairs are (JMESPath over {'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr}, value);
+``{hca}``, ``{gpu}``, ``{bridge}`` are filled in with the fault's target. The same
+catalog drives the unit tests of the facts modules and, later, the diagnosis
+accuracy benchmark (every fault alone and in pairs).
+"""
+
+from __future__ import annotations
+
+import copy
+
+# Sizes of the IBTA counters a rising-error fault pushes to saturation (see _ib.COUNTER_BITS).
+_SATURATED_LINK_DOWNED = 255
+
+
+def _hca(profile, target):
+    hcas = [h for h in profile.get('hcas', []) if h['ports']]
+    if not hcas:
+        raise ValueError('profile %s has no HCA to break' % profile.get('name'))
+    if target is None:
+        # The first HCA that serves GPUs (not a storage NIC): the first one with an IB port
+        # or, on RoCE fabrics, simply the first one.
+        return hcas[0]
+    for hca in hcas:
+        if hca['name'] == target:
+            return hca
+    raise ValueError('no HCA %s in profile %s' % (target, profile.get('name')))
+
+
+def _pci_by_bdf(profile):
+    return dict((dev['bdf'], dev) for dev in profile.get('pci', []))
+
+
+def _gpus(profile):
+    return sorted(dev['bdf'] for dev in profile.get('pci', []) if dev.get('kind') == 'gpu')
+
+
+def _chain(profile, bdf):
+    by_bdf = _pci_by_bdf(profile)
+    chain = []
+    dev = by_bdf[bdf]
+    while dev.get('parent'):
+        chain.insert(0, dev['parent'])
+        dev = by_bdf[dev['parent']]
+    return chain
+
+
+def port_down(profile, target):
+    hca = _hca(profile, target)
+    # A disabled port reads DOWN / Disabled with the base rate (ibstat fixture
+    # gpud_h100_ib_some_disabled: "State: Down, Physical state: Disabled, Rate: 40").
+    hca['ports'][0].update(state='DOWN', phys_state='Disabled', rate='40 Gb/sec (4X QDR)')
+    return {'hca': hca['name']}
+
+
+def port_polling(profile, target):
+    hca = _hca(profile, target)
+    # Cable unplugged or remote end down: PORT_DOWN / POLLING (ibv_devinfo fixture heioy_mlx4_v_port2_polling_sdr).
+    hca['ports'][0].update(state='DOWN', phys_state='Polling', rate='10 Gb/sec (4X SDR)')
+    return {'hca': hca['name']}
+
+
+def rate_degraded_1x(profile, target):
+    hca = _hca(profile, target)
+    rate = hca['ports'][0].get('rate', '400 Gb/sec (4X NDR)')
+    gbps, rest = rate.split(' ', 1)
+    lanes = int(rest.split('(')[1].split('X')[0])
+    speed = rest.split('X', 1)[1].strip(' )')
+    # Width trained down to 1X: a quarter of the rate (sysfs_ib/procfs_mlx5_0_1x_edr_hwcounters: "25 Gb/sec (1X EDR)").
+    hca['ports'][0]['rate'] = '%g Gb/sec (1X %s)' % (float(gbps) / lanes, speed)
+    return {'hca': hca['name']}
+
+
+def peermem_not_loaded(profile, target):
+    peers = profile.get('memory_peers', [])
+    if not peers:
+        raise ValueError('profile %s has no peer-memory module' % profile.get('name'))
+    module = peers[0]['module']
+    profile['modules'] = [m for m in profile['modules'] if m != module]
+    return {'module': module, 'client': peers[0]['client']}
+
+
+def mm_kobj_not_exported(profile, target):
+    # Seed 000: RHEL 9.6 dropped EXPORT_SYMBOL_GPL(mm_kobj); OFED rebuilt for it
+    # cannot define HAVE_MM_KOBJ_EXPORTED, so memory_peers never appears.
+    profile['kernel'].update(release='5.14.0-570.12.1.el9_6.x86_64', exports_mm_kobj=False)
+    profile['ofed']['have_mm_kobj_exported'] = False
+    return {'client': profile['memory_peers'][0]['client']}
+
+
+def ofed_stale_build(profile, target):
+    # The kernel exports mm_kobj, but OFED was built against one that did not:
+    # the fix is a rebuild against this kernel (role ofed_peermem), not a kernel change.
+    profile['kernel']['exports_mm_kobj'] = True
+    profile['ofed']['have_mm_kobj_exported'] = False
+    return {'client': profile['memory_peers'][0]['client']}
+
+
+def acs_enabled(profile, target):
+    gpu = target or _gpus(profile)[0]
+    by_bdf = _pci_by_bdf(profile)
+    # The downstream port the GPU hangs off: where P2P requests enter the switch.
+    bridge = by_bdf[gpu]['parent']
+    # lspci_acs/gpud_pmc_sierra_acs_enabled: 'SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+'.
+    by_bdf[bridge]['acs'] = {'cap': 0x5f, 'ctl': 0x1d}
+    return {'gpu_bdf': gpu, 'bridge': bridge}
+
+
+def cross_numa(profile, target):
+    hca = _hca(profile, target)
+    by_bdf = _pci_by_bdf(profile)
+    nic = by_bdf[hca['pci']]
+    numas = profile.get('host_bridges', {})
+    own = _numa_of(profile, hca['pci'])
+    other = sorted(set(v['numa'] for v in numas.values()) - {own})
+    if not other:
+        raise ValueError('profile %s has a single NUMA node' % profile.get('name'))
+    # Re-seat the HCA in a slot of the other socket: a new host bridge and root port there.
+    numas['pci0000:f0'] = {'numa': other[0]}
+    profile['pci'].append({'bdf': '0000:f0:01.0', 'kind': 'bridge', 'host': 'pci0000:f0', 'acs': {'cap': 0x5f, 'ctl': 0}})
+    nic['parent'] = '0000:f0:01.0'
+    return {'hca': hca['name'], 'gpu_bdf': _nearest_gpu(profile, hca['pci'])}
+
+
+def _numa_of(profile, bdf):
+    chain = _chain(profile, bdf)
+    by_bdf = _pci_by_bdf(profile)
+    top = by_bdf[chain[0]] if chain else by_bdf[bdf]
+    return profile['host_bridges'][top['host']]['numa']
+
+
+def _nearest_gpu(profile, nic_bdf):
+    """The GPU that shared the NIC's switch before the fault (longest common bridge chain)."""
+    nic_chain = _chain(profile, nic_bdf)
+    best = None
+    for gpu in _gpus(profile):
+        chain = _chain(profile, gpu)
+        common = 0
+        while common < min(len(chain), len(nic_chain)) and chain[common] == nic_chain[common]:
+            common += 1
+        if best is None or common > best[0]:
+            best = (common, gpu)
+    return best[1] if best else None
+
+
+def roce_no_v2_gid(profile, target):
+    roce = [h for h in profile.get('hcas', []) if h['ports'][0].get('link_layer') == 'Ethernet']
+    if not roce:
+        raise ValueError('profile %s has no RoCE port' % profile.get('name'))
+    hca = roce[0] if target is None else _hca(profile, target)
+    hca['ports'][0]['roce_v2'] = False
+    return {'hca': hca['name']}
+
+
+def error_counters(profile, target):
+    hca = _hca(profile, target)
+    hca['ports'][0]['counters'] = {'symbol_error': 4137, 'port_rcv_errors': 512,
+                                   'link_downed': _SATURATED_LINK_DOWNED, 'link_error_recovery': 17}
+    return {'hca': hca['name']}
+
+
+# name -> (mutation, description, profiles it applies to (None: any with the part), expectations)
+CATALOG = {
+    'port_down': (port_down, 'An HCA port is down (State Down, Physical state Disabled).', [
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].state", 'DOWN'),
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].phys_state", 'Disabled'),
+    ]),
+    'port_polling': (port_polling, 'An HCA port has no link partner (DOWN / Polling).', [
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].state", 'DOWN'),
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].phys_state", 'Polling'),
+    ]),
+    'rate_degraded_1x': (rate_degraded_1x, 'A link trained at 1X width: a quarter of its rate.', [
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].width", '1X'),
+    ]),
+    'peermem_not_loaded': (peermem_not_loaded, 'The GPU peer-memory module is not loaded.', [
+        ("gdr.gdr_ready", False),
+        ("contains(keys(gdr.peer_memory.clients), '{client}')", False),
+    ]),
+    'mm_kobj_not_exported': (mm_kobj_not_exported, 'Seed 000: the kernel does not export mm_kobj, OFED was built without HAVE_MM_KOBJ_EXPORTED, memory_peers is missing.', [
+        ("gdr.kernel.mm_kobj_exported", False),
+        ("gdr.ofed.have_mm_kobj_exported", False),
+        ("gdr.peer_memory.memory_peers_present", False),
+    ]),
+    'ofed_stale_build': (ofed_stale_build, 'OFED built against another kernel: this kernel exports mm_kobj but OFED lacks HAVE_MM_KOBJ_EXPORTED.', [
+        ("gdr.kernel.mm_kobj_exported", True),
+        ("gdr.ofed.have_mm_kobj_exported", False),
+        ("gdr.peer_memory.memory_peers_present", False),
+    ]),
+    'acs_enabled': (acs_enabled, 'ACS redirects P2P on the downstream port above a GPU.', [
+        ("gdr.acs[?pci_address=='{bridge}'] | [0].redirects_p2p", True),
+        ("gdr.topology[?acs_redirect] | length(@) > `0`", True),
+        ("gdr.gdr_ready", False),
+    ]),
+    'cross_numa': (cross_numa, 'An HCA sits on the other NUMA node than the GPU it served.', [
+        ("gdr.topology[?nic=='{hca}' && distance=='SYS'] | length(@) > `0`", True),
+        ("gdr.gpus[?pci_address=='{gpu_bdf}'] | [0].nearest_nic == '{hca}'", False),
+    ]),
+    'roce_no_v2_gid': (roce_no_v2_gid, 'A RoCE port has only RoCE v1 GIDs (no v2 entry for NCCL_IB_GID_INDEX).', [
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].gids[?type=='RoCE v2'] | length(@)", 0),
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].gids | length(@) > `0`", True),
+    ]),
+    'error_counters': (error_counters, 'Symbol and receive errors on a port, link_downed saturated at 255.', [
+        ("ib.devices[?name=='{hca}'] | [0].ports[0].counters.symbol_error", 4137),
+        ("contains(ib.devices[?name=='{hca}'] | [0].ports[0].counters_saturated, 'link_downed')", True),
+    ]),
+}
+
+
+def applies(profile, name):
+    """Can fault ``name`` be injected into ``profile``?"""
+    try:
+        CATALOG[name][0](copy.deepcopy(profile), None)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+    return True
+
+
+def apply(profile, name, target=None):
+    """Mutate ``profile`` in place; returns the values the expectations are filled with."""
+    if name not in CATALOG:
+        raise ValueError('unknown fault %s (known: %s)' % (name, ', '.join(sorted(CATALOG))))
+    profile.setdefault('faults', []).append(name)
+    return CATALOG[name][0](profile, target) or {}
+
+
+def expectations(name, context):
+    return [(expr.format(**context), value) for expr, value in CATALOG[name][2]]
