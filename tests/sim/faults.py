@@ -81,6 +81,10 @@ def peermem_not_loaded(profile, target):
     if not peers:
         raise ValueError('profile %s has no peer-memory module' % profile.get('name'))
     module = peers[0]['module']
+    if 'peer' not in module:
+        # amdgpu and metax register their peer-memory client themselves: unloading
+        # them removes the GPU driver, which is not this fault.
+        raise ValueError('%s is the GPU driver, not a separate peer-memory module' % module)
     profile['modules'] = [m for m in profile['modules'] if m != module]
     return {'module': module, 'client': peers[0]['client']}
 
@@ -104,6 +108,9 @@ def ofed_stale_build(profile, target):
 def acs_enabled(profile, target):
     gpu = target or _gpus(profile)[0]
     by_bdf = _pci_by_bdf(profile)
+    host = _host_of(profile, gpu)
+    if not any(_host_of(profile, h['pci']) == host for h in profile.get('hcas', [])):
+        raise ValueError('no NIC shares a host bridge with %s: ACS is not on a GPU<->NIC path' % gpu)
     # The downstream port the GPU hangs off: where P2P requests enter the switch.
     bridge = by_bdf[gpu]['parent']
     # lspci_acs/gpud_pmc_sierra_acs_enabled: 'SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+'.
@@ -116,22 +123,27 @@ def cross_numa(profile, target):
     by_bdf = _pci_by_bdf(profile)
     nic = by_bdf[hca['pci']]
     numas = profile.get('host_bridges', {})
-    own = _numa_of(profile, hca['pci'])
-    other = sorted(set(v['numa'] for v in numas.values()) - {own})
+    gpu = _nearest_gpu(profile, hca['pci'])
+    if gpu is None or _numa_of(profile, gpu) != _numa_of(profile, hca['pci']):
+        raise ValueError('%s has no GPU on its own NUMA node to be moved away from' % hca['name'])
+    other = sorted(set(v['numa'] for v in numas.values()) - {_numa_of(profile, gpu)})
     if not other:
         raise ValueError('profile %s has a single NUMA node' % profile.get('name'))
     # Re-seat the HCA in a slot of the other socket: a new host bridge and root port there.
     numas['pci0000:f0'] = {'numa': other[0]}
     profile['pci'].append({'bdf': '0000:f0:01.0', 'kind': 'bridge', 'host': 'pci0000:f0', 'acs': {'cap': 0x5f, 'ctl': 0}})
     nic['parent'] = '0000:f0:01.0'
-    return {'hca': hca['name'], 'gpu_bdf': _nearest_gpu(profile, hca['pci'])}
+    return {'hca': hca['name'], 'gpu_bdf': gpu}
+
+
+def _host_of(profile, bdf):
+    chain = _chain(profile, bdf)
+    by_bdf = _pci_by_bdf(profile)
+    return (by_bdf[chain[0]] if chain else by_bdf[bdf])['host']
 
 
 def _numa_of(profile, bdf):
-    chain = _chain(profile, bdf)
-    by_bdf = _pci_by_bdf(profile)
-    top = by_bdf[chain[0]] if chain else by_bdf[bdf]
-    return profile['host_bridges'][top['host']]['numa']
+    return profile['host_bridges'][_host_of(profile, bdf)]['numa']
 
 
 def _nearest_gpu(profile, nic_bdf):
@@ -177,9 +189,12 @@ CATALOG = {
     'rate_degraded_1x': (rate_degraded_1x, 'A link trained at 1X width: a quarter of its rate.', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].width", '1X'),
     ]),
+    # gdr_ready stays true where dma-buf stands in (NVIDIA open module, AMD): the diagnosis
+    # weighs that; the facts must show the missing module and the undetected path.
     'peermem_not_loaded': (peermem_not_loaded, 'The GPU peer-memory module is not loaded.', [
-        ("gdr.gdr_ready", False),
+        ("contains(gdr.peer_memory.modules_loaded, '{module}')", False),
         ("contains(keys(gdr.peer_memory.clients), '{client}')", False),
+        ("gdr.peer_memory.paths.*.detected | contains(@, `false`)", True),
     ]),
     'mm_kobj_not_exported': (mm_kobj_not_exported, 'Seed 000: the kernel does not export mm_kobj, OFED was built without HAVE_MM_KOBJ_EXPORTED, memory_peers is missing.', [
         ("gdr.kernel.mm_kobj_exported", False),
