@@ -255,7 +255,8 @@ def read_acs(sysroot, pairs):
     redirecting = set(b['pci_address'] for b in bridges if b['redirects_p2p'])
     for pair in pairs:
         states = [b for b in bridges if b['pci_address'] in pair['bridges']]
-        if any(b['pci_address'] in redirecting for b in states):
+        pair['acs_redirect_bridges'] = [b['pci_address'] for b in states if b['pci_address'] in redirecting]
+        if pair['acs_redirect_bridges']:
             pair['acs_redirect'] = True
         elif any(b['redirects_p2p'] is None for b in states):
             pair['acs_redirect'] = None
@@ -325,7 +326,7 @@ def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
         if pair.get('acs_redirect'):
             reasons.append('%s (%s) <-> %s: PCIe ACS redirects peer-to-peer traffic on bridge(s) %s, so '
                            'GPU<->NIC DMA goes up to the root complex (role pcie_acs)'
-                           % (gpu['name'], gpu['pci_address'], pair['nic'], ', '.join(pair['bridges'])))
+                           % (gpu['name'], gpu['pci_address'], pair['nic'], ', '.join(pair['acs_redirect_bridges'])))
     return not reasons, reasons, notes
 
 

@@ -113,6 +113,8 @@ def config_space(acs=None, vendor=0, device=0, pci_class=0):
 def _pci_paths(profile):
     """{bdf: node path under /sys/devices} from the flat parent list."""
     by_bdf = {dev['bdf']: dev for dev in profile.get('pci', [])}
+    if len(by_bdf) != len(profile.get('pci', [])):
+        raise ValueError('profile %s lists a PCI address twice' % profile.get('name'))
     paths = {}
 
     def path_of(bdf, depth=0):

@@ -74,6 +74,18 @@ def test_healthy_profiles_are_ready(sim_root, profile):
     assert sysroot.warnings == []
 
 
+@pytest.mark.parametrize('profile, gpus, nics', [
+    ('nvidia_h100_8x_ndr', 8, 9), ('amd_mi300x_roce', 8, 8), ('metax_c500_cx7', 8, 3), ('homelab_cx4', 1, 1)])
+def test_each_gpu_has_its_own_rail(sim_root, profile, gpus, nics):
+    gdr = facts(sim_root(profile)[0])[0]['gdr']
+    assert (len(gdr['gpus']), len(gdr['nics'])) == (gpus, nics)
+    if profile in ('nvidia_h100_8x_ndr', 'amd_mi300x_roce'):
+        assert [g['nearest_nic'] for g in gdr['gpus']] == ['mlx5_%d' % i for i in range(8)]
+        assert set(g['nearest_nic_distance'] for g in gdr['gpus']) == {'PIX'}
+        # the storage/other-socket NICs are SYS from GPU0
+        assert gdr['matrix']['GPU0']['mlx5_7'] == 'SYS'
+
+
 def test_seed000_chain_is_reproduced(sim_root):
     root, _ctx = sim_root('metax_c500_cx7', 'mm_kobj_not_exported')
     gdr = facts(root)[0]['gdr']

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+name: fabric_summary
+short_description: One readable block per node from gpu_fabric_ib and gpu_fabric_gdr
+version_added: 0.1.0
+description:
+  - Turns the facts of C(hpc.gpu_fabric.ib_link_facts) and C(hpc.gpu_fabric.gdr_facts) of every
+    node into lines a person reads at the end of a run; nodes without facts are named as such.
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  hosts:
+    description: The nodes to summarise, in order.
+    type: list
+    elements: str
+    required: true
+'''
+
+EXAMPLES = r'''
+- name: Print the summary
+  ansible.builtin.debug:
+    msg: "{{ hostvars | hpc.gpu_fabric.fabric_summary(groups['all']) }}"
+'''
+
+RETURN = r'''
+_value:
+  description: Lines of text, one node after the other.
+  type: list
+  elements: str
+'''
+
+from ansible.errors import AnsibleFilterError
+
+
+def _port_line(device, port):
+    rate = '%g Gb/s' % port['rate_gbps'] if port.get('rate_gbps') is not None else 'rate unknown'
+    return '%s/%s %s %s/%s %s %s' % (device['name'], port.get('port'), port.get('link_layer') or '?',
+                                     port.get('state') or '?', port.get('phys_state') or '?', rate,
+                                     port.get('width') or '')
+
+
+def node_summary(host, ib, gdr):
+    """Lines for one node; ``ib``/``gdr`` are the facts or None when they were not gathered."""
+    if ib is None and gdr is None:
+        return ['%s: no facts (unreachable, or the facts tasks failed on it)' % host]
+    lines = []
+    ports = [(d, p) for d in (ib or {}).get('devices', []) for p in d.get('ports', [])]
+    active = [x for x in ports if x[1].get('state') == 'ACTIVE']
+    gpus = (gdr or {}).get('gpus', [])
+    vendors = sorted(set(g['vendor'] for g in gpus))
+    ready = (gdr or {}).get('gdr_ready')
+    lines.append('%s: %d RDMA device(s), %d/%d port(s) ACTIVE; %d GPU(s)%s; GPUDirect RDMA %s' % (
+        host, len((ib or {}).get('devices', [])), len(active), len(ports), len(gpus),
+        ' (%s)' % ', '.join(vendors) if vendors else '',
+        'ready' if ready else ('NOT ready' if ready is False else 'unknown')))
+    top = {}
+    for _device, port in active:
+        if port.get('rate_gbps') is not None:
+            top[port.get('link_layer')] = max(top.get(port.get('link_layer'), 0), port['rate_gbps'])
+    for device, port in ports:
+        problems = []
+        if port.get('state') != 'ACTIVE':
+            problems.append('not ACTIVE')
+        elif port.get('rate_gbps') is not None and port['rate_gbps'] < top.get(port.get('link_layer'), 0):
+            problems.append('slower than the node\'s other %s ports (%g Gb/s)' % (port.get('link_layer'), top[port.get('link_layer')]))
+        if port.get('counters_saturated'):
+            problems.append('saturated counters: %s' % ', '.join(port['counters_saturated']))
+        errors = dict((k, v) for k, v in (port.get('counters') or {}).items()
+                      if k in ('symbol_error', 'port_rcv_errors', 'link_downed', 'link_error_recovery') and v)
+        if errors:
+            problems.append('errors: %s' % ', '.join('%s=%d' % kv for kv in sorted(errors.items())))
+        if problems:
+            lines.append('  ! %s: %s' % (_port_line(device, port), '; '.join(problems)))
+    for reason in (gdr or {}).get('reasons', []):
+        lines.append('  ! %s' % reason)
+    for note in (gdr or {}).get('notes', []):
+        lines.append('  - %s' % note)
+    return lines
+
+
+def fabric_summary(hostvars, hosts):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('fabric_summary: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    lines = []
+    for host in hosts:
+        facts = hostvars[host] if host in hostvars else {}
+        lines.extend(node_summary(host, facts.get('gpu_fabric_ib'), facts.get('gpu_fabric_gdr')))
+    return lines
+
+
+class FilterModule(object):
+
+    def filters(self):
+        return {'fabric_summary': fabric_summary}

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Render a simulated cluster (a list of node profiles with faults) and its inventory.
+
+Two connection modes (../shared/DESIGN.md "The simulator"):
+  local  - every node is an inventory host with ansible_connection=local and its
+           own root and loopback address 127.0.1.N; needs no root (the demo);
+  netns  - nodes are reached over real SSH at 10.251.0.(10+N), the lab that
+           tests/lab/netns.sh brings up (root only).
+
+Usage: python -m tests.sim.cluster SPEC.yml DEST --mode local|netns [--key PATH]
+Writes DEST/roots/<node>/ and DEST/inventory.yml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import yaml
+
+try:
+    from tests.sim import faults, render
+except ImportError:  # run as a script from tests/sim
+    import faults
+    import render
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAB_NET = '10.251.0.'
+LAB_FIRST_HOST = 10
+
+
+def load_spec(name_or_path):
+    path = name_or_path if os.path.exists(name_or_path) else os.path.join(HERE, 'clusters', name_or_path + '.yml')
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def build(spec, dest, mode='local', key=None, python=None):
+    """Render every node of ``spec`` below ``dest``; returns the inventory dict."""
+    hosts = {}
+    for index, node in enumerate(spec['nodes'], start=1):
+        profile = render.load_profile(node['profile'])
+        profile['hostname'] = node['name']
+        applied = []
+        for fault in node.get('faults', []):
+            name, _sep, target = fault.partition(':')
+            faults.apply(profile, name, target or None)
+            applied.append(fault)
+        root = os.path.join(os.path.abspath(dest), 'roots', node['name'])
+        render.render(profile, root)
+        host = {'gpu_fabric_root': root, 'gpu_fabric_sim_profile': node['profile'], 'gpu_fabric_sim_faults': applied}
+        if mode == 'local':
+            host.update(ansible_connection='local', ansible_host='127.0.1.%d' % index,
+                        ansible_python_interpreter=python or sys.executable)
+        else:
+            host.update(ansible_host=LAB_NET + str(LAB_FIRST_HOST + index), ansible_user='root',
+                        ansible_ssh_private_key_file=key,
+                        ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
+                        ansible_python_interpreter='/usr/bin/python3')
+        hosts[node['name']] = host
+    inventory = {'all': {'children': {'gpu_nodes': {'hosts': hosts}}}}
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle, sort_keys=False)
+    return inventory
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
+    parser.add_argument('spec')
+    parser.add_argument('dest')
+    parser.add_argument('--mode', choices=('local', 'netns'), default='local')
+    parser.add_argument('--key', help='SSH private key of the netns lab')
+    parser.add_argument('--python', help='interpreter for local-connection nodes')
+    args = parser.parse_args(argv)
+    os.makedirs(args.dest, exist_ok=True)
+    build(load_spec(args.spec), args.dest, args.mode, args.key, args.python)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
