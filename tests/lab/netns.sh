@@ -309,7 +309,7 @@ cmd_up() {
         mkdir -p "$LAB_DIR/node$k"
         ip netns exec "$ns" unshare --uts --mount --propagation private -- \
             "$SELF" __boot "$k" "$n" "$snap" ||
-            gf_die "node$k did not start; see $LAB_DIR/log/node$k-sshd.log"
+            gf_die "node$k did not start (see above, and $LAB_DIR/log/node$k-sshd.log)"
     done
 
     for ((k = 1; k <= n; k++)); do

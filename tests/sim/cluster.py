@@ -39,20 +39,25 @@ def load_spec(name_or_path):
         return yaml.safe_load(handle)
 
 
-def build(spec, dest, mode='local', key=None, python=None):
+def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
     """Render every node of ``spec`` below ``dest``; returns the inventory dict."""
     hosts = {}
     for index, node in enumerate(spec['nodes'], start=1):
         profile = render.load_profile(node['profile'])
         profile['hostname'] = node['name']
         applied = []
+        expect = []
         for fault in node.get('faults', []):
             name, _sep, target = fault.partition(':')
-            faults.apply(profile, name, target or None)
+            context = faults.apply(profile, name, target or None)
             applied.append(fault)
+            expect.extend([expr, value] for expr, value in faults.expectations(name, context))
         root = os.path.join(os.path.abspath(dest), 'roots', node['name'])
         render.render(profile, root)
-        host = {'gpu_fabric_root': root, 'gpu_fabric_sim_profile': node['profile'], 'gpu_fabric_sim_faults': applied}
+        # The fault catalog's expectations travel with the host so that a test can
+        # check what came back through Ansible against them.
+        host = {'gpu_fabric_root': root, 'gpu_fabric_sim_profile': node['profile'],
+                'gpu_fabric_sim_faults': applied, 'gpu_fabric_sim_expect': expect}
         if mode == 'local':
             host.update(ansible_connection='local', ansible_host='127.0.1.%d' % index,
                         ansible_python_interpreter=python or sys.executable)
@@ -62,6 +67,7 @@ def build(spec, dest, mode='local', key=None, python=None):
                         ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                         ansible_python_interpreter='/usr/bin/python3')
         hosts[node['name']] = host
+    hosts.update(extra_hosts or {})
     inventory = {'all': {'children': {'gpu_nodes': {'hosts': hosts}}}}
     with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
         yaml.safe_dump(inventory, handle, sort_keys=False)
