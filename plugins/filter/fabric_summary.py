@@ -6,6 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: fabric_summary
+author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 short_description: One readable block per node from gpu_fabric_ib and gpu_fabric_gdr
 version_added: 0.1.0
 description:

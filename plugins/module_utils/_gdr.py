@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_CLASS
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
 
@@ -321,8 +320,8 @@ def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
         level = _pci.DISTANCE_CLASSES.index(pair['distance'])
         if level > _pci.DISTANCE_CLASSES.index(DEFAULT_GDR_LEVEL):
             reasons.append('%s (%s): nearest RDMA NIC %s is %s away; NCCL_NET_GDR_LEVEL defaults to %s, so '
-                           'GPUDirect RDMA is not used for it' % (gpu['name'], gpu['pci_address'], pair['nic'],
-                                                                   pair['distance'], DEFAULT_GDR_LEVEL))
+                           'GPUDirect RDMA is not used for it'
+                           % (gpu['name'], gpu['pci_address'], pair['nic'], pair['distance'], DEFAULT_GDR_LEVEL))
         if pair.get('acs_redirect'):
             reasons.append('%s (%s) <-> %s: PCIe ACS redirects peer-to-peer traffic on bridge(s) %s, so '
                            'GPU<->NIC DMA goes up to the root complex (role pcie_acs)'

@@ -297,4 +297,3 @@ def read_ib(sysroot, ibv_mtus=None):
             'ports': ports,
         })
     return devices
-

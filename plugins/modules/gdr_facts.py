@@ -23,7 +23,7 @@ description:
   - Sums it up in C(gdr_ready) with C(reasons) that spell out the causal chain.
   - Runs no external tool.
 author:
-  - hpc.gpu_fabric maintainers
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
   - hpc.gpu_fabric.root
   - hpc.gpu_fabric.root.facts

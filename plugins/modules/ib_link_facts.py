@@ -10,16 +10,16 @@ module: ib_link_facts
 short_description: InfiniBand and RoCE HCA, port, GID and counter facts from sysfs
 version_added: 0.1.0
 description:
-  - Reads every RDMA device of the node from C(/sys/class/infiniband) and C(/sys/class/net):
-    device attributes, PCI address and NUMA node, and per port the state, physical state,
+  - Reads every RDMA device of the node from C(/sys/class/infiniband) and C(/sys/class/net)
+    (device attributes, PCI address and NUMA node, and per port the state, physical state,
     rate (as C(rate_gbps), C(width) and C(speed)), link layer, LIDs, populated GIDs with their
     RoCE type, netdev and IPv4, the netdev's MTU and operstate, C(counters), C(counters_ext)
-    and C(hw_counters).
+    and C(hw_counters)).
   - Needs no infiniband-diags. Only with O(ibv_devinfo=true) is C(ibv_devinfo) run, to learn
     the active MTU of InfiniBand ports (sysfs does not carry it); the result says whether it was.
   - A node without RDMA devices returns C(devices=[]) and succeeds.
 author:
-  - hpc.gpu_fabric maintainers
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
   - hpc.gpu_fabric.root
   - hpc.gpu_fabric.root.facts
@@ -32,7 +32,7 @@ options:
     default: false
 notes:
   - Counters that have saturated at the maximum of their IBTA width (for example C(link_downed) at 255)
-    are listed in C(counters_saturated): their value is a lower bound.
+    are listed in C(counters_saturated); their value is a lower bound.
 '''
 
 EXAMPLES = r'''

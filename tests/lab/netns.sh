@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # A lab of N Linux "nodes" reachable over real SSH, without Docker or VMs.
 #
 #   tests/lab/netns.sh up N [ROOTDIR_PREFIX]   start nodes 1..N (stops any old lab first)
@@ -228,6 +228,9 @@ EOF
     chroot "$merged" "$SSHD" -f /etc/ssh/gf_lab_sshd_config -E "$LAB_DIR/log/$name-sshd.log"
 }
 
+# A TCP connect through the bridge proves the whole path, not just a listening
+# socket. sshd logs each probe as "kex_exchange_identification: Connection
+# closed by remote host"; that line is expected.
 wait_ssh_port() {
     local ip=$1 i
     for ((i = 0; i < 100; i++)); do

@@ -176,50 +176,59 @@ def error_counters(profile, target):
     return {'hca': hca['name']}
 
 
-# name -> (mutation, description, profiles it applies to (None: any with the part), expectations)
+def _fault(mutate, description, expect):
+    return {'mutate': mutate, 'description': description, 'expect': expect}
+
+
+# name -> the mutation, what it is in words, and what the facts must then show.
 CATALOG = {
-    'port_down': (port_down, 'An HCA port is down (State Down, Physical state Disabled).', [
+    'port_down': _fault(port_down, 'An HCA port is down (State Down, Physical state Disabled).', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].state", 'DOWN'),
         ("ib.devices[?name=='{hca}'] | [0].ports[0].phys_state", 'Disabled'),
     ]),
-    'port_polling': (port_polling, 'An HCA port has no link partner (DOWN / Polling).', [
+    'port_polling': _fault(port_polling, 'An HCA port has no link partner (DOWN / Polling).', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].state", 'DOWN'),
         ("ib.devices[?name=='{hca}'] | [0].ports[0].phys_state", 'Polling'),
     ]),
-    'rate_degraded_1x': (rate_degraded_1x, 'A link trained at 1X width: a quarter of its rate.', [
+    'rate_degraded_1x': _fault(rate_degraded_1x, 'A link trained at 1X width: a quarter of its rate.', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].width", '1X'),
     ]),
     # gdr_ready stays true where dma-buf stands in (NVIDIA open module, AMD): the diagnosis
     # weighs that; the facts must show the missing module and the undetected path.
-    'peermem_not_loaded': (peermem_not_loaded, 'The GPU peer-memory module is not loaded.', [
+    'peermem_not_loaded': _fault(peermem_not_loaded, 'The GPU peer-memory module is not loaded.', [
         ("contains(gdr.peer_memory.modules_loaded, '{module}')", False),
         ("contains(keys(gdr.peer_memory.clients), '{client}')", False),
         ("gdr.peer_memory.paths.*.detected | contains(@, `false`)", True),
     ]),
-    'mm_kobj_not_exported': (mm_kobj_not_exported, 'Seed 000: the kernel does not export mm_kobj, OFED was built without HAVE_MM_KOBJ_EXPORTED, memory_peers is missing.', [
-        ("gdr.kernel.mm_kobj_exported", False),
-        ("gdr.ofed.have_mm_kobj_exported", False),
-        ("gdr.peer_memory.memory_peers_present", False),
-    ]),
-    'ofed_stale_build': (ofed_stale_build, 'OFED built against another kernel: this kernel exports mm_kobj but OFED lacks HAVE_MM_KOBJ_EXPORTED.', [
-        ("gdr.kernel.mm_kobj_exported", True),
-        ("gdr.ofed.have_mm_kobj_exported", False),
-        ("gdr.peer_memory.memory_peers_present", False),
-    ]),
-    'acs_enabled': (acs_enabled, 'ACS redirects P2P on the downstream port above a GPU.', [
+    'mm_kobj_not_exported': _fault(
+        mm_kobj_not_exported,
+        'Seed 000: the kernel does not export mm_kobj, OFED was built without HAVE_MM_KOBJ_EXPORTED, '
+        'memory_peers is missing.', [
+            ("gdr.kernel.mm_kobj_exported", False),
+            ("gdr.ofed.have_mm_kobj_exported", False),
+            ("gdr.peer_memory.memory_peers_present", False),
+        ]),
+    'ofed_stale_build': _fault(
+        ofed_stale_build,
+        'OFED built against another kernel: this kernel exports mm_kobj but OFED lacks HAVE_MM_KOBJ_EXPORTED.', [
+            ("gdr.kernel.mm_kobj_exported", True),
+            ("gdr.ofed.have_mm_kobj_exported", False),
+            ("gdr.peer_memory.memory_peers_present", False),
+        ]),
+    'acs_enabled': _fault(acs_enabled, 'ACS redirects P2P on the downstream port above a GPU.', [
         ("gdr.acs[?pci_address=='{bridge}'] | [0].redirects_p2p", True),
         ("gdr.topology[?acs_redirect] | length(@) > `0`", True),
         ("gdr.gdr_ready", False),
     ]),
-    'cross_numa': (cross_numa, 'An HCA sits on the other NUMA node than the GPU it served.', [
+    'cross_numa': _fault(cross_numa, 'An HCA sits on the other NUMA node than the GPU it served.', [
         ("gdr.topology[?nic=='{hca}' && distance=='SYS'] | length(@) > `0`", True),
         ("gdr.gpus[?pci_address=='{gpu_bdf}'] | [0].nearest_nic == '{hca}'", False),
     ]),
-    'roce_no_v2_gid': (roce_no_v2_gid, 'A RoCE port has only RoCE v1 GIDs (no v2 entry for NCCL_IB_GID_INDEX).', [
+    'roce_no_v2_gid': _fault(roce_no_v2_gid, 'A RoCE port has only RoCE v1 GIDs (no v2 entry for NCCL_IB_GID_INDEX).', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].gids[?type=='RoCE v2'] | length(@)", 0),
         ("ib.devices[?name=='{hca}'] | [0].ports[0].gids | length(@) > `0`", True),
     ]),
-    'error_counters': (error_counters, 'Symbol and receive errors on a port, link_downed saturated at 255.', [
+    'error_counters': _fault(error_counters, 'Symbol and receive errors on a port, link_downed saturated at 255.', [
         ("ib.devices[?name=='{hca}'] | [0].ports[0].counters.symbol_error", 4137),
         ("contains(ib.devices[?name=='{hca}'] | [0].ports[0].counters_saturated, 'link_downed')", True),
     ]),
@@ -229,7 +238,7 @@ CATALOG = {
 def applies(profile, name):
     """Can fault ``name`` be injected into ``profile``?"""
     try:
-        CATALOG[name][0](copy.deepcopy(profile), None)
+        CATALOG[name]['mutate'](copy.deepcopy(profile), None)
     except (ValueError, KeyError, IndexError, TypeError):
         return False
     return True
@@ -240,8 +249,8 @@ def apply(profile, name, target=None):
     if name not in CATALOG:
         raise ValueError('unknown fault %s (known: %s)' % (name, ', '.join(sorted(CATALOG))))
     profile.setdefault('faults', []).append(name)
-    return CATALOG[name][0](profile, target) or {}
+    return CATALOG[name]['mutate'](profile, target) or {}
 
 
 def expectations(name, context):
-    return [(expr.format(**context), value) for expr, value in CATALOG[name][2]]
+    return [(expr.format(**context), value) for expr, value in CATALOG[name]['expect']]

@@ -1,0 +1,218 @@
+# shellcheck shell=bash
+# Helpers shared by the project's test scripts. Source it, do not run it:
+#
+#   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# It turns on `set -euo pipefail` for the script that sources it, because every
+# helper below assumes that a failed command stops the caller.
+#
+# Facts behind the workarounds are in ../shared/RECIPES.md (measured on the
+# project's CI machines: Debian 12, root, Python 3.11, no Docker, offline except
+# PyPI and Debian's archive).
+
+set -euo pipefail
+
+# The collection root (the git checkout), wherever the caller was started from.
+# GF_REPO overrides it (e.g. to try the helpers on another checkout); a plain
+# REPO from the environment is ignored, as CI systems often set one.
+REPO=${GF_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)}
+
+gf_die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+gf_log() {
+    printf '%s\n' "$*" >&2
+}
+
+# gf_apt_install PKG... : install the Debian packages that are missing.
+#
+# Only as root and only through apt-get; anyone else gets told what to install,
+# since the tests that need these packages (the SSH lab, sanity's shellcheck)
+# cannot run without them anyway.
+gf_apt_install() {
+    local pkg missing=() log
+    for pkg in "$@"; do
+        # `dpkg -s` also succeeds for a package that was removed but left its
+        # config files behind, so ask for the status itself.
+        if [[ $(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null) != installed ]]; then
+            missing+=("$pkg")
+        fi
+    done
+    ((${#missing[@]})) || return 0
+
+    if ((EUID != 0)) || ! command -v apt-get >/dev/null; then
+        gf_log "error: missing Debian packages: ${missing[*]}"
+        gf_log "       install them as root: apt-get install -y ${missing[*]}"
+        return 1
+    fi
+
+    gf_log "installing Debian packages: ${missing[*]}"
+    log=$(mktemp "${TMPDIR:-/tmp}/gf-apt.XXXXXX")
+    # A fresh image has no package lists, so a first failure is usually an
+    # outdated or empty index: refresh it once and retry.
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "${missing[@]}" >"$log" 2>&1; then
+        if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            gf_log "error: apt-get could not install: ${missing[*]}"
+            return 1
+        fi
+    fi
+    rm -f "$log"
+}
+
+# gf_venv : create or update the development virtualenv and put it first on PATH.
+#
+# The venv lives at ${GF_VENV:-$REPO/.venv}. Requirements are reinstalled only
+# when requirements-dev.txt changed (a sha256 stamp inside the venv), so warm
+# runs cost nothing. Molecule calls ansible-config, ansible-playbook and pytest
+# by name, hence PATH and not just the venv's python.
+gf_venv() {
+    local venv=${GF_VENV:-$REPO/.venv}
+    local python=${GF_PYTHON:-python3}
+    local req=$REPO/requirements-dev.txt
+    local stamp=$venv/.gf-requirements.sha256
+    local want
+
+    [[ -f $req ]] || gf_die "$req is missing"
+    command -v "$python" >/dev/null || gf_die "no $python on PATH (set GF_PYTHON)"
+
+    if [[ ! -x $venv/bin/python ]]; then
+        # Debian and Ubuntu split venv's ensurepip into python3-venv; without it
+        # `python3 -m venv` fails half-way and leaves a venv without pip.
+        if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+            if ((EUID == 0)) && command -v apt-get >/dev/null; then
+                gf_apt_install python3-venv
+            fi
+            "$python" -c 'import ensurepip, venv' 2>/dev/null ||
+                gf_die "$python has no venv/ensurepip module; install python3-venv"
+        fi
+        gf_log "creating virtualenv $venv"
+        rm -rf "$venv"
+        "$python" -m venv "$venv" || {
+            rm -rf "$venv"
+            gf_die "could not create a virtualenv at $venv with $python"
+        }
+    fi
+
+    # The interpreter is part of the stamp: a venv rebuilt on another Python
+    # needs its packages again.
+    want=$({ cat "$req"; "$venv/bin/python" -VV; } | sha256sum | cut -d' ' -f1)
+    if [[ ! -f $stamp || $(<"$stamp") != "$want" ]]; then
+        gf_log "installing $req into $venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" ||
+            gf_die "pip could not install $req into $venv"
+        printf '%s\n' "$want" >"$stamp"
+    fi
+
+    case ":$PATH:" in
+        *":$venv/bin:"*) ;;
+        *) PATH=$venv/bin:$PATH ;;
+    esac
+    export PATH
+    export VIRTUAL_ENV=$venv
+}
+
+# gf_collection_tree : copy the checkout into a fresh
+# $TMPDIR/gf-collection.XXXXXX/ansible_collections/hpc/gpu_fabric and print
+# that path.
+#
+# ansible-test only works on a tree under ansible_collections/<ns>/<name>, and
+# running it inside the checkout would leave its output there; copying the
+# files git knows about (tracked, plus new ones that are not ignored) gives the
+# tree a release would contain. The caller removes the temp dir, e.g.
+#   tree=$(gf_collection_tree); trap 'rm -rf "${tree%/ansible_collections/*}"' EXIT
+gf_collection_tree() {
+    local base dest venv_rel
+    local venv=${GF_VENV:-$REPO/.venv}
+
+    base=$(mktemp -d "${TMPDIR:-/tmp}/gf-collection.XXXXXX")
+    dest=$base/ansible_collections/hpc/gpu_fabric
+    mkdir -p "$dest"
+
+    # Never ship a venv or ansible-test's output, even before .gitignore
+    # names them: both are large and sanity would test every file in them.
+    venv_rel=.venv/
+    case $venv in
+        "$REPO"/*) venv_rel=${venv#"$REPO"/}/ ;;
+    esac
+
+    git -C "$REPO" ls-files -z --cached --others --exclude-standard |
+        sort -zu |
+        while IFS= read -r -d '' path; do
+            case $path in
+                # .collections links back to the checkout (for ansible.cfg): the
+                # tree is already a collection, and sanity rejects the loop.
+                .venv/* | "$venv_rel"* | tests/output/* | .collections/*) continue ;;
+            esac
+            # A file deleted in the work tree but still in the index.
+            [[ -e $REPO/$path || -L $REPO/$path ]] || continue
+            printf '%s\0' "$path"
+        done |
+        tar -C "$REPO" --null --no-recursion -T - -cf - |
+        tar -C "$dest" -xf -
+
+    printf '%s\n' "$dest"
+}
+
+# gf_seed_get_pip : let ansible-test --venv/--local bootstrap pip offline.
+#
+# ansible-test fills every venv it makes by running get-pip.py, downloaded from
+# ci-files.testing.ansible.com (unreachable from CI here) unless it is already
+# cached at ~/.ansible/test/cache/get_pip_<pip version, dots as underscores>.py
+# (bootstrap() in ansible_test/_util/target/setup/requirements.py). It runs that
+# file as __main__ with pip-install style arguments (quiet_pip.py, GET_PIP), so a
+# stand-in that takes pip from the venv's own ensurepip and then installs the
+# very versions ansible-test asked for gives the same environment. The versions
+# come from get_venv_packages() in _internal/python_requirements.py of the
+# installed ansible-test (24.2 in 2.18/2.19, 25.2 in 2.21, 23.1.2 and older ones
+# for old Pythons in 2.16), so every version named there is seeded.
+# Needs the venv (gf_venv) first.
+gf_seed_get_pip() {
+    local py=${VIRTUAL_ENV:-${GF_VENV:-$REPO/.venv}}/bin/python
+    local pkg reqs setup template cache_dir cache version versions=()
+    local marker='# gf_seed_get_pip stand-in for get-pip.py'
+
+    [[ -x $py ]] || gf_die "no virtualenv python at $py; run gf_venv first"
+    pkg=$("$py" -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))') ||
+        gf_die "ansible-test is not installed in $py's environment"
+    reqs=$pkg/_internal/python_requirements.py
+    setup=$pkg/_util/target/setup/requirements.py
+    [[ -f $reqs && -f $setup ]] || gf_die "ansible-test layout changed: $reqs or $setup is missing"
+
+    # Both facts come from the installed source, and a miss is fatal: a silent
+    # no-op would only show up later as "does not have pip available".
+    template=$(grep -oE "[~]/[^'\"]*/get_pip_%s[.]py" "$setup" | head -n1) ||
+        gf_die "no get_pip cache path in $setup; the get-pip workaround needs updating"
+    mapfile -t versions < <(grep -oE "\bpip=['\"][0-9][0-9.]*['\"]" "$reqs" |
+        grep -oE '[0-9][0-9.]*[0-9]' | sort -u)
+    ((${#versions[@]})) ||
+        gf_die "no pip version in $reqs; the get-pip workaround needs updating"
+
+    cache_dir=$("$py" -c 'import os, sys; print(os.path.dirname(os.path.expanduser(sys.argv[1])))' "$template")
+    mkdir -p "$cache_dir"
+    for version in "${versions[@]}"; do
+        cache=$cache_dir/get_pip_${version//./_}.py
+        # Keep a genuine get-pip.py that ansible-test downloaded when it could.
+        if [[ -f $cache ]] && ! grep -qxF "$marker" "$cache"; then
+            continue
+        fi
+        cat >"$cache" <<PY
+$marker
+# Written by hpc.gpu_fabric scripts/lib.sh for ansible-test's pip $version bootstrap:
+# pip comes from the venv's ensurepip, then pip installs what ansible-test asked for,
+# minus the get-pip.py options that pip install does not know.
+import subprocess
+import sys
+
+args = [arg for arg in sys.argv[1:] if arg not in ('--no-setuptools', '--no-wheel')]
+subprocess.check_call([sys.executable, '-m', 'ensurepip', '--default-pip'])
+sys.exit(subprocess.call([sys.executable, '-m', 'pip', 'install'] + args))
+PY
+        gf_log "ansible-test pip $version bootstrap: $cache"
+    done
+}
