@@ -13,6 +13,7 @@ through host memory (4.57 GB/s instead of 24.38 GB/s busbw in the seed).
 
 from __future__ import annotations
 
+import gzip
 import re
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
@@ -109,21 +110,35 @@ def kallsyms_has(sysroot, symbol):
 
 
 def read_kernel(sysroot):
-    """Kernel release and whether it exports mm_kobj, with where that was seen."""
+    """Kernel release and whether it exports mm_kobj, with where that was seen.
+
+    The export table of the build (Module.symvers, or RHEL's /boot/symvers-<release>.gz)
+    is read first: it is what OFED's configure greps (compat/config/rdma.m4
+    LB_CHECK_SYMBOL_EXPORT), and a file read is cheap. /proc/kallsyms (seed 000
+    section 5.2: __ksymtab_mm_kobj) is the fallback: the kernel generates it on
+    read, ~100 ms on a stock kernel, so it is only read when no export table is there.
+    """
     release = sysroot.text('/proc/sys/kernel/osrelease')
     result = {'release': release, 'mm_kobj_exported': None, 'mm_kobj_source': None}
-    # The export shows as __ksymtab_mm_kobj in kallsyms (seed 000 section 5.2).
+    if release:
+        for rel in ('/usr/src/kernels/%s/Module.symvers', '/lib/modules/%s/build/Module.symvers'):
+            rel = rel % release
+            if sysroot.exists(rel):
+                result.update(mm_kobj_exported=symvers_exports(sysroot.text(rel), 'mm_kobj'), mm_kobj_source=rel)
+                return result
+        rel = '/boot/symvers-%s.gz' % release
+        content = sysroot.binary(rel, size=64 << 20) if sysroot.exists(rel) else None
+        if content:
+            try:
+                text = gzip.decompress(content).decode('utf-8', 'replace')
+            except (IOError, OSError, EOFError) as exc:
+                sysroot.warn('cannot decompress %s: %s' % (rel, exc))
+            else:
+                result.update(mm_kobj_exported=symvers_exports(text, 'mm_kobj'), mm_kobj_source=rel)
+                return result
     exported = kallsyms_has(sysroot, '__ksymtab_mm_kobj')
     if exported is not None:
         result.update(mm_kobj_exported=exported, mm_kobj_source='/proc/kallsyms')
-        if exported:
-            return result
-    # kallsyms may hide data symbols (no CONFIG_KALLSYMS_ALL): the build tree is authoritative.
-    for rel in ('/usr/src/kernels/%s/Module.symvers', '/lib/modules/%s/build/Module.symvers'):
-        rel = rel % release if release else None
-        if rel and sysroot.exists(rel):
-            result.update(mm_kobj_exported=symvers_exports(sysroot.text(rel), 'mm_kobj'), mm_kobj_source=rel)
-            break
     return result
 
 

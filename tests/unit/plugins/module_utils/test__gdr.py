@@ -209,3 +209,41 @@ def test_acs_unreadable_as_non_root_is_unknown(sim_root, tmp_path):
     finally:
         with open(config, 'wb') as handle:
             handle.write(data)
+
+
+def _kernel_root(tmp_path, files):
+    for rel, content in files.items():
+        path = tmp_path / rel.lstrip('/')
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return SysRoot(str(tmp_path))
+
+
+def test_mm_kobj_from_kallsyms_when_no_export_table(tmp_path):
+    sysroot = _kernel_root(tmp_path, {
+        '/proc/sys/kernel/osrelease': '5.14.0-427.13.1.el9_4.x86_64\n',
+        # the line the seed's grep finds on RHEL 9.4
+        '/proc/kallsyms': 'ffffffffa7485b28 r __ksymtab_mm_init\nffffffffa7485b2c r __ksymtab_mm_kobj\n'})
+    assert _gdr.read_kernel(sysroot) == {'release': '5.14.0-427.13.1.el9_4.x86_64', 'mm_kobj_exported': True,
+                                         'mm_kobj_source': '/proc/kallsyms'}
+    (tmp_path / 'proc/kallsyms').write_text('ffffffffa7485b2c r __ksymtab_mm_kobj_extra\n0 D mm_kobj\n')
+    assert _gdr.read_kernel(SysRoot(str(tmp_path)))['mm_kobj_exported'] is False
+
+
+def test_mm_kobj_from_rhel_boot_symvers(tmp_path):
+    import gzip
+    release = '5.14.0-570.12.1.el9_6.x86_64'
+    sysroot = _kernel_root(tmp_path, {
+        '/proc/sys/kernel/osrelease': release,
+        '/boot/symvers-%s.gz' % release: gzip.compress(b'0x1\tkobject_put\tvmlinux\tEXPORT_SYMBOL\t\n'),
+        '/proc/kallsyms': 'ffffffffa7485b2c r __ksymtab_mm_kobj\n'})
+    # The export table wins over kallsyms (and is what OFED's configure reads).
+    assert _gdr.read_kernel(sysroot) == {'release': release, 'mm_kobj_exported': False,
+                                         'mm_kobj_source': '/boot/symvers-%s.gz' % release}
+
+
+def test_corrupt_boot_symvers_warns_and_falls_back(tmp_path):
+    sysroot = _kernel_root(tmp_path, {'/proc/sys/kernel/osrelease': '6.1.0', '/boot/symvers-6.1.0.gz': b'not gzip',
+                                      '/proc/kallsyms': '0 r __ksymtab_mm_kobj\n'})
+    assert _gdr.read_kernel(sysroot)['mm_kobj_source'] == '/proc/kallsyms'
+    assert any('symvers-6.1.0.gz' in w for w in sysroot.warnings)
