@@ -31,6 +31,7 @@ class SysRoot(object):
         # tables are 128-255 entries per port) and os.path.join showed in profiles.
         self._prefix = '' if self.root == '/' else self.root
         self._resolved = {}
+        self._cache = {}
         self.warnings = []
 
     def path(self, rel):
@@ -77,6 +78,17 @@ class SysRoot(object):
         except (IOError, OSError) as exc:
             self._report(rel, exc)
             return None
+
+    def cached(self, rel):
+        """Whole content (bytes) of a file read at most once per run, or None."""
+        if rel not in self._cache:
+            try:
+                with open(self.path(rel), 'rb') as handle:
+                    self._cache[rel] = handle.read()
+            except (IOError, OSError) as exc:
+                self._report(rel, exc)
+                self._cache[rel] = None
+        return self._cache[rel]
 
     def listdir(self, rel):
         """Sorted entries of a directory; [] when it does not exist."""
