@@ -93,3 +93,18 @@ def _FixtureRoot(root):
         with open(os.path.join(port, name), 'w') as handle:
             handle.write(value + '\n')
     return SysRoot(root)
+
+
+def test_default_path_spawns_no_tool(sim_root, monkeypatch):
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError('external command spawned: %r' % (args,))
+
+    monkeypatch.setattr(subprocess, 'Popen', refuse)
+    monkeypatch.setattr(basic.AnsibleModule, 'run_command', refuse)
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', refuse)
+    root, _ctx = sim_root('nvidia_h100_8x_ndr')
+    for main in (ib_link_facts.main, gdr_facts.main):
+        result, failed = run_module(main, {'root': root}, monkeypatch)
+        assert not failed, result
