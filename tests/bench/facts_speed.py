@@ -36,7 +36,7 @@ from tests.sim import render
 
 def _timed(func, runs):
     samples = []
-    for _ in range(runs):
+    for _run in range(runs):
         start = time.perf_counter()
         func()
         samples.append((time.perf_counter() - start) * 1000)
@@ -97,7 +97,7 @@ def main(argv=None):
                            env=env, check=True, capture_output=True)
 
     def import_baseline():
-        for _ in range(2):
+        for _run in range(2):
             subprocess.run([sys.executable, '-c', 'import ansible.module_utils.basic'], env=env, check=True)
 
     process_ms = _timed(processes, max(3, args.runs // 4))
