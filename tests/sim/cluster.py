@@ -29,6 +29,7 @@ except ImportError:  # run as a script from tests/sim
     import render
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SIM_BIN = os.path.join(HERE, 'bin')
 LAB_NET = '10.251.0.'
 LAB_FIRST_HOST = 10
 
@@ -58,9 +59,16 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
         # check what came back through Ansible against them.
         host = {'gpu_fabric_root': root, 'gpu_fabric_sim_profile': node['profile'],
                 'gpu_fabric_sim_faults': applied, 'gpu_fabric_sim_expect': expect}
+        # Stand-ins for the tools that act (modprobe, cpupower, ...) come first on PATH,
+        # and learn which simulated node they act on from GF_SIM_ROOT.
+        host['gpu_fabric_environment'] = {
+            'PATH': SIM_BIN + ':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+            'GF_SIM_ROOT': root,
+        }
         if mode == 'local':
+            # No root here: nothing to become, every write lands below the node's root.
             host.update(ansible_connection='local', ansible_host='127.0.1.%d' % index,
-                        ansible_python_interpreter=python or sys.executable)
+                        ansible_python_interpreter=python or sys.executable, gpu_fabric_become=False)
         else:
             host.update(ansible_host=LAB_NET + str(LAB_FIRST_HOST + index), ansible_user='root',
                         ansible_ssh_private_key_file=key,
