@@ -143,3 +143,44 @@ def distance(dev_a, dev_b):
     if len(below_a) <= 1 and len(below_b) <= 1:
         return 'PIX', path
     return 'PXB', path
+
+
+_BDF_SHORT_RE = re.compile(r'^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$')
+_ACS_CTL_OFFSET = 6
+
+
+def normalise_bdf(text):
+    """'10:00.0' or '0000:10:00.0' -> '0000:10:00.0'; anything else -> None."""
+    match = _BDF_SHORT_RE.match((text or '').strip())
+    if not match:
+        return None
+    domain, bus, dev, func = match.groups()
+    return ('%s:%s:%s.%s' % (domain or '0000', bus, dev, func)).lower()
+
+
+def acs_mask(names):
+    """['ReqRedir', 'CmpltRedir'] -> 0x000c; unknown names raise ValueError."""
+    bits = dict(ACS_BITS)
+    unknown = [n for n in names if n not in bits]
+    if unknown:
+        raise ValueError('unknown ACS control bit(s) %s (known: %s)' % (', '.join(unknown), ', '.join(bits)))
+    mask = 0
+    for name in names:
+        mask |= bits[name]
+    return mask
+
+
+def write_acs_ctl(sysroot, bdf, cap_offset, value):
+    """Write the 16-bit ACS Control register and return what reads back.
+
+    sysfs' config file takes writes at any offset from root (drivers/pci/pci-sysfs.c
+    pci_write_config); setpci does the same through it. No tool is needed, and a
+    snapshot or simulated root is written the same way.
+    """
+    path = sysroot.path('%s/%s/config' % (PCI_DEVICES, bdf))
+    with open(path, 'r+b') as handle:
+        handle.seek(cap_offset + _ACS_CTL_OFFSET)
+        handle.write(struct.pack('<H', value))
+        handle.flush()
+        handle.seek(cap_offset + _ACS_CTL_OFFSET)
+        return struct.unpack('<H', handle.read(2))[0]
