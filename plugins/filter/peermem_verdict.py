@@ -51,8 +51,9 @@ def _options(gdr):
     if dmabuf.get('possible'):
         options.insert(1, 'use the dma-buf path, possible on this node (kernel >= 5.12 and a dma-buf capable GPU driver)')
     else:
-        options.insert(1, 'use the dma-buf path where the GPU driver supports it (not possible here: %s)'
-                       % ('; '.join(dmabuf.get('reasons') or []) or 'unknown'))
+        options.insert(1, 'use the dma-buf path where the GPU driver supports it (%s here: %s)'
+                       % ('not possible' if dmabuf.get('possible') is False else 'not known to work',
+                          '; '.join(dmabuf.get('reasons') or []) or 'no reason recorded'))
     return options
 
 
