@@ -15,9 +15,9 @@ description:
   - C(ok) - every such vendor's peer-memory path is there (or no vendor needs one).
   - C(not_applicable) - no GPU, or no MLNX OFED (the inbox stack has no peer-memory clients).
   - C(module) - the peer-memory module is not loaded (role C(rdma_modules)).
-  - C(rebuild) - the kernel exports C(mm_kobj) but OFED was built without C(HAVE_MM_KOBJ_EXPORTED):
+  - C(rebuild) - the kernel exports C(mm_kobj) but OFED was built without C(HAVE_MM_KOBJ_EXPORTED);
     OFED must be rebuilt against this kernel.
-  - C(kernel) - the running kernel does not export C(mm_kobj): no OFED build can create memory_peers.
+  - C(kernel) - the running kernel does not export C(mm_kobj), so no OFED build can create memory_peers.
   - C(unknown) - the facts cannot tell (no export table and no kallsyms, or no OFED config header).
 options:
   _input:

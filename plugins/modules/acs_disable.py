@@ -60,7 +60,7 @@ options:
         Replaces O(scope), O(devices) and O(clear).
     type: dict
 notes:
-  - Run with C(become=true): extended PCI config space is readable and writable by root only.
+  - Run with C(become=true); extended PCI config space is readable and writable by root only.
 '''
 
 EXAMPLES = r'''

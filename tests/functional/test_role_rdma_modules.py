@@ -21,6 +21,7 @@ import sys
 
 import yaml
 
+from tests.functional.helpers import recap
 from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,15 +62,6 @@ def run(playbook, inventory, *extra):
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), playbook, '-i', inventory] + list(extra)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
 
-
-def recap(result):
-    """PLAY RECAP -> {host: {'ok': n, 'changed': n, 'failed': n, ...}}."""
-    stats = {}
-    for line in result.stdout.split('PLAY RECAP', 1)[-1].splitlines():
-        match = re.match(r'^(\S+)\s+:\s+(.*)$', line)
-        if match:
-            stats[match.group(1)] = dict((k, int(v)) for k, v in re.findall(r'(\w+)=(\d+)', match.group(2)))
-    return stats
 
 
 def failure(result, host):

@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import subprocess
 import sys
 
@@ -16,6 +14,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from tests.functional.helpers import recap, tree_hash
 from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,20 +37,6 @@ PLAY = '''
 '''
 
 
-def tree_hash(root):
-    digest = hashlib.sha256()
-    for base, dirs, files in sorted(os.walk(root)):
-        dirs.sort()
-        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
-            path = os.path.join(base, name)
-            digest.update(path.encode())
-            if os.path.islink(path):
-                digest.update(os.readlink(path).encode())
-            else:
-                with open(path, 'rb') as handle:
-                    digest.update(handle.read())
-    return digest.hexdigest()
-
 
 def playbook(dest, *args):
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(dest, 'play.yml'),
@@ -59,14 +44,6 @@ def playbook(dest, *args):
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                           env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
 
-
-def recap(result):
-    """{host: {'changed': n, 'failed': n}} from the PLAY RECAP."""
-    hosts = {}
-    for host, changed, failed in re.findall(r'^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)',
-                                            result.stdout, re.M):
-        hosts[host] = {'changed': int(changed), 'failed': int(failed)}
-    return hosts
 
 
 @pytest.fixture(scope='module')

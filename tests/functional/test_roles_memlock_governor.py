@@ -14,17 +14,16 @@ namespace.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 
 import pytest
 
+from tests.functional.helpers import recap, tree_hash
 from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,22 +68,6 @@ PLAY = '''
 '''
 
 
-def tree_hash(root):
-    """Every path below root with its type, mode and content (or link target)."""
-    digest = hashlib.sha256()
-    for base, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            path = os.path.join(base, name)
-            info = os.lstat(path)
-            digest.update(('%s\0%o\0' % (os.path.relpath(path, root), info.st_mode)).encode())
-            if stat.S_ISLNK(info.st_mode):
-                digest.update(os.readlink(path).encode())
-            elif stat.S_ISREG(info.st_mode):
-                with open(path, 'rb') as handle:
-                    digest.update(handle.read())
-    return digest.hexdigest()
-
 
 def hashes(dest, names):
     return {name: tree_hash(os.path.join(dest, 'roots', name)) for name in names}
@@ -104,14 +87,6 @@ def playbook(dest, *args):
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                           env=dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0'))
 
-
-def recap(result):
-    """{host: {'changed': n, 'failed': n}} from the PLAY RECAP."""
-    hosts = {}
-    for host, changed, failed in re.findall(r'^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)',
-                                            result.stdout, re.M):
-        hosts[host] = {'changed': int(changed), 'failed': int(failed)}
-    return hosts
 
 
 def task_output(result, name):

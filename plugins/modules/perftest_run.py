@@ -1,0 +1,564 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: perftest_run
+short_description: Run or parse perftest (ib_write_bw, ib_read_bw, ib_send_bw and the *_lat tools)
+version_added: 0.1.0
+description:
+  - Runs one side of a perftest test (O(role=server) or O(role=client)), or both on this node
+    (O(role=loopback)), and returns the result table normalised to Gb/s and microseconds, the
+    settings the tool's banner reported, its warnings, and on failure what failed, by kind.
+  - With O(from_log), parses an existing perftest output instead of running anything.
+  - Every perftest process runs in its own session, bounded by O(timeout), and is killed
+    and reaped with its whole process group when the time is up or anything fails; it also
+    dies with the module (Linux C(PR_SET_PDEATHSIG)). A server never outlives its test.
+  - A failed test is a result, not a task failure. The task returns RV(status=failed) with
+    RV(failure) and succeeds, so that a benchmark over many pairs keeps every record; set
+    O(fail_on_error=true) to fail the task instead. Bad arguments always fail the task.
+  - Running a benchmark changes nothing on the node, so RV(changed) is always false.
+author:
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode no tool is run; the task is skipped and returns the commands it would run. O(from_log) is parsed.
+    description: Can run in check_mode and return changed status prediction without modifying target.
+  diff_mode:
+    support: none
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+options:
+  test:
+    description:
+      - The perftest tool to run. Required unless O(from_log) is given.
+    type: str
+    choices: [ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat, ib_send_lat]
+  role:
+    description:
+      - C(server) waits for one client and runs until that client finished or O(timeout).
+      - C(client) connects to the server at O(peer).
+      - C(loopback) starts the server on this node, waits until it listens on O(tcp_port),
+        runs the client against O(peer) (default C(127.0.0.1)) and returns both outputs.
+      - Required unless O(from_log) is given; with O(from_log), C(server) accepts an output
+        without a result table (passive servers such as C(ib_read_lat) print none).
+    type: str
+    choices: [server, client, loopback]
+  peer:
+    description:
+      - Address of the server (the out-of-band TCP exchange). Required with O(role=client).
+    type: str
+  device:
+    description:
+      - RDMA device (C(-d)), for example C(mlx5_0). The tool's default is the first device.
+    type: str
+  ib_port:
+    description:
+      - Port of the device (C(-i)).
+    type: int
+  gid_index:
+    description:
+      - GID index (C(-x)), needed on RoCE to pick a RoCE v2 GID.
+    type: int
+  tcp_port:
+    description:
+      - TCP port of the out-of-band exchange (C(-p)).
+    type: int
+    default: 18515
+  client_device:
+    description:
+      - Device of the client side with O(role=loopback) (two HCAs of one node). Defaults to O(device).
+    type: str
+  client_ib_port:
+    description:
+      - Port of the client side with O(role=loopback). Defaults to O(ib_port).
+    type: int
+  client_gpu:
+    description:
+      - GPU index of the client side with O(role=loopback), for the memory kind of
+        O(use_cuda), O(use_rocm) or O(use_maca). Defaults to the same GPU.
+    type: int
+  size:
+    description:
+      - Message size in bytes (C(-s)). Mutually exclusive with O(all_sizes).
+    type: int
+  all_sizes:
+    description:
+      - Sweep all message sizes from 2 bytes to 8 MiB (C(-a)).
+    type: bool
+    default: false
+  iterations:
+    description:
+      - Number of iterations (C(-n)), at least 5. Mutually exclusive with O(duration).
+    type: int
+  duration:
+    description:
+      - Run each size for this many seconds (C(-D)).
+    type: int
+  qps:
+    description:
+      - Number of queue pairs (C(-q)). Bandwidth tests only.
+    type: int
+  bidirectional:
+    description:
+      - Bidirectional test (C(-b)), on both sides. Bandwidth tests only.
+    type: bool
+    default: false
+  report_gbits:
+    description:
+      - Let the tool print Gb/sec (C(--report_gbits)) instead of MB/sec or MiB/sec.
+        RV(results) are in Gb/s either way. Bandwidth tests only.
+    type: bool
+    default: false
+  disable_pcie_relaxed:
+    description:
+      - Disable PCIe relaxed ordering (C(--disable_pcie_relaxed)), as perftest asks for on CPUs
+        that are not relaxed-ordering compliant.
+    type: bool
+    default: false
+  use_cuda:
+    description:
+      - Use the memory of this CUDA GPU (C(--use_cuda=N)). Needs a perftest built with CUDA.
+    type: int
+  use_cuda_dmabuf:
+    description:
+      - Register the CUDA memory through dma-buf (C(--use_cuda_dmabuf)) instead of a peer-memory
+        module. Needs O(use_cuda) and a perftest built with dma-buf support; the module checks
+        the tool's C(--help) for the option and fails the task when it is missing.
+    type: bool
+    default: false
+  use_rocm:
+    description:
+      - Use the memory of this ROCm GPU (C(--use_rocm=N)). Needs a perftest built with ROCm.
+    type: int
+  use_maca:
+    description:
+      - Use the memory of this MetaX GPU (C(--use_maca=N)), in MetaX' perftest build.
+    type: int
+  extra_args:
+    description:
+      - More arguments for the tool, each one list element, on both sides with O(role=loopback).
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description:
+      - Hard limit in seconds for the whole test (both sides with O(role=loopback)). When it
+        is reached, every perftest process the module started is killed and reaped, and the
+        result is a failure of kind C(timeout).
+    type: int
+    default: 120
+  wait_for_server:
+    description:
+      - With O(role=client), start the client again while the server does not listen yet
+        (connection refused), for up to this many seconds of O(timeout). perftest itself tries
+        once, so a client started together with its server needs this.
+    type: int
+    default: 0
+  fail_on_error:
+    description:
+      - Fail the task when the test failed. By default a failed test returns RV(status=failed)
+        and the task succeeds, so that a benchmark over many pairs keeps every record.
+    type: bool
+    default: false
+  from_log:
+    description:
+      - Parse this saved perftest output (stdout and stderr together) instead of running.
+    type: path
+requirements:
+  - perftest on the node for running tests (not for O(from_log)).
+notes:
+  - Results are normalised whatever the tool printed - C(Gb/sec), C(MB/sec) (perftest up to
+    6.06) or C(MiB/sec) (later); perftest's MB are 2**20 bytes, like its MiB.
+  - The readiness of a loopback server is read from C(/proc/net/tcp), not probed by a
+    connection, because the server accepts exactly one connection. With rdma_cm
+    (C(-R) in O(extra_args)) the client starts two seconds after the server instead.
+  - Tool warnings are returned in RV(tool_warnings), not as Ansible warnings (a benchmark
+    over hundreds of pairs would repeat them hundreds of times).
+seealso:
+  - name: perftest
+    description: The RDMA performance tests.
+    link: https://github.com/linux-rdma/perftest
+'''
+
+EXAMPLES = r'''
+- name: Host-memory write bandwidth of mlx5_0 to itself, all sizes
+  hpc.gpu_fabric.perftest_run:
+    test: ib_write_bw
+    role: loopback
+    device: mlx5_0
+    all_sizes: true
+    report_gbits: true
+  register: loop
+
+- name: Server and client on two nodes
+  hpc.gpu_fabric.perftest_run:
+    test: ib_write_bw
+    role: "{{ 'server' if inventory_hostname == pair_server else 'client' }}"
+    peer: "{{ hostvars[pair_server].ansible_host }}"
+    device: mlx5_0
+    use_cuda: 0
+    size: 1048576
+    timeout: 60
+
+- name: Fail the play when the latency test fails
+  hpc.gpu_fabric.perftest_run:
+    test: ib_send_lat
+    role: client
+    peer: 10.0.0.11
+    fail_on_error: true
+
+- name: Parse a result someone sent
+  hpc.gpu_fabric.perftest_run:
+    from_log: /srv/tickets/4711/ib_write_bw.txt
+  delegate_to: localhost
+'''
+
+RETURN = r'''
+status:
+  description: C(ok), C(failed), or C(skipped) in check mode.
+  returned: always
+  type: str
+  sample: ok
+test:
+  description: The tool, from O(test) or from the banner of O(from_log).
+  returned: always
+  type: str
+  sample: ib_write_bw
+role:
+  description: The role the output was produced in.
+  returned: always
+  type: str
+  sample: loopback
+cmd:
+  description: The command that ran (the client's with O(role=loopback)), as a list.
+  returned: when a tool ran or would run
+  type: list
+  elements: str
+  sample: [/usr/bin/ib_write_bw, -d, mlx5_0, -p, "18515", -a, --report_gbits, 127.0.0.1]
+rc:
+  description: Exit status of that command (negative for a signal).
+  returned: when a tool ran
+  type: int
+  sample: 0
+stdout:
+  description: Its standard output.
+  returned: when a tool ran
+  type: str
+stderr:
+  description: Its standard error.
+  returned: when a tool ran
+  type: str
+results:
+  description:
+    - One entry per row of the result table. Bandwidth tests have C(bytes), C(iterations),
+      C(bw_peak_gbps) (null when the tool did not measure it), C(bw_avg_gbps),
+      C(msg_rate_mpps); latency tests C(bytes), C(iterations), C(lat_min_us), C(lat_max_us),
+      C(lat_typical_us), C(lat_avg_us), C(lat_stdev_us), C(lat_p99_us), C(lat_p999_us),
+      each when the tool printed it.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {bytes: 8388608, iterations: 5000, bw_peak_gbps: 392.25, bw_avg_gbps: 392.25, msg_rate_mpps: 0.005845}
+summary:
+  description:
+    - Bandwidth tests - C(bw_avg_gbps), C(bw_peak_gbps), C(msg_rate_mpps) at the largest size.
+    - Latency tests - C(lat_typical_us), C(lat_avg_us), C(lat_min_us), C(lat_max_us),
+      C(lat_p99_us), C(lat_p999_us) at the smallest size.
+    - Rows of one size (C(--run_infinitely)) are averaged; C(bytes) and C(rows) say which.
+  returned: always
+  type: dict
+  sample: {bytes: 8388608, rows: 1, bw_avg_gbps: 392.25, bw_peak_gbps: 392.25, msg_rate_mpps: 0.005845}
+settings:
+  description:
+    - What the banner reported - C(title), C(device), C(qps), C(transport), C(connection_type),
+      C(mtu_bytes), C(link_type), C(gid_index), C(rdma_cm), C(data_exchange), C(tx_depth),
+      C(max_inline_bytes), C(pcie_relaxed_ordering), ... each when printed.
+    - C(memory) is C(host) or the GPU memory kind (C(cuda), C(rocm), C(maca)); C(gpu) has
+      C(vendor), C(index), C(name), C(pci_bus_id) of the GPU the tool used; C(dmabuf) is true
+      when the memory was registered through dma-buf.
+  returned: always
+  type: dict
+  sample: {title: RDMA_Write BW Test, device: mlx5_0, link_type: IB, mtu_bytes: 4096, qps: 1, memory: maca,
+           gpu: {vendor: maca, index: 0, name: MetaX C500, pci_bus_id: "0x8"}}
+tool_warnings:
+  description: Warnings the tool printed (CPU frequency not at maximum, PCIe relaxed ordering, peak not measured).
+  returned: always
+  type: list
+  elements: str
+  sample: ["Conflicting CPU frequency values detected: 1200.535000 != 1251.336000. CPU Frequency is not max."]
+failure:
+  description:
+    - Null when the test passed. Otherwise C(kind) - one of C(no_device), C(context_failed),
+      C(mr_failed), C(connect_failed), C(qp_transition_failed), C(exchange_failed),
+      C(completion_error), C(bad_arguments), C(timeout), C(unparsed) - C(message), the tool's
+      own line that shows it, C(lines), all error lines recognised, and C(side) (C(server) or
+      C(client)) with O(role=loopback).
+  returned: always
+  type: dict
+  sample: {kind: connect_failed, message: "Couldn't connect to 10.0.0.11:18515", lines: ["Couldn't connect to 10.0.0.11:18515"]}
+server:
+  description: The server side of O(role=loopback) - C(cmd), C(rc), C(stdout), C(stderr), C(status), C(failure), C(results), C(killed).
+  returned: with O(role=loopback), when not in check mode
+  type: dict
+units:
+  description: The bandwidth unit the tool printed (C(Gb/sec), C(MB/sec), C(MiB/sec)), null for latency tests.
+  returned: always
+  type: str
+  sample: Gb/sec
+attempts:
+  description: How many times the client was started (see O(wait_for_server)).
+  returned: with O(role=client), when a tool ran
+  type: int
+  sample: 1
+elapsed_s:
+  description: Seconds the test took.
+  returned: when a tool ran
+  type: float
+  sample: 1.82
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+
+
+class ArgumentError(Exception):
+    pass
+
+
+def validate(params):
+    """Everything wrong with the arguments, before anything runs."""
+    if params['from_log'] is not None:
+        return
+    if params['test'] is None:
+        raise ArgumentError('test is required unless from_log is given')
+    if params['role'] is None:
+        raise ArgumentError('role is required unless from_log is given (server, client or loopback)')
+    if params['role'] == 'client' and not params['peer']:
+        raise ArgumentError('role=client needs peer, the address of the server')
+    if params['size'] is not None and params['all_sizes']:
+        raise ArgumentError('size and all_sizes are mutually exclusive: one size (-s) or the whole sweep (-a)')
+    if not params['test'].endswith('_bw'):
+        for key in ('qps', 'bidirectional', 'report_gbits'):
+            if params[key]:
+                raise ArgumentError('%s applies to bandwidth tests only, not to %s' % (key, params['test']))
+    if params['use_cuda_dmabuf'] and params['use_cuda'] is None:
+        raise ArgumentError('use_cuda_dmabuf needs use_cuda (the CUDA GPU whose memory is registered)')
+    if params['iterations'] is not None and not _perftest.MIN_ITERATIONS <= params['iterations'] <= _perftest.MAX_ITERATIONS:
+        raise ArgumentError('iterations must be between %d and %d (perftest MIN_ITER/MAX_ITER)'
+                            % (_perftest.MIN_ITERATIONS, _perftest.MAX_ITERATIONS))
+    for key in ('size', 'duration', 'qps', 'timeout', 'ib_port', 'client_ib_port'):
+        if params[key] is not None and params[key] < 1:
+            raise ArgumentError('%s must be a positive integer' % key)
+    if not 1 <= params['tcp_port'] <= 65535:
+        raise ArgumentError('tcp_port must be between 1 and 65535')
+    for key in ('use_cuda', 'use_rocm', 'use_maca', 'client_gpu', 'gid_index'):
+        if params[key] is not None and params[key] < 0:
+            raise ArgumentError('%s must not be negative' % key)
+    if params['wait_for_server'] < 0:
+        raise ArgumentError('wait_for_server must not be negative')
+    if params['wait_for_server'] and params['role'] != 'client':
+        raise ArgumentError('wait_for_server applies to role=client only')
+    if params['role'] != 'loopback':
+        for key in ('client_device', 'client_ib_port', 'client_gpu'):
+            if params[key] is not None:
+                raise ArgumentError('%s applies to role=loopback only' % key)
+
+
+def side_options(params, client=False):
+    options = dict((key, params[key]) for key in (
+        'device', 'ib_port', 'gid_index', 'tcp_port', 'size', 'all_sizes', 'iterations', 'duration', 'qps',
+        'bidirectional', 'report_gbits', 'disable_pcie_relaxed', 'use_cuda', 'use_rocm', 'use_maca',
+        'use_cuda_dmabuf', 'extra_args'))
+    if client:
+        if params['client_device'] is not None:
+            options['device'] = params['client_device']
+        if params['client_ib_port'] is not None:
+            options['ib_port'] = params['client_ib_port']
+        if params['client_gpu'] is not None:
+            for key in ('use_cuda', 'use_rocm', 'use_maca'):
+                if options[key] is not None:
+                    options[key] = params['client_gpu']
+    return options
+
+
+def check_build(module, binary, params):
+    """GPU flags exist only in builds with that support (usage() prints them under #ifdef)."""
+    wanted = ['--%s' % key for key in ('use_cuda', 'use_rocm', 'use_maca') if params[key] is not None]
+    if params['use_cuda_dmabuf']:
+        wanted.append('--use_cuda_dmabuf')
+    if not wanted:
+        return
+    # --help exits 1 (perftest main(): parser() returns HELP_EXIT -> FAILURE), as --version does.
+    rc, out, err = module.run_command([binary, '--help'], environ_update={'LANG': 'C', 'LC_ALL': 'C', 'LC_MESSAGES': 'C'})
+    missing = [flag for flag in wanted if not _perftest.help_lists(out + err, flag)]
+    if missing:
+        raise ArgumentError('%s was built without %s (not in its --help): install a perftest built with that GPU support'
+                            % (binary, ', '.join(missing)))
+
+
+def from_report(report, role):
+    parsed = report['parsed']
+    return {
+        'cmd': report['cmd'], 'rc': report['rc'], 'stdout': report['stdout'], 'stderr': report['stderr'],
+        'status': report['status'], 'failure': report['failure'], 'results': parsed['results'],
+        'settings': parsed['settings'], 'tool_warnings': parsed['tool_warnings'], 'units': parsed['units'],
+        'elapsed_s': report['elapsed_s'], 'role': role,
+    }
+
+
+def combine_loopback(server, client):
+    """One result of both sides: the client's table; the root cause of a failure, by side."""
+    if client is None:
+        failure = dict(server['failure'] or {'kind': 'unparsed', 'message': 'server exited before listening', 'lines': []})
+        failure['side'] = 'server'
+        result = dict(from_report(server, 'loopback'), status='failed', failure=failure, results=[])
+        result['server'] = dict((k, v) for k, v in from_report(server, 'server').items() if k != 'role')
+        result['server']['killed'] = server['killed']
+        return result
+    result = from_report(client, 'loopback')
+    server_part = dict((k, v) for k, v in from_report(server, 'server').items() if k != 'role')
+    server_part['killed'] = server['killed']
+    result['server'] = server_part
+    failure = None
+    if client['failure']:
+        failure = dict(client['failure'], side='client')
+        # A server that failed on its own (MR, GPU, QP) shows up on the client as a broken
+        # exchange or a hang: report the cause.
+        if (client['failure']['kind'] in ('exchange_failed', 'timeout') and server['failure']
+                and server['failure']['kind'] not in ('exchange_failed', 'timeout', 'unparsed')):
+            failure = dict(server['failure'], side='server')
+    elif server['failure']:
+        failure = dict(server['failure'], side='server')
+    result['failure'] = failure
+    result['status'] = 'failed' if failure else 'ok'
+    warnings = list(result['tool_warnings'])
+    for warning in server['parsed']['tool_warnings']:
+        if warning not in warnings:
+            warnings.append(warning)
+    result['tool_warnings'] = warnings
+    for key, value in server['parsed']['settings'].items():
+        result['settings'].setdefault(key, value)
+    return result
+
+
+def parse_log(module, params):
+    try:
+        with open(params['from_log'], 'rb') as handle:
+            text = handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError) as exc:
+        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], exc))
+    parsed = _perftest.parse_output(text)
+    status, failure = _perftest.outcome(parsed, None, params['role'])
+    test = parsed['test'] or params['test']
+    if params['test'] and parsed['test'] and parsed['test'] != params['test']:
+        module.warn('from_log %s holds %s output, not %s' % (params['from_log'], parsed['test'], params['test']))
+    return {'status': status, 'failure': failure, 'test': test, 'role': params['role'], 'results': parsed['results'],
+            'settings': parsed['settings'], 'tool_warnings': parsed['tool_warnings'], 'units': parsed['units']}
+
+
+def run(module, params):
+    binary = module.get_bin_path(params['test'], required=False)
+    if binary is None:
+        raise ArgumentError('%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)' % params['test'])
+    role = params['role']
+    client_args = side_options(params, client=True)
+    server_args = side_options(params)
+    peer = params['peer'] or ('127.0.0.1' if role == 'loopback' else None)
+    if role == 'server':
+        cmd = _perftest.build_argv(binary, params['test'], server_args)
+    else:
+        cmd = _perftest.build_argv(binary, params['test'], client_args, peer)
+    if module.check_mode:
+        result = {'status': 'skipped', 'skipped': True, 'cmd': cmd, 'results': [], 'settings': {}, 'tool_warnings': [],
+                  'failure': None, 'units': None, 'msg': 'perftest is not run in check mode'}
+        if role == 'loopback':
+            result['server_cmd'] = _perftest.build_argv(binary, params['test'], server_args)
+        return result
+    check_build(module, binary, params)
+    if role == 'loopback':
+        server_cmd = _perftest.build_argv(binary, params['test'], server_args)
+        server, client = _perftest.run_loopback(server_cmd, cmd, params['tcp_port'], params['timeout'])
+        return combine_loopback(server, client)
+    if role == 'client':
+        report = _perftest.run_client(cmd, params['timeout'], params['wait_for_server'])
+        return dict(from_report(report, role), attempts=report['attempts'])
+    report = _perftest.run_single(cmd, params['timeout'], role=role)
+    return from_report(report, role)
+
+
+def message(result):
+    if result['status'] == 'skipped':
+        return result.get('msg')
+    if result['status'] == 'failed':
+        failure = result['failure']
+        return '%s %s failed (%s): %s' % (result['test'], result['role'] or 'log', failure['kind'], failure['message'])
+    summary = result['summary']
+    if summary.get('bw_avg_gbps') is not None:
+        return '%s %s: %.2f Gb/s average at %d bytes' % (result['test'], result['role'] or 'log', summary['bw_avg_gbps'], summary['bytes'])
+    if summary.get('lat_typical_us') is not None or summary.get('lat_avg_us') is not None:
+        value = summary['lat_typical_us'] if summary.get('lat_typical_us') is not None else summary['lat_avg_us']
+        return '%s %s: %.2f us at %d bytes' % (result['test'], result['role'] or 'log', value, summary['bytes'])
+    return '%s %s: ok (this side prints no result table)' % (result['test'], result['role'] or 'log')
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            test=dict(type='str', choices=list(_perftest.TESTS)),
+            role=dict(type='str', choices=['server', 'client', 'loopback']),
+            peer=dict(type='str'),
+            device=dict(type='str'),
+            ib_port=dict(type='int'),
+            gid_index=dict(type='int'),
+            tcp_port=dict(type='int', default=_perftest.DEFAULT_TCP_PORT),
+            client_device=dict(type='str'),
+            client_ib_port=dict(type='int'),
+            client_gpu=dict(type='int'),
+            size=dict(type='int'),
+            all_sizes=dict(type='bool', default=False),
+            iterations=dict(type='int'),
+            duration=dict(type='int'),
+            qps=dict(type='int'),
+            bidirectional=dict(type='bool', default=False),
+            report_gbits=dict(type='bool', default=False),
+            disable_pcie_relaxed=dict(type='bool', default=False),
+            use_cuda=dict(type='int'),
+            use_cuda_dmabuf=dict(type='bool', default=False),
+            use_rocm=dict(type='int'),
+            use_maca=dict(type='int'),
+            extra_args=dict(type='list', elements='str', default=[]),
+            timeout=dict(type='int', default=120),
+            wait_for_server=dict(type='int', default=0),
+            fail_on_error=dict(type='bool', default=False),
+            from_log=dict(type='path'),
+        ),
+        mutually_exclusive=[('iterations', 'duration'), ('use_cuda', 'use_rocm', 'use_maca')],
+        required_if=[('role', 'client', ('peer',))],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        validate(params)
+        if params['from_log'] is not None:
+            result = parse_log(module, params)
+        else:
+            result = run(module, params)
+            result.update(test=params['test'], role=params['role'])
+    except ArgumentError as exc:
+        module.fail_json(msg=str(exc))
+    result['changed'] = False
+    result['summary'] = _perftest.summarize(result['results'], result['test'])
+    result['msg'] = message(result)
+    if result['status'] == 'failed' and params['fail_on_error']:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
