@@ -6,11 +6,14 @@
 #   nodes when root, with local-connection nodes otherwise.
 #
 #   bash scripts/test.sh              # everything
-#   bash scripts/test.sh units lint   # a subset: units sanity lint functional
+#   bash scripts/test.sh units lint   # a subset: units sanity lint functional molecule
+#
+# molecule runs the netns scenario (real SSH) when root and the localhost scenario
+# otherwise; GF_MOLECULE_SCENARIOS="localhost netns" runs both.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 steps=("$@")
-((${#steps[@]})) || steps=(units sanity lint functional)
+((${#steps[@]})) || steps=(units sanity lint functional molecule)
 
 if ((EUID == 0)); then
     # Without shellcheck, sanity skips its shellcheck test; openssh-server runs the SSH lab.
@@ -48,12 +51,20 @@ step_sanity() {
     (cd "$tree" && ansible-test sanity --local --python "$pyver" --color no)
 }
 step_lint() { (cd "$REPO" && ansible-lint --offline -q); }
-step_functional() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -rs tests/functional); }
+# Two workers: the tests are ansible-playbook runs, one per simulated cluster, each in its own tmp dir.
+step_functional() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -rs -n 2 tests/functional); }
+step_molecule() {
+    local scenario scenarios
+    scenarios=${GF_MOLECULE_SCENARIOS:-$( ((EUID == 0)) && echo netns || echo localhost)}
+    for scenario in $scenarios; do
+        (cd "$tree" && molecule test -s "$scenario") || return 1
+    done
+}
 
 for step in "${steps[@]}"; do
     case $step in
-        units | sanity | lint | functional) run_step "$step" "step_$step" ;;
-        *) gf_die "unknown step $step (units sanity lint functional)" ;;
+        units | sanity | lint | functional | molecule) run_step "$step" "step_$step" ;;
+        *) gf_die "unknown step $step (units sanity lint functional molecule)" ;;
     esac
 done
 
