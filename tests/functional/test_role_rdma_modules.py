@@ -63,7 +63,6 @@ def run(playbook, inventory, *extra):
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
-
 def failure(result, host):
     """The result of the task that failed on ``host`` (the last one)."""
     found = re.findall(r'^(?:fatal|failed): \[%s\](?: \(item=[^)]*\))?:? (?:FAILED! )?=> (\{.*\})$' % re.escape(host), result.stdout, re.M)

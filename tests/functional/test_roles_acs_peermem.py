@@ -37,13 +37,11 @@ PLAY = '''
 '''
 
 
-
 def playbook(dest, *args):
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(dest, 'play.yml'),
            '-i', os.path.join(dest, 'inventory.yml')] + list(args)
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                           env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
-
 
 
 @pytest.fixture(scope='module')

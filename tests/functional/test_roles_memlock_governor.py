@@ -68,7 +68,6 @@ PLAY = '''
 '''
 
 
-
 def hashes(dest, names):
     return {name: tree_hash(os.path.join(dest, 'roots', name)) for name in names}
 
@@ -86,7 +85,6 @@ def playbook(dest, *args):
            '-i', os.path.join(dest, 'inventory.yml'), '-e', 'results_dir=' + os.path.join(dest, 'results')] + list(args)
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                           env=dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0'))
-
 
 
 def task_output(result, name):
