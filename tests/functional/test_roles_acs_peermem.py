@@ -71,7 +71,7 @@ def test_quartet(nodes):
 
     first = playbook(dest)
     result = recap(first)
-    assert result['acs'] == {'changed': result['acs']['changed'], 'failed': 0} and result['acs']['changed'] >= 3
+    assert result['acs']['failed'] == 0 and result['acs']['changed'] >= 3
     # seed 000: the kernel cannot be fixed by configuration; the role says so and what the options are.
     assert result['kernel']['failed'] == 1
     assert 'does not export mm_kobj, so no OFED build can create memory_peers' in first.stdout
