@@ -1,0 +1,96 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+name: bench_report
+author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+short_description: Bookkeeping of the pairwise fabric benchmark (role fabric_bench)
+version_added: 0.1.0
+description:
+  - C(bench_report) turns the records every node kept (C(fabric_bench_records)) and its plan
+    (C(fabric_bench_plan)) into the verdict of every pair (bandwidth against the slower port's rate,
+    GPU memory against host memory on the same pair, latency against a bound), an N x N matrix per
+    memory kind and rail (server -> client -> Gb/s), and the error-counter increases attributed to the
+    pair and link that ran while they rose.
+  - The same file provides the role's other filters - C(bench_node_plan) (a node's rails, port rates and
+    the nearest GPU of each HCA from ib_link_facts and gdr_facts), C(bench_address) (the node's address in
+    a CIDR, with netaddr) and C(bench_round_records) (one record per test of a round).
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  hosts:
+    description: The nodes of the benchmark.
+    type: list
+    elements: str
+    required: true
+  options:
+    description: Thresholds C(bw_ratio), C(gpu_ratio), C(lat_max_us).
+    type: dict
+    default: {}
+'''
+
+EXAMPLES = r'''
+- name: Everything measured, judged
+  ansible.builtin.set_fact:
+    bench: "{{ hostvars | hpc.gpu_fabric.bench_report(groups['gpu'], {'bw_ratio': 0.9}) }}"
+  run_once: true
+'''
+
+RETURN = r'''
+_value:
+  description: C(pairs) (one verdict per pair, rail and memory), C(matrix), C(counters), C(verdicts) (counts), C(thresholds).
+  type: dict
+'''
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+
+
+def bench_node_plan(ib, gdr, hcas=None):
+    return _bench.node_plan(ib, gdr, hcas)
+
+
+def bench_address(ib, cidr, ipv4_addresses=None, fallback=None):
+    """The node's out-of-band address: the first in ``cidr``, or ``fallback`` without a CIDR."""
+    candidates = _bench.address_candidates(ib, ipv4_addresses, fallback)
+    if not cidr:
+        return fallback
+    try:
+        address = _bench.pick_address(candidates, cidr)
+    except ValueError as exc:
+        raise AnsibleFilterError('bench_address: %s' % exc)
+    if address is None:
+        raise AnsibleFilterError('bench_address: no address of this node is in %s (candidates: %s)'
+                                 % (cidr, ', '.join(candidates) or 'none'))
+    return address
+
+
+def bench_round_records(me, tests, client_results, server_results, before, after, round_number, memory):
+    return _bench.round_records(me, tests, client_results, server_results, before, after, round_number, memory)
+
+
+def bench_report(hostvars, hosts, options=None):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('bench_report: hosts must be a list of inventory names')
+    nodes = {}
+    for host in hosts:
+        facts = hostvars[host] if host in hostvars else {}
+        nodes[host] = {'records': facts.get('fabric_bench_records') or [], 'plan': facts.get('fabric_bench_plan') or {}}
+    return _bench.report(nodes, options or {})
+
+
+class FilterModule(object):
+
+    def filters(self):
+        return {
+            'bench_report': bench_report,
+            'bench_node_plan': bench_node_plan,
+            'bench_address': bench_address,
+            'bench_round_records': bench_round_records,
+        }

@@ -1,0 +1,228 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The pairwise fabric benchmark's bookkeeping: per-node plan, per-round records, the N x N report.
+
+Pure functions over the facts (gpu_fabric_ib, gpu_fabric_gdr) and perftest_run results;
+the fabric_bench role calls them through filters.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+
+# Error counters whose increase during a test is attributed to that test's link
+# (IBTA PortCounters; the same names as ib_link_facts' counters).
+ERROR_COUNTERS = ('symbol_error', 'link_error_recovery', 'link_downed', 'port_rcv_errors',
+                  'port_rcv_remote_physical_errors', 'port_rcv_switch_relay_errors', 'port_xmit_discards',
+                  'local_link_integrity_errors', 'excessive_buffer_overrun_errors', 'VL15_dropped')
+# hw_counters of mlx5 that count retransmissions and broken RC operations.
+HW_ERROR_COUNTERS = ('local_ack_timeout_err', 'out_of_sequence', 'packet_seq_err', 'req_cqe_error',
+                     'resp_cqe_error', 'rnr_nak_retry_err', 'req_transport_retries_exceeded')
+# Which perftest flag puts the buffer on which vendor's GPU.
+GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
+
+
+def node_plan(ib, gdr, hcas=None):
+    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU."""
+    devices = (ib or {}).get('devices') or []
+    names = list(hcas) if hcas else [d['name'] for d in devices]
+    rates = {}
+    for device in devices:
+        rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
+        rates[device['name']] = max(rated) if rated else None
+    gpus = (gdr or {}).get('gpus') or []
+    vendor_index = {}
+    for gpu in gpus:
+        # CUDA/ROCm/MACA number the GPUs of one vendor in PCI order when CUDA_DEVICE_ORDER=PCI_BUS_ID
+        # (the role sets it); gdr_facts lists GPUs in PCI order.
+        gpu['_index'] = vendor_index.setdefault(gpu['vendor'], [0])[0]
+        vendor_index[gpu['vendor']][0] += 1
+    nearest = {}
+    for hca in names:
+        best = None
+        for gpu in gpus:
+            distance = ((gdr or {}).get('matrix') or {}).get(gpu['name'], {}).get(hca)
+            if distance is None:
+                continue
+            rank = (DISTANCE_CLASSES.index(distance), gpu['name'])
+            if best is None or rank < best[0]:
+                best = (rank, {'gpu': gpu['name'], 'index': gpu['_index'], 'vendor': gpu['vendor'],
+                               'flag': GPU_FLAGS[gpu['vendor']], 'distance': distance})
+        nearest[hca] = best[1] if best else None
+    for gpu in gpus:
+        gpu.pop('_index', None)
+    return {'hcas': names, 'rate_gbps': rates, 'gpu_by_hca': nearest}
+
+
+def pick_address(candidates, cidr):
+    """First candidate address inside ``cidr`` (netaddr), or None."""
+    from netaddr import AddrFormatError, IPAddress, IPNetwork  # controller-side only (requirements: netaddr)
+    try:
+        network = IPNetwork(cidr)
+    except (AddrFormatError, ValueError, TypeError):
+        raise ValueError('%r is not a network in CIDR notation (e.g. 10.7.96.0/24)' % (cidr,))
+    for candidate in candidates:
+        try:
+            if candidate and IPAddress(candidate) in network:
+                return str(candidate)
+        except (AddrFormatError, ValueError, TypeError):
+            continue
+    return None
+
+
+def address_candidates(ib, ipv4_addresses=None, fallback=None):
+    """RoCE GID IPv4s, then the node's IPv4 addresses, then the inventory address."""
+    found = []
+    for device in (ib or {}).get('devices') or []:
+        for port in device.get('ports', []):
+            for gid in port.get('gids', []):
+                if gid.get('ipv4') and gid['ipv4'] not in found:
+                    found.append(gid['ipv4'])
+    for address in ipv4_addresses or []:
+        if address not in found:
+            found.append(address)
+    if fallback and fallback not in found:
+        found.append(fallback)
+    return found
+
+
+def _port_counters(ib, hca):
+    for device in (ib or {}).get('devices') or []:
+        if device['name'] == hca and device.get('ports'):
+            port = device['ports'][0]
+            values = dict((k, port.get('counters', {}).get(k)) for k in ERROR_COUNTERS)
+            values.update((k, port.get('hw_counters', {}).get(k)) for k in HW_ERROR_COUNTERS)
+            return values
+    return {}
+
+
+def counter_delta(before, after, hca):
+    """Increase of each error counter of the HCA's first port between two ib_link_facts reads."""
+    old, new = _port_counters(before, hca), _port_counters(after, hca)
+    delta = {}
+    for name, value in new.items():
+        if value is not None and old.get(name) is not None and value > old[name]:
+            delta[name] = value - old[name]
+    return delta
+
+
+def round_records(me, tests, client_results, server_results, before, after, round_number, memory):
+    """One record per test this node took part in this round.
+
+    The client's record carries the perftest result; both sides carry the increase of
+    their HCA's error counters during the round (each HCA runs one test per round, so
+    the increase belongs to that test's link).
+    """
+    by_pair = {}
+    for result in client_results or []:
+        test = _test_of(result)
+        if test:
+            by_pair[('client', test['pair_id'], test['rail'])] = result
+    for result in server_results or []:
+        test = _test_of(result)
+        if test:
+            by_pair[('server', test['pair_id'], test['rail'])] = result
+    records = []
+    for test in tests or []:
+        for side in ('server', 'client'):
+            if test[side] != me:
+                continue
+            hca = test['%s_hca' % side]
+            result = by_pair.get((side, test['pair_id'], test['rail']))
+            record = {'round': round_number, 'memory': memory, 'side': side, 'rail': test['rail'],
+                      'server': test['server'], 'client': test['client'], 'hca': hca,
+                      'peer_hca': test['client_hca' if side == 'server' else 'server_hca'],
+                      'counters_delta': counter_delta(before, after, hca)}
+            if result is None:
+                record.update(status='not_run', failure={'kind': 'peer_unreachable',
+                                                         'message': 'the peer was not reachable when the round started'})
+            else:
+                record.update(status=result.get('status') or ('failed' if result.get('failed') else 'unknown'),
+                              summary=result.get('summary'), failure=result.get('failure'),
+                              settings=result.get('settings'), warnings=result.get('warnings', []),
+                              gpu=result.get('gpu'))
+                if result.get('failed') and not result.get('failure'):
+                    record['failure'] = {'kind': 'task_failed', 'message': result.get('msg')}
+                    record['status'] = 'failed'
+                if side == 'client':
+                    record['results'] = result.get('results', [])
+            records.append(record)
+    return records
+
+
+def _test_of(result):
+    """The schedule entry behind an async_status result (item of item) or a direct result."""
+    item = result.get('item') or {}
+    if isinstance(item, dict) and 'pair_id' in item:
+        return item
+    inner = item.get('item') if isinstance(item, dict) else None
+    return inner if isinstance(inner, dict) and 'pair_id' in inner else None
+
+
+def report(nodes, options):
+    """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
+
+    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}.
+    """
+    bw_ratio = float(options.get('bw_ratio', 0.9))
+    gpu_ratio = float(options.get('gpu_ratio', 0.9))
+    lat_max = float(options.get('lat_max_us', 5.0))
+    pairs = []
+    matrix = {}
+    counters = []
+    for host in sorted(nodes):
+        plan = nodes[host].get('plan') or {}
+        for record in nodes[host].get('records') or []:
+            if record.get('counters_delta'):
+                counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
+                                 'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
+                                 'increase': record['counters_delta']})
+            if record['side'] != 'client':
+                continue
+            server_plan = (nodes.get(record['server']) or {}).get('plan') or {}
+            rates = [r for r in (plan.get('rate_gbps', {}).get(record['hca']),
+                                 server_plan.get('rate_gbps', {}).get(record['peer_hca'])) if r]
+            expected = min(rates) if rates else None
+            summary = record.get('summary') or {}
+            entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
+                     'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
+                     'status': record['status'], 'failure': record.get('failure'),
+                     'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
+                     'port_rate_gbps': expected, 'verdict': 'ok', 'reasons': []}
+            if record['status'] != 'ok':
+                entry['verdict'] = 'failed'
+                entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
+                                                    (record.get('failure') or {}).get('message', '')))
+            elif entry['bw_avg_gbps'] is not None and expected:
+                entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
+                if entry['bw_ratio'] < bw_ratio:
+                    entry['verdict'] = 'low'
+                    entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s port rate (threshold %.0f %%)'
+                                            % (entry['bw_avg_gbps'], 100 * entry['bw_ratio'], expected, 100 * bw_ratio))
+            elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
+                entry['verdict'] = 'low'
+                entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
+            pairs.append(entry)
+            value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
+            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
+            rail.setdefault(record['server'], {})[record['client']] = value
+    host_bw = dict(((p['server'], p['client'], p['rail']), p['bw_avg_gbps']) for p in pairs if p['memory'] == 'host')
+    for entry in pairs:
+        if entry['memory'] != 'gpu' or entry['bw_avg_gbps'] is None:
+            continue
+        host = host_bw.get((entry['server'], entry['client'], entry['rail']))
+        if host:
+            entry['gpu_vs_host'] = round(entry['bw_avg_gbps'] / host, 3)
+            if entry['gpu_vs_host'] < gpu_ratio and entry['verdict'] == 'ok':
+                entry['verdict'] = 'low'
+            if entry['gpu_vs_host'] < gpu_ratio:
+                entry['reasons'].append('GPU memory %.1f Gb/s is %.0f %% of host memory %.1f Gb/s on the same pair '
+                                        '(threshold %.0f %%)' % (entry['bw_avg_gbps'], 100 * entry['gpu_vs_host'],
+                                                                 host, 100 * gpu_ratio))
+    verdicts = {}
+    for entry in pairs:
+        verdicts[entry['verdict']] = verdicts.get(entry['verdict'], 0) + 1
+    return {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
+            'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
