@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+
+
+def facts(sim_root, profile, *fault_names):
+    root, _ctx = sim_root(profile, *fault_names)
+    sysroot = SysRoot(root)
+    return {'devices': read_ib(sysroot)}, read_gdr(sysroot, list_rdma_devices(sysroot))
+
+
+def test_node_plan_nearest_gpu_per_hca(sim_root):
+    ib, gdr = facts(sim_root, 'metax_c500_cx7')
+    plan = _bench.node_plan(ib, gdr)
+    assert plan['hcas'] == ['mlx5_0', 'mlx5_1', 'mlx5_2']
+    assert plan['rate_gbps'] == {'mlx5_0': 400.0, 'mlx5_1': 400.0, 'mlx5_2': 200.0}
+    # seed 000: GPU3 is PIX to mlx5_0, GPU4 PIX to mlx5_1 (--use_maca=N numbers MetaX GPUs in PCI order)
+    assert plan['gpu_by_hca']['mlx5_0'] == {'gpu': 'GPU3', 'index': 3, 'vendor': 'metax', 'flag': 'use_maca', 'distance': 'PIX'}
+    assert plan['gpu_by_hca']['mlx5_1']['index'] == 4
+    assert 'GPU0' == gdr['gpus'][0]['name'] and '_index' not in gdr['gpus'][0]     # the facts are left as they were
+
+
+def test_node_plan_without_gpus_or_nics():
+    assert _bench.node_plan({'devices': []}, {'gpus': []}) == {'hcas': [], 'rate_gbps': {}, 'gpu_by_hca': {}}
+    plan = _bench.node_plan({'devices': [{'name': 'mlx5_0', 'ports': [{'rate_gbps': 100.0}]}]}, {}, ['mlx5_0'])
+    assert plan['gpu_by_hca'] == {'mlx5_0': None}
+
+
+@pytest.mark.parametrize('candidates, cidr, expected', [
+    (['10.7.96.17', '192.168.1.5'], '192.168.1.0/24', '192.168.1.5'),
+    (['10.7.96.17', '192.168.1.5'], '10.0.0.0/8', '10.7.96.17'),
+    (['not-an-ip', '172.16.50.12'], '172.16.50.0/24', '172.16.50.12'),
+    (['10.7.96.17'], '172.16.0.0/12', None),
+])
+def test_pick_address(candidates, cidr, expected):
+    assert _bench.pick_address(candidates, cidr) == expected
+
+
+def test_pick_address_rejects_a_bad_cidr():
+    with pytest.raises(ValueError, match='CIDR'):
+        _bench.pick_address(['10.0.0.1'], '10.0.0.0/99')
+
+
+def test_address_candidates_prefer_roce_gids(sim_root):
+    ib, _gdr = facts(sim_root, 'metax_c500_cx7')
+    assert _bench.address_candidates(ib, ['172.16.0.9', '10.7.96.17'], 'node1') == ['10.7.96.17', '172.16.0.9', 'node1']
+
+
+def _ib(counters):
+    return {'devices': [{'name': 'mlx5_0', 'ports': [{'counters': counters, 'hw_counters': {}}]}]}
+
+
+def test_counter_delta_only_increases():
+    before = _ib({'symbol_error': 3, 'link_downed': 1, 'port_rcv_errors': None})
+    after = _ib({'symbol_error': 10, 'link_downed': 1, 'port_rcv_errors': 5})
+    assert _bench.counter_delta(before, after, 'mlx5_0') == {'symbol_error': 7}
+    assert _bench.counter_delta(before, after, 'mlx5_9') == {}
+
+
+TESTS = [{'server': 'a', 'client': 'b', 'rail': 0, 'server_hca': 'mlx5_0', 'client_hca': 'mlx5_0', 'pair_id': 'a-b'},
+         {'server': 'a', 'client': 'b', 'rail': 1, 'server_hca': 'mlx5_1', 'client_hca': 'mlx5_1', 'pair_id': 'a-b'}]
+
+
+def test_round_records_client_side_keeps_results_and_counters():
+    ok = {'item': {'item': TESTS[0]}, 'status': 'ok', 'summary': {'bw_avg_gbps': 390.0}, 'results': [{'bytes': 8}]}
+    bad = {'item': {'item': TESTS[1]}, 'status': 'failed', 'failure': {'kind': 'timeout', 'message': 'killed after 60 s'}}
+    records = _bench.round_records('b', TESTS, [ok, bad], [], _ib({'symbol_error': 0}), _ib({'symbol_error': 2}), 3, 'host')
+    assert [(r['rail'], r['side'], r['status']) for r in records] == [(0, 'client', 'ok'), (1, 'client', 'failed')]
+    assert records[0]['counters_delta'] == {'symbol_error': 2} and records[0]['round'] == 3
+    assert records[1]['failure']['kind'] == 'timeout'
+
+
+def test_round_records_missing_result_is_recorded_not_lost():
+    records = _bench.round_records('a', TESTS[:1], [], [], {}, {}, 1, 'gpu')
+    assert records[0]['side'] == 'server' and records[0]['status'] == 'not_run'
+    assert records[0]['failure']['kind'] == 'peer_unreachable'
+
+
+def _plan(rate):
+    return {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': rate}}
+
+
+def _record(server, client, memory, bw, status='ok'):
+    return {'side': 'client', 'round': 1, 'memory': memory, 'rail': 0, 'server': server, 'client': client,
+            'hca': 'mlx5_0', 'peer_hca': 'mlx5_0', 'status': status, 'summary': {'bw_avg_gbps': bw},
+            'failure': None if status == 'ok' else {'kind': 'connect_failed', 'message': 'refused'}, 'counters_delta': {}}
+
+
+def test_report_verdicts_and_matrix():
+    nodes = {
+        'a': {'plan': _plan(400.0), 'records': []},
+        'b': {'plan': _plan(400.0), 'records': [_record('a', 'b', 'host', 392.0), _record('a', 'b', 'gpu', 250.0)]},
+        'c': {'plan': _plan(100.0), 'records': [_record('a', 'c', 'host', 97.0), _record('b', 'c', 'host', 50.0)]},
+        'd': {'plan': _plan(400.0), 'records': [_record('a', 'd', 'host', None, status='failed')]},
+    }
+    result = _bench.report(copy.deepcopy(nodes), {'bw_ratio': 0.9, 'gpu_ratio': 0.9})
+    verdict = dict(((p['server'], p['client'], p['memory']), p) for p in result['pairs'])
+    assert verdict[('a', 'b', 'host')]['verdict'] == 'ok' and verdict[('a', 'b', 'host')]['bw_ratio'] == 0.98
+    assert verdict[('a', 'c', 'host')]['verdict'] == 'ok'                  # judged against the slower (100G) port
+    assert verdict[('b', 'c', 'host')]['verdict'] == 'low'
+    assert verdict[('a', 'b', 'gpu')]['verdict'] == 'low' and verdict[('a', 'b', 'gpu')]['gpu_vs_host'] == 0.638
+    assert 'of host memory' in verdict[('a', 'b', 'gpu')]['reasons'][-1]
+    assert verdict[('a', 'd', 'host')]['verdict'] == 'failed' and 'connect_failed' in verdict[('a', 'd', 'host')]['reasons'][0]
+    assert result['matrix']['host']['0']['a'] == {'b': 392.0, 'c': 97.0, 'd': None}
+    assert result['verdicts'] == {'ok': 2, 'low': 2, 'failed': 1}
