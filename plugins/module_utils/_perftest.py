@@ -653,8 +653,8 @@ class Launched(object):
                 'elapsed_s': round((self.ended or time.time()) - self.started, 3)}
 
 
-class _Terminated(Exception):
-    pass
+class Terminated(Exception):
+    """The module was asked to stop (SIGTERM/SIGHUP) while perftest ran; all of it was reaped."""
 
 
 class _Guard(object):
@@ -664,7 +664,7 @@ class _Guard(object):
         self.saved = {}
 
         def handler(signum, frame):
-            raise _Terminated('signal %d' % signum)
+            raise Terminated('signal %d' % signum)
 
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:

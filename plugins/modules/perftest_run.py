@@ -20,7 +20,7 @@ description:
   - A failed test is a result, not a task failure. The task returns RV(status=failed) with
     RV(failure) and succeeds, so that a benchmark over many pairs keeps every record; set
     O(fail_on_error=true) to fail the task instead. Bad arguments always fail the task.
-  - Running a benchmark changes nothing on the node, so RV(changed) is always false.
+  - Running a benchmark changes nothing on the node, so C(changed) is always false.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 attributes:
@@ -493,18 +493,19 @@ def run(module, params):
 
 
 def message(result):
+    result = dict(result, test=result['test'] or 'perftest', role=result['role'] or 'log')
     if result['status'] == 'skipped':
         return result.get('msg')
     if result['status'] == 'failed':
         failure = result['failure']
-        return '%s %s failed (%s): %s' % (result['test'], result['role'] or 'log', failure['kind'], failure['message'])
+        return '%s %s failed (%s): %s' % (result['test'], result['role'], failure['kind'], failure['message'])
     summary = result['summary']
     if summary.get('bw_avg_gbps') is not None:
-        return '%s %s: %.2f Gb/s average at %d bytes' % (result['test'], result['role'] or 'log', summary['bw_avg_gbps'], summary['bytes'])
+        return '%s %s: %.2f Gb/s average at %d bytes' % (result['test'], result['role'], summary['bw_avg_gbps'], summary['bytes'])
     if summary.get('lat_typical_us') is not None or summary.get('lat_avg_us') is not None:
         value = summary['lat_typical_us'] if summary.get('lat_typical_us') is not None else summary['lat_avg_us']
-        return '%s %s: %.2f us at %d bytes' % (result['test'], result['role'] or 'log', value, summary['bytes'])
-    return '%s %s: ok (this side prints no result table)' % (result['test'], result['role'] or 'log')
+        return '%s %s: %.2f us at %d bytes' % (result['test'], result['role'], value, summary['bytes'])
+    return '%s %s: ok (this side prints no result table)' % (result['test'], result['role'])
 
 
 def main():
@@ -539,7 +540,6 @@ def main():
             from_log=dict(type='path'),
         ),
         mutually_exclusive=[('iterations', 'duration'), ('use_cuda', 'use_rocm', 'use_maca')],
-        required_if=[('role', 'client', ('peer',))],
         supports_check_mode=True,
     )
     params = module.params
@@ -552,7 +552,13 @@ def main():
             result.update(test=params['test'], role=params['role'])
     except ArgumentError as exc:
         module.fail_json(msg=str(exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='cannot run %s: %s' % (params['test'], exc))
+    except _perftest.Terminated as exc:
+        module.fail_json(msg='perftest_run stopped by %s; every perftest process it started was killed' % exc)
+    # Explicit: Ansible counts a result with a non-zero rc and no 'failed' as failed.
     result['changed'] = False
+    result['failed'] = False
     result['summary'] = _perftest.summarize(result['results'], result['test'])
     result['msg'] = message(result)
     if result['status'] == 'failed' and params['fail_on_error']:

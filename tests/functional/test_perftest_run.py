@@ -18,6 +18,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -169,7 +170,8 @@ def test_server_that_never_answers_is_killed(h100):
     assert state == 'ok' and result['status'] == 'failed'
     assert result['failure']['kind'] == 'timeout' and result['failure']['side'] == 'client'
     assert result['server']['killed'] is True and result['server']['rc'] < 0
-    assert 3.5 <= result['elapsed_s'] <= 10
+    # Killed at the deadline (4 s after the server started), not before, and not much later.
+    assert 4.0 <= result['server']['elapsed_s'] <= 12
     assert stand_ins(port) == [] and leftovers(h100) == []
 
 
@@ -182,6 +184,33 @@ def run_in_process(monkeypatch, root, args, **env):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return run_module(perftest_run.main, args, monkeypatch)
+
+
+def test_server_dies_mid_run(monkeypatch, h100):
+    """The node at the other end dies during a sweep: the sizes done are kept."""
+    port = free_port()
+    env = sim_env(h100, GF_SIM_PERFTEST_MAX_S='4')
+    server = subprocess.Popen([os.path.join(SIM_BIN, 'ib_write_bw'), '-d', 'mlx5_0', '-a', '-p', str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while not _perftest.listening(port, server.pid) and time.time() < deadline:
+            time.sleep(0.02)
+        killer = threading.Timer(1.5, server.kill)
+        killer.start()
+        result, failed = run_in_process(monkeypatch, h100, {'test': 'ib_write_bw', 'role': 'client', 'peer': '127.0.0.1',
+                                                            'tcp_port': port, 'all_sizes': True, 'timeout': 30},
+                                        GF_SIM_PERFTEST_MAX_S='4')
+        killer.join()
+    finally:
+        server.kill()
+        server.wait()
+    assert not failed and result['status'] == 'failed' and result['rc'] == 1
+    assert (result['failure']['kind'], result['failure']['message']) == ('completion_error', 'Completion with error at client')
+    assert 'Failed status 12: wr_id 0 syndrom 0x81' in result['failure']['lines']
+    assert 1 <= len(result['results']) < 23
+    assert [r['bytes'] for r in result['results']] == [2 ** i for i in range(1, len(result['results']) + 1)]
+    assert stand_ins(port) == []
 
 
 def test_client_cannot_connect(monkeypatch, h100):
@@ -256,6 +285,19 @@ def test_gpu_memory_without_peer_memory(monkeypatch, tmp_path_factory):
     # dma-buf needs no peer-memory module (kernel 5.15, open kernel module).
     result, failed = run_in_process(monkeypatch, root, dict(args, use_cuda_dmabuf=True, tcp_port=free_port()))
     assert not failed and result['status'] == 'ok' and result['settings']['dmabuf'] is True
+
+
+@pytest.mark.parametrize('build, args, missing', [
+    ('cuda', {'use_cuda': 0, 'use_cuda_dmabuf': True}, '--use_cuda_dmabuf'),   # HAVE_CUDA without HAVE_CUDA_DMABUF
+    (None, {'use_rocm': 0}, '--use_rocm'),                                     # the NVIDIA node's build has no ROCm
+])
+def test_gpu_flags_the_build_lacks(monkeypatch, h100, build, args, missing):
+    extra = {'GF_SIM_PERFTEST_BUILD': build} if build is not None else {}
+    if build is None:
+        monkeypatch.delenv('GF_SIM_PERFTEST_BUILD', raising=False)
+    result, failed = run_in_process(monkeypatch, h100, dict(args, test='ib_write_bw', role='loopback', tcp_port=free_port()), **extra)
+    assert failed and result['msg'] == ('%s/ib_write_bw was built without %s (not in its --help): install a perftest built with '
+                                        'that GPU support' % (SIM_BIN, missing))
 
 
 def test_roce_gid_index_without_gid(monkeypatch, tmp_path_factory):

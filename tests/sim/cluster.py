@@ -61,16 +61,21 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                 'gpu_fabric_sim_faults': applied, 'gpu_fabric_sim_expect': expect}
         # Stand-ins for the tools that act (modprobe, cpupower, ...) come first on PATH,
         # and learn which simulated node they act on from GF_SIM_ROOT.
+        address = ('127.0.1.%d' if mode == 'local' else LAB_NET + '%d') % (index if mode == 'local' else LAB_FIRST_HOST + index)
         host['gpu_fabric_environment'] = {
             'PATH': SIM_BIN + ':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
             'GF_SIM_ROOT': root,
+            # The node's own address: perftest stand-in servers bind it, so that nodes
+            # sharing one machine (local mode) do not collide on a TCP port.
+            'GF_SIM_ADDR': address,
+            'GF_SIM_PYTHON': (python or sys.executable) if mode == 'local' else '/usr/bin/python3',
         }
         if mode == 'local':
             # No root here: nothing to become, every write lands below the node's root.
-            host.update(ansible_connection='local', ansible_host='127.0.1.%d' % index,
+            host.update(ansible_connection='local', ansible_host=address,
                         ansible_python_interpreter=python or sys.executable, gpu_fabric_become=False)
         else:
-            host.update(ansible_host=LAB_NET + str(LAB_FIRST_HOST + index), ansible_user='root',
+            host.update(ansible_host=address, ansible_user='root',
                         ansible_ssh_private_key_file=key,
                         ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                         ansible_python_interpreter='/usr/bin/python3')

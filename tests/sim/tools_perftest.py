@@ -18,8 +18,9 @@ Follows linux-rdma/perftest 6.06 (the version of fixtures/real/cpu-vm-no-rdma):
 - the byte layout of RESULT_LINE, RESULT_FMT(_G), RESULT_FMT_LAT(_DUR) and REPORT_FMT*,
   tabs included (the public fixtures are the same lines with tabs expanded);
 - the texts and exit status 1 of its failures: no device, port not ACTIVE, connection
-  refused, busy port, peer gone during the exchange, GPU missing, MR of GPU memory
-  refused, RoCE GID index without a GID (modify QP to RTR fails).
+  refused, busy port, peer gone during the exchange, peer gone during the test (a
+  completion error, status 12), GPU missing, MR of GPU memory refused, RoCE GID index
+  without a GID (modify QP to RTR fails).
 
 Two processes really talk over TCP (JSON lines, not perftest's wire format): the server
 listens on $GF_SIM_ADDR (a simulated node's address, e.g. 127.0.1.1), else on
@@ -36,7 +37,8 @@ Time: the run sleeps as long as the iterations would take at that rate, scaled d
 that a whole run stays under $GF_SIM_PERFTEST_MAX_S (default 0.5 s). Environment:
 GF_SIM_PERFTEST_HANG=1 makes a server accept its client and never answer;
 GF_SIM_PERFTEST_BUILD=cuda,cuda_dmabuf,rocm,maca says what the binary was built with
-(default: what the node's GPUs need). The real tool's sleep(1) after connecting is left out.
+(default: what the node's GPUs need); GF_SIM_PYTHON (read by the scripts) is the
+interpreter to start. The real tool's sleep(1) after connecting is left out.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import getopt
 import json
 import os
 import random
+import select
 import socket
 import sys
 import time
@@ -462,6 +465,14 @@ class Peer(object):
         except OSError:
             raise Exit(FAILURE, " Unable to write to socket/rdma_cm\n Failed to exchange data between server and clients\n")
 
+    def gone(self):
+        """Has the peer closed its end (process died)? Looked at without blocking."""
+        try:
+            readable = select.select([self.sock], [], [], 0)[0]
+            return bool(readable) and self.sock.recv(1, socket.MSG_PEEK) == b''
+        except OSError:
+            return True
+
     def recv(self):
         try:
             line = self.reader.readline()
@@ -702,7 +713,11 @@ def run(params, node, features, side):
 
     state = {}
     if params.tst == 'lat' and params.verb == 'read' and side == 'server':
-        # read_lat.c main(): only the client posts reads; the server closes and leaves.
+        # read_lat.c main(): only the client posts reads; the server waits in
+        # ctx_close_connection() for the client's end, then prints the dashes.
+        while 'done' not in peer.recv():
+            pass
+        peer.send({'bye': True})
         out(RESULT_LINE)
         return free
     out(RESULT_LINE)
@@ -712,27 +727,34 @@ def run(params, node, features, side):
         out((RESULT_FMT_LAT if params.duration is None else RESULT_FMT_LAT_DUR) + '\n')
 
     plan = [(size, iterations_for(params, size, gbps)) for size in sizes(params)]
+    # write/read bw: the server prints the client's last row only; read_lat: nothing.
     passive = params.tst == 'bw' and params.verb != 'send' and not params.duplex
+    silent = params.tst == 'lat' and params.verb == 'read'
     if side == 'client':
         delays = pace(params, plan, gbps)
-        rounds = 0
         while True:
             for (size, iters), delay in zip(plan, delays):
                 time.sleep(delay)
+                if peer.gone():
+                    # The remote QP went with its process: the requester retries, then
+                    # completes in error (IBV_WC_RETRY_EXC_ERR = 12); perftest_resources.h
+                    # NOTIFY_COMP_ERROR_SEND, then <tool>.c main().
+                    last = ' Failed to complete run_iter_bw function successfully' if params.tst == 'bw' else 'Test exited with Error'
+                    raise Exit(FAILURE, ' Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n'
+                                        'scnt=%d, ccnt=0\n%s\n' % (iters, last))
                 row = bw_row(params, size, gbps, iters) if params.tst == 'bw' else lat_row(params, size, gbps, extra_us, iters)
                 cpu_warning(params, node, state)
                 out(format_bw(params, row) if params.tst == 'bw' else format_lat(params, row))
-                if not passive:
+                if not passive and not silent:
                     peer.send({'row': row})
-            rounds += 1
             if not params.run_infinitely:
                 break
+        out(RESULT_LINE)
         if passive:
-            out(RESULT_LINE)
             peer.send({'final': row})
-        else:
-            peer.send({'done': True})
-            out(RESULT_LINE)
+        # ctx_close_connection(): a last handshake; a server that died shows here.
+        peer.send({'done': True})
+        peer.recv()
     else:
         while True:
             message = peer.recv()
@@ -740,12 +762,8 @@ def run(params, node, features, side):
                 break
             row = message.get('row') or message.get('final')
             cpu_warning(params, node, state)
-            if params.tst == 'bw':
-                out(format_bw(params, tuple(row)))
-            else:
-                out(format_lat(params, tuple(row)))
-            if 'final' in message:
-                break
+            out(format_bw(params, tuple(row)) if params.tst == 'bw' else format_lat(params, tuple(row)))
+        peer.send({'bye': True})
         out(RESULT_LINE)
     return free
 

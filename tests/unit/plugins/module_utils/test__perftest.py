@@ -216,9 +216,18 @@ def test_failure_kinds(stderr, kind, message):
     assert (status, failure['kind'], failure['message']) == ('failed', kind, message)
 
 
+def test_failure_kinds_are_documented():
+    assert _perftest.FAILURE_KINDS == ('no_device', 'context_failed', 'mr_failed', 'connect_failed', 'qp_transition_failed',
+                                       'exchange_failed', 'completion_error', 'bad_arguments', 'timeout', 'unparsed')
+    with open(os.path.join(os.path.dirname(_perftest.__file__), '..', 'modules', 'perftest_run.py')) as handle:
+        doc = handle.read().split('RETURN = r' + "'''", 1)[1]
+    for kind in _perftest.FAILURE_KINDS:
+        assert 'C(%s)' % kind in doc
+
+
 def test_failure_after_banner_keeps_settings():
     # Banner printed, then the peer vanished during the key exchange.
-    text = perftest('deepops_roce_ib_write_bw_rdma_cm_cpufreq_warn.txt').split(' local address')[0]
+    text = perftest('deepops_roce_ib_write_bw_rdma_cm_cpufreq_warn.txt').split(' local address', maxsplit=1)[0]
     parsed = _perftest.parse_output(text, " Failed to exchange data between server and clients\n")
     assert parsed['settings']['device'] == 'mlx5_0' and parsed['results'] == []
     assert _perftest.outcome(parsed, 1, 'client')[1]['kind'] == 'exchange_failed'
@@ -339,6 +348,10 @@ def test_run_single_timeout_kills_the_whole_group():
     assert report['failure']['kind'] == 'timeout' and report['status'] == 'failed' and report['killed']
     assert report['rc'] < 0
     child = int(report['stdout'].split()[0])
+    # SIGKILL was sent to the group; the kernel delivers it when the child next runs.
+    deadline = time.time() + 5
+    while not _gone(child) and time.time() < deadline:
+        time.sleep(0.02)
     assert _gone(child)
 
 
@@ -352,8 +365,8 @@ def test_run_client_retries_only_while_refused(tmp_path):
     script = tmp_path / 'client.sh'
     count = tmp_path / 'count'
     script.write_text('echo x >> %s\necho "Couldn\'t connect to 127.0.0.1:1" >&2\nexit 1\n' % count)
-    report = _perftest.run_client(['sh', str(script)], 10, wait_for_server=1)
-    assert report['attempts'] >= 3 and report['failure']['kind'] == 'connect_failed'
+    report = _perftest.run_client(['sh', str(script)], 10, wait_for_server=2)
+    assert report['attempts'] >= 2 and report['failure']['kind'] == 'connect_failed'
     assert len(count.read_text().splitlines()) == report['attempts']
     report = _perftest.run_client(['sh', '-c', 'echo "Failed to modify QP to RTR" >&2; exit 1'], 10, wait_for_server=5)
     assert report['attempts'] == 1 and report['failure']['kind'] == 'qp_transition_failed'
@@ -401,3 +414,34 @@ def test_run_loopback_server_that_exits_early():
     server, client = _perftest.run_loopback(
         ['sh', '-c', 'echo "Couldn\'t listen to port 18515" >&2; exit 1'], ['true'], _free_port(), 10)
     assert client is None and server['failure']['kind'] == 'connect_failed' and not server['killed']
+
+
+MODULE_LIKE = '''
+import sys
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+_perftest.run_single(['sh', '-c', 'echo $$ > %s; exec sleep 60'], 60, role='server')
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='PR_SET_PDEATHSIG is Linux')
+@pytest.mark.parametrize('signum', [9, 15])
+def test_server_dies_with_the_module(tmp_path, signum):
+    """A module killed outright (9) or asked to stop (15) leaves no perftest behind."""
+    pidfile = tmp_path / 'server.pid'
+    module = subprocess.Popen([sys.executable, '-c', MODULE_LIKE % pidfile], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        deadline = time.time() + 20
+        while not (pidfile.exists() and pidfile.read_text().strip()) and time.time() < deadline:
+            time.sleep(0.05)
+        server = int(pidfile.read_text())
+        assert not _gone(server)
+        module.send_signal(signum)
+        module.wait(timeout=20)
+        deadline = time.time() + 10
+        while not _gone(server) and time.time() < deadline:
+            time.sleep(0.05)
+        assert _gone(server)
+    finally:
+        if module.poll() is None:
+            module.kill()
+            module.wait()
