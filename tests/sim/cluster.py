@@ -61,7 +61,7 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                 'gpu_fabric_sim_faults': applied, 'gpu_fabric_sim_expect': expect}
         # Stand-ins for the tools that act (modprobe, cpupower, ...) come first on PATH,
         # and learn which simulated node they act on from GF_SIM_ROOT.
-        address = ('127.0.1.%d' if mode == 'local' else LAB_NET + '%d') % (index if mode == 'local' else LAB_FIRST_HOST + index)
+        address = '127.0.1.%d' % index if mode == 'local' else '%s%d' % (LAB_NET, LAB_FIRST_HOST + index)
         host['gpu_fabric_environment'] = {
             'PATH': SIM_BIN + ':/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
             'GF_SIM_ROOT': root,
