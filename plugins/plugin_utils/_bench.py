@@ -142,7 +142,7 @@ def round_records(me, tests, client_results, server_results, before, after, roun
                 record.update(status=result.get('status') or ('failed' if result.get('failed') else 'unknown'),
                               summary=result.get('summary'), failure=result.get('failure'),
                               settings=result.get('settings'), warnings=result.get('warnings', []),
-                              gpu=result.get('gpu'))
+                              gpu=result.get('gpu'), elapsed_s=result.get('elapsed_s'))
                 if result.get('failed') and not result.get('failure'):
                     record['failure'] = {'kind': 'task_failed', 'message': result.get('msg')}
                     record['status'] = 'failed'
@@ -190,7 +190,7 @@ def report(nodes, options):
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
                      'status': record['status'], 'failure': record.get('failure'),
                      'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
-                     'port_rate_gbps': expected, 'verdict': 'ok', 'reasons': []}
+                     'port_rate_gbps': expected, 'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': []}
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
                 entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
