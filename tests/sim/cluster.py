@@ -35,7 +35,7 @@ LAB_FIRST_HOST = 10
 
 
 def load_spec(name_or_path):
-    path = name_or_path if os.path.exists(name_or_path) else os.path.join(HERE, 'clusters', name_or_path + '.yml')
+    path = name_or_path if os.path.isfile(name_or_path) else os.path.join(HERE, 'clusters', name_or_path + '.yml')
     with open(path) as handle:
         return yaml.safe_load(handle)
 

@@ -72,7 +72,7 @@ ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
 
 def load_profile(name_or_path):
     path = name_or_path
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         path = os.path.join(PROFILE_DIR, name_or_path + '.yml')
     with open(path) as handle:
         return yaml.safe_load(handle)
