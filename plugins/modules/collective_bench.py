@@ -1,0 +1,514 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: collective_bench
+short_description: Run or parse nccl-tests, rccl-tests and MetaX mccl tests (all_reduce_perf and the other *_perf)
+version_added: 0.1.0
+description:
+  - Runs one of the collective benchmarks of nccl-tests, rccl-tests or the MetaX mccl tests on this
+    node (O(launcher=local)) or across nodes (O(launcher=mpirun) or O(launcher=srun)) and returns
+    the result table, the tool's average bus bandwidth, the ranks and devices it ran on, the
+    versions, and the transport NCCL used (network, HCAs, GPUDirect RDMA) read from its INFO lines.
+  - Uses the JSON output (C(-J)) when the binary offers it, the text table otherwise; both give the
+    same result structure and the same numbers.
+  - With O(from_log), parses an existing output (text or JSON, told apart by its content) instead of running.
+  - The launcher runs in its own session, bounded by O(timeout), and is killed and reaped with its
+    whole process group when the time is up or anything fails.
+  - A failed benchmark is a result, not a task failure. The task returns RV(status=failed) with
+    RV(failure) and succeeds, so that a sweep over many nodes keeps every record; set
+    O(fail_on_error=true) to fail the task instead. Bad arguments always fail the task.
+  - Running a benchmark changes nothing on the node, so C(changed) is always false.
+author:
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode nothing is run; the task is skipped and returns the command it would run. O(from_log) is parsed.
+    description: Can run in check_mode and return changed status prediction without modifying target.
+  diff_mode:
+    support: none
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+options:
+  benchmark:
+    description:
+      - The benchmark binary to run, looked up on E(PATH) unless O(binary) is given.
+    type: str
+    default: all_reduce_perf
+    choices: [all_reduce_perf, all_gather_perf, reduce_scatter_perf, sendrecv_perf, alltoall_perf, broadcast_perf, reduce_perf]
+  binary:
+    description:
+      - Path of the benchmark binary, for builds outside E(PATH) (for example C(/opt/nccl-tests/build/all_reduce_perf)).
+    type: path
+  launcher:
+    description:
+      - C(local) runs the binary here (use O(gpus_per_process) for several GPUs).
+      - C(mpirun) starts O(processes) ranks over O(hosts) with Open MPI, passing O(env) with C(-x).
+      - C(srun) starts the ranks with Slurm.
+    type: str
+    default: local
+    choices: [local, mpirun, srun]
+  hosts:
+    description:
+      - Hosts of the ranks (C(mpirun --host h1:slots,...), C(srun --nodelist)).
+    type: list
+    elements: str
+    default: []
+  slots_per_host:
+    description:
+      - Ranks per host, usually the GPUs of a node. With O(hosts) it sets C(-np) when O(processes) is not given.
+    type: int
+  processes:
+    description:
+      - Total number of ranks (C(mpirun -np), C(srun -n)).
+    type: int
+  nodes:
+    description:
+      - Number of nodes for C(srun -N); defaults to the number of O(hosts).
+    type: int
+  oob_cidr:
+    description:
+      - Network (CIDR) for MPI's own traffic and daemons (C(--mca btl_tcp_if_include), C(--mca oob_tcp_if_include)).
+    type: str
+  launcher_path:
+    description:
+      - Path of C(mpirun) or C(srun); looked up on E(PATH) when not given.
+    type: path
+  launcher_args:
+    description:
+      - Further arguments for the launcher, placed before the benchmark (for example C(--allow-run-as-root)).
+    type: list
+    elements: str
+    default: []
+  min_bytes:
+    description: Smallest size (C(-b)), with an optional K, M or G suffix.
+    type: str
+  max_bytes:
+    description: Largest size (C(-e)), with an optional K, M or G suffix.
+    type: str
+  step_factor:
+    description: Multiplication factor between sizes (C(-f)).
+    type: int
+  step_bytes:
+    description: Fixed increment between sizes (C(-i)); mutually exclusive with O(step_factor).
+    type: int
+  gpus_per_process:
+    description: GPUs per process (C(-g)).
+    type: int
+  threads:
+    description: Threads per process (C(-t)).
+    type: int
+  iterations:
+    description: Timed iterations per size (C(-n)).
+    type: int
+  warmup_iters:
+    description: Warm-up iterations per size (C(-w)).
+    type: int
+  datatype:
+    description: Data type (C(-d)), for example C(float), C(bfloat16), C(half).
+    type: str
+  op:
+    description: Reduction operation (C(-o)), for example C(sum), C(max).
+    type: str
+  root:
+    description: Root rank of rooted collectives (C(-r)).
+    type: int
+  check:
+    description: Validation iterations (C(-c)); C(0) disables validation and the tool prints C(N/A) as C(#wrong).
+    type: int
+  blocking:
+    description: Blocking collectives (C(-z)).
+    type: bool
+  cuda_graph:
+    description: Number of CUDA graph launches (C(-G)).
+    type: int
+  test_timeout:
+    description: The benchmark's own timeout in seconds (C(-T)), where the binary has it.
+    type: int
+  output_format:
+    description:
+      - C(auto) passes C(-J) when the binary's C(-h) lists it, C(json) always, C(text) never.
+      - Across nodes the JSON file is written by rank 0, which may be on another node; when it is not
+        found here, the text output is parsed.
+    type: str
+    default: auto
+    choices: [auto, json, text]
+  extra_args:
+    description: Further arguments for the benchmark, after the others.
+    type: list
+    elements: str
+    default: []
+  env:
+    description:
+      - Library environment (C(NCCL_*), C(RCCL_*), C(MCCL_*) and the like) for every rank.
+    type: dict
+    default: {}
+  debug:
+    description:
+      - Sets C(NCCL_DEBUG=INFO) and C(NCCL_DEBUG_SUBSYS=INIT,NET) (unless O(env) sets them), so that
+        RV(transport) can be read from the output.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds after which the launcher and every process of its group are killed.
+    type: int
+    default: 900
+  fail_on_error:
+    description: Fail the task when the benchmark failed, instead of returning RV(status=failed).
+    type: bool
+    default: false
+  from_log:
+    description:
+      - Parse this saved output (the text, or the C(-J) JSON) instead of running.
+    type: path
+requirements:
+  - nccl-tests, rccl-tests or the MetaX mccl tests on the nodes, and Open MPI or Slurm across nodes (not for O(from_log)).
+notes:
+  - RV(avg_busbw_gbs) is the tool's own C(Avg bus bandwidth); numbers from C(-J) are rounded as the text table prints them.
+  - The C(gdr) field of RV(transport) is C(true) when channels go C(via NET/IB/x/GDRDMA), C(false) when any rank reports
+    C(GPU Direct RDMA Disabled), and null when the output cannot tell (no INFO lines).
+'''
+
+EXAMPLES = r'''
+- name: All-reduce over the two GPUs of this node
+  hpc.gpu_fabric.collective_bench:
+    binary: /opt/nccl-tests/build/all_reduce_perf
+    min_bytes: 8
+    max_bytes: 1G
+    step_factor: 2
+    gpus_per_process: 2
+  register: local_run
+
+- name: All-reduce across two nodes, eight ranks each, MPI on the management network
+  hpc.gpu_fabric.collective_bench:
+    launcher: mpirun
+    hosts: [node1, node2]
+    slots_per_host: 8
+    oob_cidr: 10.0.0.0/8
+    binary: /opt/nccl-tests/build/all_reduce_perf
+    min_bytes: 1K
+    max_bytes: 1G
+    datatype: bfloat16
+    env:
+      NCCL_IB_HCA: mlx5_0,mlx5_1
+  run_once: true
+  register: fleet
+
+- name: Parse a saved output
+  hpc.gpu_fabric.collective_bench:
+    from_log: /srv/tickets/4711/all_reduce_perf.txt
+  delegate_to: localhost
+'''
+
+RETURN = r'''
+status:
+  description: C(ok), C(failed) (see RV(failure)) or C(skipped) (check mode).
+  returned: always
+  type: str
+  sample: ok
+failure:
+  description:
+    - What failed - C(kind) (launch_failed, missing_binary, invalid_usage, nccl_init_failed, gpu_failed,
+      data_corruption, truncated, exit_status, timeout, unparsed), C(message) and the tool's C(lines); null when ok.
+  returned: always
+  type: dict
+  sample: {kind: invalid_usage, message: "Invalid number of GPUs: 3 requested but only 2 were found.", lines: []}
+benchmark:
+  description: The benchmark that ran (or that the log names).
+  returned: always
+  type: str
+  sample: all_reduce_perf
+results:
+  description:
+    - One entry per size - C(size_bytes), C(count), C(type), C(redop), C(root), and C(out_of_place) and C(in_place),
+      each with C(time_us), C(algbw_gbs), C(busbw_gbs), C(wrong) (null where the tool printed N/A) and C(error)
+      (the old nccl-tests error column, else null).
+  returned: always
+  type: list
+  elements: dict
+avg_busbw_gbs:
+  description: The tool's C(Avg bus bandwidth) in GB/s, as printed.
+  returned: always
+  type: float
+  sample: 87.6407
+max_busbw_gbs:
+  description: The highest bus bandwidth of any size, in or out of place.
+  returned: always
+  type: float
+  sample: 327.22
+out_of_bounds:
+  description: The tool's out-of-bounds line - C(count) and C(ok).
+  returned: always
+  type: dict
+  sample: {count: 0, ok: true}
+wrong_total:
+  description: Sum of the C(#wrong) cells; null when the tool printed none (N/A, or the old error column).
+  returned: always
+  type: int
+  sample: 0
+header:
+  description: The run's settings as the tool printed them (threads, gpus, min_bytes, max_bytes, step_factor, iters, ...).
+  returned: always
+  type: dict
+ranks:
+  description: The ranks - C(rank), C(group), C(pid), C(host), C(device), C(bus_id), C(name).
+  returned: always
+  type: list
+  elements: dict
+hosts:
+  description: The hosts of the ranks, in rank order.
+  returned: always
+  type: list
+  elements: str
+versions:
+  description: C(tool) (nccl-tests, rccl-tests), C(tests), C(headers), C(library) and C(library_version).
+  returned: always
+  type: dict
+  sample: {tool: nccl-tests, tests: 2.19.6, headers: 22809, library: 22809, library_version: 2.28.9+cuda13.0}
+transport:
+  description: C(net) (IB, Socket, ...), C(hcas), C(gdr) and the C(evidence) lines they were read from.
+  returned: always
+  type: dict
+  sample: {net: Socket, hcas: [], gdr: false, evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"]}
+format:
+  description: C(json) or C(text), the output that was parsed.
+  returned: always
+  type: str
+cmd:
+  description: The command line that ran (or would run, in check mode).
+  returned: when not from_log
+  type: list
+  elements: str
+rc:
+  description: Exit status of the launcher.
+  returned: when a command ran
+  type: int
+stdout:
+  description: Output of the run.
+  returned: when a command ran
+  type: str
+stderr:
+  description: Error output of the run.
+  returned: when a command ran
+  type: str
+elapsed_s:
+  description: Seconds the run took.
+  returned: when a command ran
+  type: float
+'''
+
+import os
+import shutil
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _nccl, _perftest
+
+RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
+               'out_of_bounds', 'wrong_total', 'transport', 'format')
+
+
+class ArgumentError(Exception):
+    pass
+
+
+def validate(params):
+    if params['from_log'] is not None:
+        return
+    for key in ('min_bytes', 'max_bytes'):
+        if params[key] is not None and _nccl.parse_size(params[key]) is None:
+            raise ArgumentError('%s must be a size such as 8, 1K, 64M or 1G, not %r' % (key, params[key]))
+    for key in ('slots_per_host', 'processes', 'nodes', 'step_factor', 'step_bytes', 'gpus_per_process', 'threads',
+                'iterations', 'timeout', 'test_timeout'):
+        if params[key] is not None and params[key] < 1:
+            raise ArgumentError('%s must be a positive integer' % key)
+    if params['launcher'] == 'mpirun' and not (params['hosts'] or params['processes']):
+        raise ArgumentError('launcher=mpirun needs hosts (with slots_per_host) or processes')
+    if params['launcher'] == 'local':
+        for key in ('hosts', 'slots_per_host', 'processes', 'nodes', 'oob_cidr', 'launcher_path'):
+            if params[key]:
+                raise ArgumentError('%s applies to launcher mpirun or srun, not local' % key)
+    for name in params['env']:
+        if not name or '=' in name:
+            raise ArgumentError('env names must be non-empty and without "=": %r' % name)
+
+
+def result_of(parsed, status, failure):
+    result = dict((key, parsed[key]) for key in RESULT_KEYS)
+    result.update(status=status, failure=failure)
+    return result
+
+
+def parse_log(params):
+    try:
+        with open(params['from_log'], 'rb') as handle:
+            text = handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError) as exc:
+        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], exc))
+    parsed = _nccl.parse_any(text)
+    status, failure = _nccl.outcome(parsed)
+    return result_of(parsed, status, failure)
+
+
+def find_binary(module, params):
+    if params['binary']:
+        return params['binary'] if os.access(params['binary'], os.X_OK) else None
+    return module.get_bin_path(params['benchmark'], required=False)
+
+
+def wants_json(module, params, binary):
+    if params['output_format'] != 'auto':
+        return params['output_format'] == 'json'
+    # -h prints the usage and exits (common.cu); builds before 2.17 have no -J.
+    rc, out, err = module.run_command([binary, '-h'], environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+    return _nccl.help_has_json(out + err)
+
+
+def run(module, params):
+    binary = find_binary(module, params)
+    missing = binary is None
+    if missing:
+        binary = params['binary'] or params['benchmark']
+    launcher_options = dict((key, params[key]) for key in ('hosts', 'slots_per_host', 'processes', 'nodes', 'oob_cidr',
+                                                           'launcher_args'))
+    if params['launcher'] != 'local':
+        path = params['launcher_path'] or module.get_bin_path(params['launcher'], required=False)
+        if path is None:
+            raise ArgumentError('%s not found on PATH: install it or give launcher_path' % params['launcher'])
+        launcher_options['%s_path' % params['launcher']] = path
+    # The user's env wins over the debug defaults (library_env applies it last).
+    added = _nccl.library_env(params['env'], params['debug'])
+    bench_options = dict((key, params[key]) for key, _flag in _nccl.BENCH_FLAGS)
+    bench_options['extra_args'] = params['extra_args']
+    tmpdir = tempfile.mkdtemp(prefix='collective_bench.')
+    try:
+        if params['launcher'] == 'local':
+            use_json = not missing and wants_json(module, params, binary)
+        else:  # the binary is on the nodes, maybe not here: -J only when asked for
+            use_json = params['output_format'] == 'json'
+        json_path = os.path.join(tmpdir, '%s.json' % params['benchmark']) if use_json else None
+        argv = _nccl.bench_argv(binary, bench_options, json_path)
+        cmd = _nccl.launch_argv(params['launcher'], argv, launcher_options, sorted(added))
+        if module.check_mode:
+            parsed = _nccl.parse_text('')
+            result = result_of(parsed, 'skipped', None)
+            result.update(skipped=True, cmd=cmd, msg='the benchmark is not run in check mode')
+            return result
+        if missing and params['launcher'] == 'local':
+            result = result_of(_nccl.parse_text(''), 'failed', {
+                'kind': 'missing_binary', 'lines': [],
+                'message': '%s not found (or not executable): build nccl-tests, rccl-tests or the mccl tests, '
+                           'or give its path in binary' % binary})
+            result['cmd'] = cmd
+            return result
+        return execute(cmd, added, params['timeout'], json_path)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def execute(cmd, added, timeout, json_path):
+    env = _perftest.c_locale_env()
+    env.update(added)
+    launched = None
+    with _perftest._Guard():
+        try:
+            launched = _perftest.Launched(cmd, env, 'benchmark')
+            if not launched.wait_until(launched.started + timeout):
+                launched.timed_out = True
+        finally:
+            if launched is not None:
+                launched.finish()
+    stdout, stderr = launched.output()
+    parsed = _nccl.parse_text(stdout, stderr)
+    if json_path and os.path.exists(json_path):
+        with open(json_path, 'rb') as handle:
+            from_json = _nccl.parse_json(handle.read().decode('utf-8', 'replace'))
+        if from_json['results']:
+            parsed = _nccl.merge(from_json, parsed)
+    if launched.timed_out or launched.killed:
+        status, failure = 'failed', {'kind': 'timeout', 'lines': [],
+                                     'message': '%s did not finish in %d s; its process group was killed'
+                                                % (os.path.basename(cmd[0]), timeout)}
+    else:
+        status, failure = _nccl.outcome(parsed, launched.rc)
+    result = result_of(parsed, status, failure)
+    result.update(cmd=cmd, rc=launched.rc, stdout=stdout, stderr=stderr,
+                  elapsed_s=round(launched.ended - launched.started, 3))
+    return result
+
+
+def message(result):
+    name = result['benchmark'] or 'benchmark'
+    if result['status'] == 'skipped':
+        return result['msg']
+    if result['status'] == 'failed':
+        return '%s failed (%s): %s' % (name, result['failure']['kind'], result['failure']['message'])
+    return '%s: avg bus bandwidth %s GB/s, max %s GB/s over %d sizes' % (
+        name, result['avg_busbw_gbs'], result['max_busbw_gbs'], len(result['results']))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            benchmark=dict(type='str', default='all_reduce_perf', choices=list(_nccl.BENCHMARKS)),
+            binary=dict(type='path'),
+            launcher=dict(type='str', default='local', choices=list(_nccl.LAUNCHERS)),
+            hosts=dict(type='list', elements='str', default=[]),
+            slots_per_host=dict(type='int'),
+            processes=dict(type='int'),
+            nodes=dict(type='int'),
+            oob_cidr=dict(type='str'),
+            launcher_path=dict(type='path'),
+            launcher_args=dict(type='list', elements='str', default=[]),
+            min_bytes=dict(type='str'),
+            max_bytes=dict(type='str'),
+            step_factor=dict(type='int'),
+            step_bytes=dict(type='int'),
+            gpus_per_process=dict(type='int'),
+            threads=dict(type='int'),
+            iterations=dict(type='int'),
+            warmup_iters=dict(type='int'),
+            datatype=dict(type='str'),
+            op=dict(type='str'),
+            root=dict(type='int'),
+            check=dict(type='int'),
+            blocking=dict(type='bool'),
+            cuda_graph=dict(type='int'),
+            test_timeout=dict(type='int'),
+            output_format=dict(type='str', default='auto', choices=['auto', 'json', 'text']),
+            extra_args=dict(type='list', elements='str', default=[]),
+            env=dict(type='dict', default={}),
+            debug=dict(type='bool', default=True),
+            timeout=dict(type='int', default=900),
+            fail_on_error=dict(type='bool', default=False),
+            from_log=dict(type='path'),
+        ),
+        mutually_exclusive=[('step_factor', 'step_bytes')],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        validate(params)
+        result = parse_log(params) if params['from_log'] is not None else run(module, params)
+    except ArgumentError as exc:
+        module.fail_json(msg=str(exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg='cannot run %s: %s' % (params['benchmark'], exc))
+    except _perftest.Terminated as exc:
+        module.fail_json(msg='collective_bench stopped by %s; every process it started was killed' % exc)
+    # Explicit: Ansible counts a result with a non-zero rc and no 'failed' as failed.
+    result['changed'] = False
+    result['failed'] = False
+    result['msg'] = message(result)
+    if result['status'] == 'failed' and params['fail_on_error']:
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
