@@ -75,6 +75,14 @@ def bench_round_records(me, tests, client_results, server_results, before, after
     return _bench.round_records(me, tests, client_results, server_results, before, after, round_number, memory)
 
 
+def bench_sequence(me, rounds, plans, memories, base_port):
+    return _bench.sequence_steps(me, rounds or [], plans or {}, memories or [], base_port)
+
+
+def bench_sequence_records(me, steps, result):
+    return _bench.sequence_records(me, steps or [], result or {})
+
+
 def bench_report(hostvars, hosts, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('bench_report: hosts must be a list of inventory names')
@@ -93,4 +101,6 @@ class FilterModule(object):
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,
             'bench_round_records': bench_round_records,
+            'bench_sequence': bench_sequence,
+            'bench_sequence_records': bench_sequence_records,
         }

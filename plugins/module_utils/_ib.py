@@ -45,6 +45,14 @@ COUNTER_BITS = {
 }
 
 # IB MTU enum values, include/rdma/ib_verbs.h enum ib_mtu.
+# Error counters whose increase during a test is attributed to that test's link
+# (IBTA PortCounters; the same names as ib_link_facts' counters).
+ERROR_COUNTERS = ('symbol_error', 'link_error_recovery', 'link_downed', 'port_rcv_errors',
+                  'port_rcv_remote_physical_errors', 'port_rcv_switch_relay_errors', 'port_xmit_discards',
+                  'local_link_integrity_errors', 'excessive_buffer_overrun_errors', 'VL15_dropped')
+# hw_counters of mlx5 that count retransmissions and broken RC operations.
+HW_ERROR_COUNTERS = ('local_ack_timeout_err', 'out_of_sequence', 'packet_seq_err', 'req_cqe_error',
+                     'resp_cqe_error', 'rnr_nak_retry_err', 'req_transport_retries_exceeded')
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 # include/rdma/ib_addr.h iboe_get_mtu(): RoCE headers the netdev MTU must carry
 # besides the IB payload: GRH 40 + UDP 8 + BTH 12 + XRC ext 4 + AtomicETH 28 + ICRC 4.
@@ -297,3 +305,17 @@ def read_ib(sysroot, ibv_mtus=None):
             'ports': ports,
         })
     return devices
+
+
+def error_counters(devices):
+    """Only the error counters of each port (ERROR_COUNTERS, HW_ERROR_COUNTERS), in the
+    shape of read_ib()'s devices: what a benchmark compares before and after a test."""
+    reduced = []
+    for device in devices or []:
+        ports = []
+        for port in device.get('ports', []):
+            ports.append({'port': port.get('port'),
+                          'counters': dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS),
+                          'hw_counters': dict((k, v) for k, v in (port.get('hw_counters') or {}).items() if k in HW_ERROR_COUNTERS)})
+        reduced.append({'name': device['name'], 'ports': ports})
+    return {'devices': reduced}

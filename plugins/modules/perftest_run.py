@@ -14,6 +14,10 @@ description:
     (O(role=loopback)), and returns the result table normalised to Gb/s and microseconds, the
     settings the tool's banner reported, its warnings, and on failure what failed, by kind.
   - With O(from_log), parses an existing perftest output instead of running anything.
+  - With O(sequence), runs this node's whole share of a pairwise benchmark in one process - step after step,
+    the tests of one step (one per rail) at once - and keeps in step with the other nodes through a small TCP
+    beacon on O(address) (see O(sequence)). This is how the C(fabric_bench) role runs a full mesh with one
+    async task per node instead of several tasks per round.
   - Every perftest process runs in its own session, bounded by O(timeout), and is killed
     and reaped with its whole process group when the time is up or anything fails; it also
     dies with the module (Linux C(PR_SET_PDEATHSIG)). A server never outlives its test.
@@ -168,6 +172,52 @@ options:
     description:
       - Parse this saved perftest output (stdout and stderr together) instead of running.
     type: path
+  sequence:
+    description:
+      - This node's steps of a pairwise benchmark, in order; every node of the run gets the same number of steps
+        (a step without tests for this node is an empty list). Each step is a dict with C(tests), a list of dicts
+        with C(side) (C(server) or C(client)), C(peer) (the other node's out-of-band address, where its beacon
+        listens and, for a client, its server), and optionally C(device), C(tcp_port), C(use_cuda), C(use_rocm),
+        C(use_maca) for that test; any other key (C(round), C(memory), C(pair_id), C(rail), ...) is returned as
+        given. The other options (O(test), O(size), O(iterations), O(timeout), O(wait_for_server), ...) apply to
+        every test.
+      - A client starts when its server's beacon reports the same step, and again while its connection is
+        refused (up to O(wait_for_server) seconds). A server whose client is still in an earlier step waits for
+        it; O(timeout) counts from the client's arrival. A peer whose beacon stops answering for O(dead_after)
+        seconds (or never answers within O(start_grace)) is lost - its tests fail with kind C(peer_lost) and the
+        node goes on.
+      - Mutually exclusive with O(role) and O(from_log). Needs O(address) and O(run_id).
+    type: list
+    elements: dict
+  address:
+    description: With O(sequence), this node's out-of-band address; the beacon listens on it.
+    type: str
+  beacon_port:
+    description: With O(sequence), the TCP port of the beacon (the same on every node).
+    type: int
+    default: 18514
+  run_id:
+    description:
+      - With O(sequence), a token shared by all nodes of one run; a beacon answering with another token (a
+        previous run, another service) does not count.
+    type: str
+  dead_after:
+    description: With O(sequence), seconds without an answer from a peer's beacon, once seen, after which the peer is lost.
+    type: int
+    default: 10
+  start_grace:
+    description: With O(sequence), seconds a peer's beacon may take to appear at the start (nodes start at different times).
+    type: int
+    default: 60
+  root:
+    description:
+      - With O(sequence), read the ports' error counters below this root before the first step and after
+        each step (RV(counters_start), and C(counters) of each of RV(steps)); V(null) reads none.
+    type: path
+  keep_output:
+    description: With O(sequence), return C(stdout) and C(stderr) of every test, not only of failed ones.
+    type: bool
+    default: false
 requirements:
   - perftest on the node for running tests (not for O(from_log)).
 notes:
@@ -316,15 +366,29 @@ attempts:
   type: int
   sample: 1
 elapsed_s:
-  description: Seconds the test took.
+  description: Seconds the test took (with O(sequence), the whole sequence).
   returned: when a tool ran
   type: float
   sample: 1.82
+steps:
+  description:
+    - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(root) is given) and
+      C(tests), each test as given in O(sequence) (less C(peer)) with C(status), C(failure), C(results),
+      C(summary), C(settings), C(tool_warnings), C(cmd), C(attempts), C(elapsed_s).
+  returned: with O(sequence), when not in check mode
+  type: list
+  elements: dict
+counters_start:
+  description: With O(sequence) and O(root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
+  returned: with O(sequence) and O(root), when not in check mode
+  type: dict
 '''
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 
 class ArgumentError(Exception):
@@ -334,6 +398,9 @@ class ArgumentError(Exception):
 def validate(params):
     """Everything wrong with the arguments, before anything runs."""
     if params['from_log'] is not None:
+        return
+    if params['sequence'] is not None:
+        validate_sequence(params)
         return
     if params['test'] is None:
         raise ArgumentError('test is required unless from_log is given')
@@ -368,6 +435,70 @@ def validate(params):
         for key in ('client_device', 'client_ib_port', 'client_gpu'):
             if params[key] is not None:
                 raise ArgumentError('%s applies to role=loopback only' % key)
+
+
+def validate_sequence(params):
+    if params['test'] is None:
+        raise ArgumentError('test is required with sequence')
+    if params['role'] is not None:
+        raise ArgumentError('sequence and role are mutually exclusive: each test of the sequence names its side')
+    for key in ('address', 'run_id'):
+        if not params[key]:
+            raise ArgumentError('sequence needs %s' % key)
+    if not 1 <= params['beacon_port'] <= 65535:
+        raise ArgumentError('beacon_port must be between 1 and 65535')
+    for number, step in enumerate(params['sequence'], 1):
+        tests = step.get('tests') if isinstance(step, dict) else None
+        if not isinstance(tests, list):
+            raise ArgumentError('sequence step %d: a dict with a list of tests is expected' % number)
+        for test in tests:
+            if not isinstance(test, dict) or test.get('side') not in ('server', 'client') or not test.get('peer'):
+                raise ArgumentError('sequence step %d: every test needs side (server or client) and peer, got %r' % (number, test))
+            for key in ('use_cuda', 'use_rocm', 'use_maca', 'tcp_port'):
+                if test.get(key) is not None and not isinstance(test[key], int):
+                    raise ArgumentError('sequence step %d: %s must be an integer, got %r' % (number, key, test[key]))
+    for key in ('size', 'iterations', 'timeout', 'dead_after', 'start_grace'):
+        if params[key] is not None and params[key] < 1:
+            raise ArgumentError('%s must be a positive integer' % key)
+
+
+def run_sequence(module, params):
+    binary = module.get_bin_path(params['test'], required=False)
+    if binary is None:
+        raise ArgumentError('%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)' % params['test'])
+    base = side_options(params)
+
+    def build(entry):
+        options = dict(base)
+        for key in ('device', 'tcp_port', 'use_cuda', 'use_rocm', 'use_maca'):
+            if entry.get(key) is not None:
+                options[key] = entry[key]
+        return _perftest.build_argv(binary, params['test'], options, entry['peer'] if entry['side'] == 'client' else None)
+
+    if module.check_mode:
+        return {'status': 'skipped', 'skipped': True, 'results': [], 'settings': {}, 'tool_warnings': [], 'failure': None,
+                'units': None, 'msg': 'perftest is not run in check mode',
+                'cmds': [[build(t) for t in step.get('tests') or []] for step in params['sequence']]}
+    counters = None
+    if params['root']:
+        def counters():
+            return error_counters(read_ib(SysRoot(params['root'])))
+    options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
+                                                  'dead_after', 'start_grace'))
+    try:
+        done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
+    except _sequence.BeaconError as exc:
+        raise ArgumentError(str(exc))
+    tests = [t for step in done['steps'] for t in step['tests']]
+    failed = [t for t in tests if t['status'] != 'ok']
+    result = {'status': 'failed' if failed else 'ok', 'steps': done['steps'], 'counters_start': done['counters_start'],
+              'elapsed_s': done['elapsed_s'], 'results': [], 'settings': {}, 'tool_warnings': [], 'units': None,
+              'failure': None, 'tests': len(tests), 'tests_failed': len(failed)}
+    if failed:
+        kinds = sorted(set((t['failure'] or {}).get('kind', 'unknown') for t in failed))
+        result['failure'] = {'kind': kinds[0] if len(kinds) == 1 else 'several', 'lines': [],
+                             'message': '%d of %d tests failed (%s)' % (len(failed), len(tests), ', '.join(kinds))}
+    return result
 
 
 def side_options(params, client=False):
@@ -499,6 +630,9 @@ def message(result):
     if result['status'] == 'failed':
         failure = result['failure']
         return '%s %s failed (%s): %s' % (result['test'], result['role'], failure['kind'], failure['message'])
+    if result['role'] == 'sequence':
+        return '%s sequence: %d step(s), %d test(s), all ok in %.1f s' % (result['test'], len(result['steps']), result['tests'],
+                                                                          result['elapsed_s'])
     summary = result['summary']
     if summary.get('bw_avg_gbps') is not None:
         return '%s %s: %.2f Gb/s average at %d bytes' % (result['test'], result['role'], summary['bw_avg_gbps'], summary['bytes'])
@@ -538,6 +672,14 @@ def main():
             wait_for_server=dict(type='int', default=0),
             fail_on_error=dict(type='bool', default=False),
             from_log=dict(type='path'),
+            sequence=dict(type='list', elements='dict'),
+            address=dict(type='str'),
+            beacon_port=dict(type='int', default=18514),
+            run_id=dict(type='str'),
+            dead_after=dict(type='int', default=10),
+            start_grace=dict(type='int', default=60),
+            root=dict(type='path'),
+            keep_output=dict(type='bool', default=False),
         ),
         mutually_exclusive=[('iterations', 'duration'), ('use_cuda', 'use_rocm', 'use_maca')],
         supports_check_mode=True,
@@ -547,6 +689,9 @@ def main():
         validate(params)
         if params['from_log'] is not None:
             result = parse_log(module, params)
+        elif params['sequence'] is not None:
+            result = run_sequence(module, params)
+            result.update(test=params['test'], role='sequence')
         else:
             result = run(module, params)
             result.update(test=params['test'], role=params['role'])

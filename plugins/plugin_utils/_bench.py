@@ -10,16 +10,9 @@ the fabric_bench role calls them through filters.
 
 from __future__ import annotations
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 
-# Error counters whose increase during a test is attributed to that test's link
-# (IBTA PortCounters; the same names as ib_link_facts' counters).
-ERROR_COUNTERS = ('symbol_error', 'link_error_recovery', 'link_downed', 'port_rcv_errors',
-                  'port_rcv_remote_physical_errors', 'port_rcv_switch_relay_errors', 'port_xmit_discards',
-                  'local_link_integrity_errors', 'excessive_buffer_overrun_errors', 'VL15_dropped')
-# hw_counters of mlx5 that count retransmissions and broken RC operations.
-HW_ERROR_COUNTERS = ('local_ack_timeout_err', 'out_of_sequence', 'packet_seq_err', 'req_cqe_error',
-                     'resp_cqe_error', 'rnr_nak_retry_err', 'req_transport_retries_exceeded')
 # Which perftest flag puts the buffer on which vendor's GPU.
 GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
 
@@ -152,6 +145,83 @@ def round_records(me, tests, client_results, server_results, before, after, roun
     return records
 
 
+def sequence_steps(me, rounds, plans, memories, base_port):
+    """This node's steps for perftest_run's ``sequence``: every memory kind, every round.
+
+    ``rounds``: the expanded schedule rounds (pair_schedule expand=true, node=me), each
+    {'round', 'tests'}; ``plans``: {host: fabric_bench_plan}. Every node gets
+    len(memories) x len(rounds) steps, empty ones included, so that step numbers agree
+    across nodes (the beacons compare them).
+    """
+    steps = []
+    for memory in memories:
+        for entry in rounds:
+            tests = []
+            for test in entry.get('tests') or []:
+                if me not in (test['server'], test['client']):
+                    continue
+                side = 'server' if test['server'] == me else 'client'
+                other = test['client'] if side == 'server' else test['server']
+                hca = test['%s_hca' % side]
+                step_test = dict(test, side=side, peer=(plans.get(other) or {}).get('address') or other, peer_name=other,
+                                 device=hca, tcp_port=int(base_port) + int(test['rail']), memory=memory,
+                                 round=entry['round'])
+                if memory == 'gpu':
+                    gpu = ((plans.get(me) or {}).get('gpu_by_hca') or {}).get(hca)
+                    if gpu:
+                        step_test[gpu['flag']] = gpu['index']
+                        step_test['gpu'] = gpu
+                if step_test.get('device') is None:
+                    step_test.pop('device')
+                tests.append(step_test)
+            steps.append({'round': entry['round'], 'memory': memory, 'tests': tests})
+    return steps
+
+
+def sequence_records(me, steps, result):
+    """Records (as round_records makes them) from one perftest_run ``sequence`` result.
+
+    ``steps``: what was asked (sequence_steps); ``result``: the task's result, or its
+    async_status. A node whose task failed as a whole gets one failed record per test.
+    """
+    result = result or {}
+    done = result.get('steps')
+    records = []
+    if not done:
+        kind = 'task_failed' if result.get('failed') or result.get('msg') else 'not_run'
+        message = result.get('msg') or 'the sequence did not run on %s' % me
+        if result.get('unreachable'):
+            kind = 'node_lost'
+        for step in steps:
+            for test in step.get('tests') or []:
+                records.append(_record(me, test, {'status': 'failed', 'failure': {'kind': kind, 'message': message}}, None, None))
+        return records
+    before = result.get('counters_start')
+    for step in done:
+        after = step.get('counters')
+        for test in step.get('tests') or []:
+            records.append(_record(me, test, test, before, after))
+        if after is not None:
+            before = after
+    return records
+
+
+def _record(me, test, outcome, before, after):
+    side = test['side']
+    hca = test.get('%s_hca' % side)
+    record = {'round': test.get('round'), 'memory': test.get('memory'), 'side': side, 'rail': test.get('rail'),
+              'server': test.get('server'), 'client': test.get('client'), 'hca': hca,
+              'peer_hca': test.get('client_hca' if side == 'server' else 'server_hca'),
+              'counters_delta': counter_delta(before, after, hca) if before is not None and after is not None else {},
+              'status': outcome.get('status') or 'failed', 'summary': outcome.get('summary'),
+              'failure': outcome.get('failure'), 'settings': outcome.get('settings'),
+              'warnings': outcome.get('tool_warnings', []), 'gpu': test.get('gpu'), 'elapsed_s': outcome.get('elapsed_s'),
+              'attempts': outcome.get('attempts')}
+    if side == 'client':
+        record['results'] = outcome.get('results', [])
+    return record
+
+
 def _test_of(result):
     """The schedule entry behind an async_status result (item of item) or a direct result."""
     item = result.get('item') or {}
@@ -172,6 +242,11 @@ def report(nodes, options):
     pairs = []
     matrix = {}
     counters = []
+    server_side = {}
+    for host in sorted(nodes):
+        for record in nodes[host].get('records') or []:
+            if record['side'] == 'server':
+                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = record
     for host in sorted(nodes):
         plan = nodes[host].get('plan') or {}
         for record in nodes[host].get('records') or []:
@@ -195,6 +270,12 @@ def report(nodes, options):
                 entry['verdict'] = 'failed'
                 entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
                                                     (record.get('failure') or {}).get('message', '')))
+                # The server's own failure is often the cause (a busy port, no device, MR failed):
+                # the client then only sees a refused connection, a broken exchange or a hang.
+                server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}
+                if server.get('failure'):
+                    entry['server_failure'] = server['failure']
+                    entry['reasons'].append('server side %s: %s' % (server['failure'].get('kind'), server['failure'].get('message')))
             elif entry['bw_avg_gbps'] is not None and expected:
                 entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
                 if entry['bw_ratio'] < bw_ratio:
@@ -208,6 +289,28 @@ def report(nodes, options):
             value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
             rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
             rail.setdefault(record['server'], {})[record['client']] = value
+    # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
+    seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
+    for host in sorted(nodes):
+        for record in nodes[host].get('records') or []:
+            key = (record['memory'], record['server'], record['client'], record['rail'])
+            if record['side'] != 'server' or key in seen or record['client'] == record['server']:
+                continue
+            seen.add(key)
+            lost = record['client'] not in nodes or not nodes[record['client']].get('records')
+            seen_by_server = record.get('failure') or {}
+            failure = {'kind': 'node_lost' if lost else 'no_client_record',
+                       'message': 'the client %s returned no result%s; the server side: %s' % (
+                           record['client'], ' (node lost or its task failed)' if lost else '',
+                           '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
+                           else record.get('status', 'unknown'))}
+            pairs.append({'server': record['server'], 'client': record['client'], 'rail': record['rail'],
+                          'server_hca': record['hca'], 'client_hca': record['peer_hca'], 'memory': record['memory'],
+                          'status': 'failed', 'failure': failure, 'bw_avg_gbps': None, 'lat_typical_us': None,
+                          'port_rate_gbps': None, 'elapsed_s': None, 'verdict': 'failed',
+                          'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
+            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
+            rail.setdefault(record['server'], {})[record['client']] = None
     host_bw = dict(((p['server'], p['client'], p['rail']), p['bw_avg_gbps']) for p in pairs if p['memory'] == 'host')
     for entry in pairs:
         if entry['memory'] != 'gpu' or entry['bw_avg_gbps'] is None:

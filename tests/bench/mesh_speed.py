@@ -8,15 +8,27 @@ Target (issue 4): within 1.1 x (rounds x per-test time) + the fixed cost of an e
 play on the same inventory. Measures, on local-connection simulated nodes, one rail,
 host memory:
   empty_play_s   - ansible-playbook of one debug task over the inventory;
+  fixed_s        - playbooks/benchmark.yml --check: the same play with everything but the
+                   tests (facts, plan, judging, writing bench.json);
   per_test_s     - the median elapsed_s perftest_run reported for the tests;
   bench_s        - playbooks/benchmark.yml end to end;
-and prints the ratio bench_s / (rounds x per_test_s + empty_play_s).
+and prints ratio = bench_s / (rounds x per_test_s + empty_play_s) and
+ratio_fixed = bench_s / (rounds x per_test_s + fixed_s). It also runs the ring (2 rounds
+for an even N) and reports the cost of one more round, per_round_s = (bench_s - ring_s) /
+(rounds - 2), against per_test_s (round_ratio): what the engine adds per round, apart from
+the play's fixed costs.
 
-Usage: python -m tests.bench.mesh_speed [N ...]   (run from the checkout, venv active)
+--test-seconds S sets how long one simulated test runs (GF_SIM_PERFTEST_MAX_S; the
+stand-ins' default 0.5 s is shorter than a real 8 MiB ib_write_bw with its 1 s pause after
+connecting). --engine rounds measures the per-round engine instead of the sequence one.
+
+Usage: python -m tests.bench.mesh_speed [--test-seconds S] [--engine E] [N ...]
+(run from the checkout, venv active)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -31,14 +43,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EMPTY = '- hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug:\n        msg: hi\n'
 
 
-def _playbook(args):
+def _playbook(args, env=None):
     start = time.perf_counter()
     subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible-playbook')] + args, cwd=REPO, check=True,
-                   capture_output=True, env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+                   capture_output=True, env=dict(os.environ, ANSIBLE_NOCOLOR='1', **(env or {})))
     return time.perf_counter() - start
 
 
-def measure(nodes):
+def measure(nodes, test_seconds=None, engine='sequence'):
     work = tempfile.mkdtemp(prefix='gf-mesh-')
     spec = {'nodes': [{'name': 'n%02d' % i, 'profile': 'homelab_cx4'} for i in range(1, nodes + 1)]}
     cluster.build(spec, work, 'local', python=sys.executable)
@@ -48,22 +60,36 @@ def measure(nodes):
     empty = _playbook([os.path.join(work, 'empty.yml'), '-i', inventory])
     out = os.path.join(work, 'out')
     os.makedirs(out)
-    bench = _playbook([os.path.join(REPO, 'playbooks', 'benchmark.yml'), '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes',
-                       '-e', 'gpu_fabric_output_dir=' + out, '-e', json.dumps({'fabric_bench_memory': ['host']})])
+    args = [os.path.join(REPO, 'playbooks', 'benchmark.yml'), '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes',
+            '-e', 'gpu_fabric_output_dir=' + out, '-e', json.dumps({'fabric_bench_memory': ['host'], 'fabric_bench_engine': engine})]
+    env = {'GF_SIM_PERFTEST_MAX_S': str(test_seconds)} if test_seconds else {}
+    fixed = _playbook(args + ['--check'], env)
+    ring = _playbook(args + ['-e', 'fabric_bench_mode=ring'], env)
+    bench = _playbook(args, env)
     with open(os.path.join(out, 'bench.json')) as handle:
         report = json.load(handle)
     rounds = nodes - 1 if nodes % 2 == 0 else nodes
     elapsed = [p.get('elapsed_s') for p in report['pairs'] if p.get('elapsed_s')]
     per_test = statistics.median(elapsed) if elapsed else None
     floor = rounds * per_test + empty if per_test else None
-    return {'nodes': nodes, 'rounds': rounds, 'pairs': len(report['pairs']), 'verdicts': report['verdicts'],
-            'empty_play_s': round(empty, 2), 'per_test_s': per_test, 'bench_s': round(bench, 2),
-            'floor_s': round(floor, 2) if floor else None, 'ratio': round(bench / floor, 2) if floor else None}
+    floor_fixed = rounds * per_test + fixed if per_test else None
+    return {'nodes': nodes, 'engine': engine, 'rounds': rounds, 'pairs': len(report['pairs']), 'verdicts': report['verdicts'],
+            'test_seconds': test_seconds or 0.5, 'empty_play_s': round(empty, 2), 'fixed_s': round(fixed, 2),
+            'per_test_s': round(per_test, 3) if per_test else None, 'bench_s': round(bench, 2),
+            'floor_s': round(floor, 2) if floor else None, 'ratio': round(bench / floor, 2) if floor else None,
+            'floor_fixed_s': round(floor_fixed, 2) if floor_fixed else None,
+            'ratio_fixed': round(bench / floor_fixed, 2) if floor_fixed else None,
+            'ring_s': round(ring, 2), 'per_round_s': round((bench - ring) / (rounds - 2), 3) if rounds > 2 else None,
+            'round_ratio': round((bench - ring) / (rounds - 2) / per_test, 2) if rounds > 2 and per_test else None}
 
 
 def main(argv=None):
-    sizes = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [8, 16]
-    print(json.dumps([measure(n) for n in sizes], indent=2))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--test-seconds', type=float, default=None)
+    parser.add_argument('--engine', choices=['sequence', 'rounds'], default='sequence')
+    parser.add_argument('nodes', type=int, nargs='*', default=[8, 16])
+    args = parser.parse_args(argv)
+    print(json.dumps([measure(n, args.test_seconds, args.engine) for n in args.nodes], indent=2))
     return 0
 
 

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import threading
+import time
 import sys
 
+import pytest
 import yaml
 
 from tests.functional.helpers import recap
@@ -27,7 +31,8 @@ DEAD = {'dead1': {'ansible_connection': 'ssh', 'ansible_host': '127.0.0.1', 'ans
                   'ansible_ssh_common_args': '-o ConnectTimeout=3 -o StrictHostKeyChecking=no'}}
 
 
-def test_pairwise_benchmark_with_faults(tmp_path):
+@pytest.mark.parametrize('engine', ['sequence', 'rounds'])
+def test_pairwise_benchmark_with_faults(tmp_path, engine):
     dest = str(tmp_path)
     spec = {'nodes': [{'name': 'n1', 'profile': 'nvidia_h100_8x_ndr'},
                       {'name': 'n2', 'profile': 'nvidia_h100_8x_ndr', 'faults': ['cross_numa']},
@@ -42,13 +47,15 @@ def test_pairwise_benchmark_with_faults(tmp_path):
     os.makedirs(out)
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
            '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
-           '-e', json.dumps({'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_timeout': 6, 'fabric_bench_wait_for_server': 5})]
+           '-e', json.dumps({'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_timeout': 6, 'fabric_bench_wait_for_server': 5,
+                                 'fabric_bench_engine': engine})]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
     stats = recap(result)
     assert stats['dead1']['unreachable'] == 1, result.stdout[-3000:]
     assert all(stats[h]['failed'] == 0 for h in ('n1', 'n2', 'n3', 'hang', 'localhost')), result.stdout[-3000:]
-    assert 'host memory: round 3 of 3' in result.stdout and 'gpu memory: round 3 of 3' in result.stdout   # progress
+    if engine == 'rounds':
+        assert 'host memory: round 3 of 3' in result.stdout and 'gpu memory: round 3 of 3' in result.stdout   # progress
 
     with open(os.path.join(out, 'bench.json')) as handle:
         bench = json.load(handle)
@@ -70,3 +77,90 @@ def test_pairwise_benchmark_with_faults(tmp_path):
     # Nothing of the benchmark outlives it, on any node (they all share this machine).
     leftover = subprocess.run(['pgrep', '-f', 'tools_perftest'], capture_output=True, text=True, check=False)
     assert leftover.stdout == ''
+
+
+LAB = os.path.join(REPO, 'tests', 'lab', 'netns.sh')
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists('/usr/sbin/sshd'),
+                    reason='the SSH lab needs root and openssh-server')
+def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_path):
+    """Four nodes over real SSH (network namespaces): node n4 is killed in the middle of the
+    run, a foreign process holds n3's perftest port, n2's clients die mid-table. The run
+    completes, bench.json keeps every healthy pair, each failure has its kind, and no
+    perftest process is left anywhere."""
+    dest = str(tmp_path)
+    lab = os.path.join(dest, 'lab')
+    env = dict(os.environ, LAB_DIR=lab)
+    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'homelab_cx4'} for i in range(1, 5)]}
+    up = subprocess.run(['bash', LAB, 'up', '4'], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert up.returncode == 0, up.stderr
+    squatter = None
+    try:
+        inventory = cluster.build(spec, dest, 'netns', key=os.path.join(lab, 'id_ed25519'))
+        hosts = inventory['all']['children']['gpu_nodes']['hosts']
+        hosts['n2']['gpu_fabric_environment']['GF_SIM_PERFTEST_GARBAGE'] = '1'
+        for host in hosts.values():   # tests long enough to kill a node in the middle
+            host['gpu_fabric_environment']['GF_SIM_PERFTEST_MAX_S'] = '1.5'
+        with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+            yaml.safe_dump(inventory, handle)
+        # Another program listens on n3's perftest port (18515, rail 0) and never answers.
+        squatter = subprocess.Popen(['ip', 'netns', 'exec', 'gf-node3', sys.executable, '-c',
+                                     'import socket, time\ns = socket.socket()\ns.bind(("%s", 18515))\ns.listen(8)\n'
+                                     'time.sleep(900)' % hosts['n3']['ansible_host']])
+        out = os.path.join(dest, 'out')
+        os.makedirs(out)
+        cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
+               '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+               '-e', json.dumps({'fabric_bench_memory': ['host'], 'fabric_bench_timeout': 8, 'fabric_bench_wait_for_server': 4,
+                                 'fabric_bench_dead_after': 3, 'fabric_bench_start_grace': 20})]
+        play = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+
+        def kill_n4_mid_run():
+            # Once n4's beacon answers (its sequence runs), let it get into round 1 or 2 of 3.
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                try:
+                    socket.create_connection((hosts['n4']['ansible_host'], 18514), 0.5).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(2.0)
+            subprocess.run(['bash', LAB, 'kill-node', '4'], env=env, check=True, timeout=60)
+
+        killer = threading.Thread(target=kill_n4_mid_run, daemon=True)
+        killer.start()
+        lines = list(play.stdout)
+        play.wait(timeout=600)
+        killer.join(60)
+        stdout = ''.join(lines)
+        stats = recap(subprocess.CompletedProcess(cmd, play.returncode, stdout, ''))
+        assert stats['n4']['unreachable'] >= 1, stdout[-3000:]
+        assert all(stats[h]['failed'] == 0 for h in ('n1', 'n2', 'n3', 'localhost')), stdout[-3000:]
+        with open(os.path.join(out, 'bench.json')) as handle:
+            bench = json.load(handle)
+        pairs = dict((frozenset((p['server'], p['client'])), p) for p in bench['pairs'])
+        assert len(pairs) == 6, sorted(tuple(sorted(k)) for k in pairs)   # every pair shows, the lost node's too
+        # n2's clients die mid-table; n3 cannot serve (port taken); n4 is lost.
+        for peer in ('n1', 'n2', 'n3'):
+            lost = pairs[frozenset((peer, 'n4'))]
+            assert lost['verdict'] == 'failed' and lost['failure']['kind'] in ('peer_lost', 'node_lost', 'connect_failed'), lost
+        for pair in bench['pairs']:
+            assert pair['verdict'] == 'failed' or {'n2', 'n3', 'n4'}.isdisjoint((pair['server'], pair['client'])) or \
+                (pair['client'] != 'n2' and pair['server'] != 'n3' and 'n4' not in (pair['server'], pair['client'])), pair
+            if pair['client'] == 'n2' and pair['server'] != 'n4':
+                assert pair['failure']['kind'] == 'unparsed', pair
+            if pair['server'] == 'n3' and pair['client'] not in ('n2', 'n4'):
+                assert pair['failure']['kind'] in ('timeout', 'exchange_failed', 'connect_failed'), pair
+                assert "Couldn't listen to port 18515" in pair['reasons'][-1], pair   # the cause, from the server side
+        healthy = [p for p in bench['pairs'] if p['status'] == 'ok']
+        assert healthy and all(p['bw_avg_gbps'] > 0 for p in healthy)
+        leftover = subprocess.run(['pgrep', '-f', 'tools_perftest'], capture_output=True, text=True, check=False)
+        assert leftover.stdout == ''
+    finally:
+        if squatter is not None:
+            squatter.kill()
+            squatter.wait()
+        down = subprocess.run(['bash', LAB, 'down'], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert down.returncode == 0, down.stderr

@@ -36,6 +36,7 @@ Latency is a base per verb plus serialisation at the port rate; t_stdev prints 0
 Time: the run sleeps as long as the iterations would take at that rate, scaled down so
 that a whole run stays under $GF_SIM_PERFTEST_MAX_S (default 0.5 s). Environment:
 GF_SIM_PERFTEST_HANG=1 makes a server accept its client and never answer;
+GF_SIM_PERFTEST_GARBAGE=1 makes a client print half a row and junk, then die by SIGSEGV;
 GF_SIM_PERFTEST_BUILD=cuda,cuda_dmabuf,rocm,maca says what the binary was built with
 (default: what the node's GPUs need); GF_SIM_PYTHON (read by the scripts) is the
 interpreter to start. The real tool's sleep(1) after connecting is left out.
@@ -49,6 +50,7 @@ import json
 import os
 import random
 import select
+import signal
 import socket
 import sys
 import time
@@ -730,6 +732,11 @@ def run(params, node, features, side):
     # write/read bw: the server prints the client's last row only; read_lat: nothing.
     passive = params.tst == 'bw' and params.verb != 'send' and not params.duplex
     silent = params.tst == 'lat' and params.verb == 'read'
+    if side == 'client' and os.environ.get('GF_SIM_PERFTEST_GARBAGE') == '1':
+        # A client that dies mid-table (a crash, an OOM kill): a partial row, junk, no end.
+        out(' %-10d %-10d 12.3\x00\x7f@@' % (plan[-1][0], plan[-1][1]))
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
     if side == 'client':
         delays = pace(params, plan, gbps)
         while True:

@@ -118,6 +118,14 @@ def test_from_log_runs_in_check_mode(monkeypatch):
     ({'test': 'ib_write_bw', 'role': 'client', 'peer': '10.0.0.1', 'client_device': 'mlx5_1'}, 'client_device applies to role=loopback only'),
     ({'test': 'ib_write_bw', 'role': 'server', 'wait_for_server': 10}, 'wait_for_server applies to role=client only'),
     ({'test': 'ib_write_bw', 'role': 'loopback', 'timeout': 0}, 'timeout must be a positive integer'),
+    ({'test': 'ib_write_bw', 'role': 'server', 'sequence': [], 'address': 'a', 'run_id': 'r'}, 'sequence and role are mutually exclusive'),
+    ({'test': 'ib_write_bw', 'sequence': [], 'run_id': 'r'}, 'sequence needs address'),
+    ({'test': 'ib_write_bw', 'sequence': [{'tests': [{'side': 'client'}]}], 'address': 'a', 'run_id': 'r'},
+     'sequence step 1: every test needs side (server or client) and peer'),
+    ({'test': 'ib_write_bw', 'sequence': [{'tests': []}, {'x': 1}], 'address': 'a', 'run_id': 'r'},
+     'sequence step 2: a dict with a list of tests is expected'),
+    ({'test': 'ib_write_bw', 'sequence': [{'tests': [{'side': 'server', 'peer': 'b', 'use_cuda': 'x'}]}], 'address': 'a',
+      'run_id': 'r'}, 'use_cuda must be an integer'),
 ])
 def test_bad_arguments_fail_the_task(monkeypatch, tools, args, message):
     processes = tools()

@@ -114,3 +114,51 @@ def test_report_verdicts_and_matrix():
     assert verdict[('a', 'd', 'host')]['verdict'] == 'failed' and 'connect_failed' in verdict[('a', 'd', 'host')]['reasons'][0]
     assert result['matrix']['host']['0']['a'] == {'b': 392.0, 'c': 97.0, 'd': None}
     assert result['verdicts'] == {'ok': 2, 'low': 2, 'failed': 1}
+
+
+ROUNDS = [{'round': 1, 'tests': TESTS}, {'round': 2, 'tests': []},
+          {'round': 3, 'tests': [dict(TESTS[0], server='c', client='a', pair_id='a-c')]}]
+PLANS = {'a': {'address': '10.0.0.1', 'gpu_by_hca': {'mlx5_0': {'flag': 'use_cuda', 'index': 3, 'gpu': '0000:1a:00.0'}}},
+         'b': {'address': '10.0.0.2'}, 'c': {'address': '10.0.0.3'}}
+
+
+def test_sequence_steps_every_round_of_every_memory_with_peer_addresses_and_gpus():
+    steps = _bench.sequence_steps('a', ROUNDS, PLANS, ['host', 'gpu'], 18515)
+    # Every node gets every step (empty ones too): step numbers must agree across nodes.
+    assert [(s['memory'], s['round'], len(s['tests'])) for s in steps] == [
+        ('host', 1, 2), ('host', 2, 0), ('host', 3, 1), ('gpu', 1, 2), ('gpu', 2, 0), ('gpu', 3, 1)]
+    first = steps[0]['tests'][1]
+    assert (first['side'], first['peer'], first['peer_name'], first['device'], first['tcp_port']) == \
+        ('server', '10.0.0.2', 'b', 'mlx5_1', 18516)
+    assert steps[2]['tests'][0]['side'] == 'client' and steps[2]['tests'][0]['peer'] == '10.0.0.3'
+    assert 'use_cuda' not in steps[0]['tests'][0]
+    assert steps[3]['tests'][0]['use_cuda'] == 3 and 'use_cuda' not in steps[3]['tests'][1]   # no GPU near mlx5_1
+    assert _bench.sequence_steps('b', ROUNDS, PLANS, ['host'], 18515)[2]['tests'] == []
+
+
+def test_sequence_records_with_counters_per_step_and_a_lost_node():
+    steps = _bench.sequence_steps('b', ROUNDS, PLANS, ['host'], 18515)
+    ok = dict(steps[0]['tests'][0], status='ok', summary={'bw_avg_gbps': 390.0}, results=[{'bytes': 8}], elapsed_s=1.5)
+    lost = dict(steps[0]['tests'][1], status='failed', failure={'kind': 'peer_lost', 'message': 'server a lost'})
+    result = {'counters_start': _ib({'symbol_error': 1}),
+              'steps': [{'step': 1, 'tests': [ok, lost], 'counters': _ib({'symbol_error': 4})},
+                        {'step': 2, 'tests': [], 'counters': _ib({'symbol_error': 9})},
+                        {'step': 3, 'tests': [], 'counters': _ib({'symbol_error': 9})}]}
+    records = _bench.sequence_records('b', steps, result)
+    assert [(r['side'], r['rail'], r['status']) for r in records] == [('client', 0, 'ok'), ('client', 1, 'failed')]
+    assert records[0]['counters_delta'] == {'symbol_error': 3} and records[0]['summary']['bw_avg_gbps'] == 390.0
+    assert records[1]['failure']['kind'] == 'peer_lost' and records[0]['results'] == [{'bytes': 8}]
+    # The task itself failed or the node was lost: every planned test is recorded as such.
+    gone = _bench.sequence_records('b', steps, {'unreachable': True, 'msg': 'Failed to connect'})
+    assert [(r['status'], r['failure']['kind']) for r in gone] == [('failed', 'node_lost')] * 2
+
+
+def test_report_keeps_a_pair_whose_client_node_was_lost():
+    server_record = {'side': 'server', 'round': 1, 'memory': 'host', 'rail': 0, 'server': 'a', 'client': 'b',
+                     'hca': 'mlx5_0', 'peer_hca': 'mlx5_0', 'status': 'failed',
+                     'failure': {'kind': 'peer_lost', 'message': 'client b lost'}, 'counters_delta': {}}
+    result = _bench.report({'a': {'plan': _plan(400.0), 'records': [server_record]}, 'b': {'plan': _plan(400.0), 'records': []}}, {})
+    assert [(p['server'], p['client'], p['verdict']) for p in result['pairs']] == [('a', 'b', 'failed')]
+    reason = result['pairs'][0]['reasons'][0]
+    assert reason.startswith('node_lost: the client b returned no result (node lost') and 'peer_lost: client b lost' in reason
+    assert result['matrix']['host']['0']['a'] == {'b': None}

@@ -1,0 +1,355 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A node's whole share of a pairwise benchmark in one process: every step (round) one
+after the other, every rail of a step at once, pairs kept in step through beacons.
+
+Why: an Ansible task per round costs seconds of controller round trips per round (launch,
+poll, counters, records), ten times the test itself on a simulated cluster. Here one
+async task per node runs all its rounds and the pairs synchronise among themselves.
+
+How the pairs meet without a controller:
+- each node serves a *beacon* on its out-of-band address: a TCP port that answers every
+  connection with one line ``gf-fabric-bench <run id> <step>`` and closes;
+- a client starts its perftest only when its server's beacon says the same step (the
+  server's perftest processes of that step are started before the beacon moves to it),
+  and starts it again while the connection is refused (perftest tries once);
+- a server whose client's beacon is behind waits for it (the timeout counts from when the
+  client reached the step), so one slow pair delays only the pairs that meet it later and
+  fails none of them;
+- a peer whose beacon stops answering for ``dead_after`` seconds (never seen for
+  ``start_grace``) is lost: its tests fail at once with kind C(peer_lost), and the node
+  goes on. A peer whose beacon is past the step gave up on this test: C(peer_moved_on).
+The run id keeps a beacon of another run (or another service on the port) from counting.
+
+Everything runs in one thread (processes are started from the main thread only: fork
+with threads is unsafe), polling every 20 ms; each perftest is a ``Launched`` (own
+session, killed with the module) and is reaped whatever happens.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+
+BEACON_TAG = 'gf-fabric-bench'
+TICK_S = 0.02
+# A test waiting for its peer asks its beacon every PROBE_EVERY_S; a running test only
+# checks that the peer is alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
+PROBE_EVERY_S = 0.1
+ALIVE_EVERY_S = 1.0
+# A server whose client has moved past the step gets this long to print and exit
+# (the client ends first: the server writes its last line after the client's).
+MOVED_ON_GRACE_S = 5.0
+# How long a step waits for its servers to listen before telling its clients to come anyway
+# (perftest binds and listens within milliseconds of its start; a rdma_cm listener is no TCP socket).
+READY_GRACE_S = 3.0
+# What the beacon says once every step is done (past any step a peer may be waiting in).
+FINISHED = 999999999
+
+
+class BeaconError(Exception):
+    pass
+
+
+class Beacon(object):
+    """Non-blocking listener answering with this node's current step."""
+
+    def __init__(self, address, port, run_id):
+        self.run_id = run_id
+        self.step = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((address, port))
+            self.sock.listen(128)
+        except OSError as exc:
+            self.sock.close()
+            raise BeaconError('cannot listen on %s:%d for the benchmark beacon: %s' % (address, port, exc.strerror or exc))
+        self.sock.setblocking(False)
+
+    def serve(self):
+        while True:
+            try:
+                conn, _peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            try:
+                conn.settimeout(0.2)
+                conn.sendall(('%s %s %d\n' % (BEACON_TAG, self.run_id, self.step)).encode('ascii'))
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def probe(address, port, run_id, timeout=0.5):
+    """The step a peer's beacon reports, or None when no beacon of this run answers."""
+    try:
+        sock = socket.create_connection((address, port), timeout)
+    except (OSError, ValueError):
+        return None
+    data = b''
+    try:
+        sock.settimeout(timeout)
+        while b'\n' not in data and len(data) < 256:
+            chunk = sock.recv(256)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    parts = data.decode('ascii', 'replace').split()
+    if len(parts) == 3 and parts[0] == BEACON_TAG and parts[1] == run_id:
+        try:
+            return int(parts[2])
+        except ValueError:
+            return None
+    return None
+
+
+class Peer(object):
+    """What this node knows of a peer's beacon; probed at most every PROBE_EVERY_S."""
+
+    def __init__(self, address, port, run_id, started, dead_after, start_grace):
+        self.address, self.port, self.run_id = address, port, run_id
+        self.dead_after, self.start_grace = dead_after, start_grace
+        self.started = started
+        self.step = None
+        self.seen = None
+        self.checked = 0.0
+
+    def poll(self, now, every=PROBE_EVERY_S):
+        if now - self.checked >= every:
+            self.checked = now
+            step = probe(self.address, self.port, self.run_id)
+            if step is not None:
+                self.step, self.seen = step, time.time()
+        return self.step
+
+    def lost(self, now):
+        """A reason when the peer counts as gone, else None."""
+        if self.seen is None:
+            if now - self.started > self.start_grace:
+                return 'no beacon of this run answered at %s:%d for %d s' % (self.address, self.port, self.start_grace)
+            return None
+        if now - self.seen > self.dead_after:
+            return 'its beacon at %s:%d stopped answering (%d s)' % (self.address, self.port, self.dead_after)
+        return None
+
+
+class Test(object):
+    """One side of one pair's test within a step."""
+
+    def __init__(self, entry, argv, timeout, wait_for_server):
+        self.entry = entry
+        self.side = entry['side']
+        self.argv = argv
+        self.timeout = timeout
+        self.wait_for_server = wait_for_server
+        self.launched = None
+        self.first_launch = None
+        self.deadline = None
+        self.retry_at = None
+        self.moved_since = None
+        self.attempts = 0
+        self.report = None
+        self.failure = None
+
+    @property
+    def done(self):
+        return self.report is not None or self.failure is not None
+
+    def launch(self, env, now):
+        self.attempts += 1
+        if self.first_launch is None:
+            self.first_launch = now
+            self.deadline = now + self.timeout
+        self.launched = _perftest.Launched(self.argv, env, self.side)
+
+    def fail(self, kind, message):
+        if self.launched is not None and self.launched.rc is None:
+            self.launched.finish()
+        self.failure = {'kind': kind, 'message': message, 'lines': []}
+
+    def stop(self):
+        if self.launched is not None and self.launched.rc is None:
+            self.launched.finish()
+
+
+def _where(step):
+    return 'finished' if step == FINISHED else 'at step %d' % step
+
+
+def _step_tick(test, peer, step, env, now):
+    """Advance one test by one tick."""
+    waiting = test.side == 'client' and (test.launched is None or test.retry_at is not None)
+    peer_step = peer.poll(now, PROBE_EVERY_S if waiting else ALIVE_EVERY_S)
+    gone = peer.lost(now)
+    name = test.entry.get('peer_name') or peer.address
+    if test.side == 'client' and test.launched is None:
+        if peer_step is not None and peer_step > step:
+            test.fail('peer_moved_on', 'server %s is %s: it gave up on this test of step %d' % (name, _where(peer_step), step))
+        elif gone:
+            test.fail('peer_lost', 'server %s lost: %s' % (name, gone))
+        elif peer_step == step:
+            test.launch(env, now)
+        return
+    if test.side == 'client':
+        if test.retry_at is not None:
+            if now >= test.retry_at:
+                test.retry_at = None
+                test.launch(env, now)
+            return
+        if test.launched.exited():
+            test.launched.finish()
+            report = test.launched.report('client')
+            if (_perftest.refused(report) and now < test.first_launch + test.wait_for_server
+                    and (peer_step is None or peer_step == step)):
+                test.retry_at = now + 0.1
+                return
+            test.report = report
+        elif now >= test.deadline:
+            test.launched.timed_out = True
+            test.launched.finish()
+            test.report = test.launched.report('client')
+        return
+    # server
+    if test.launched.exited():
+        test.launched.finish()
+        test.report = test.launched.report('server')
+        return
+    if peer_step is not None and peer_step < step:
+        # The client is late through no fault of this pair: the timeout starts when it arrives.
+        test.deadline = max(test.deadline, now + test.timeout)
+    if peer_step is not None and peer_step > step:
+        test.moved_since = test.moved_since or now
+        if now - test.moved_since > MOVED_ON_GRACE_S:
+            test.fail('peer_moved_on', 'client %s is %s, past this test of step %d' % (name, _where(peer_step), step))
+            return
+    if gone:
+        test.fail('peer_lost', 'client %s lost: %s' % (name, gone))
+    elif now >= test.deadline:
+        test.launched.timed_out = True
+        test.launched.finish()
+        test.report = test.launched.report('server')
+
+
+def _wait_listening(servers, beacon):
+    """Until every server of the step listens on its TCP port (read from /proc, never by
+    connecting: the server takes the first connection for its client), has exited, or
+    READY_GRACE_S passed (rdma_cm listens on no TCP socket; /proc may be unreadable)."""
+    deadline = time.time() + READY_GRACE_S
+    while time.time() < deadline:
+        pending = []
+        for test in servers:
+            if test.launched.exited() or '-R' in test.argv or '--rdma_cm' in test.argv:
+                continue
+            port = _tcp_port(test.argv)
+            if _perftest.listening(port, test.launched.proc.pid) is False:
+                pending.append(test)
+        if not pending:
+            return
+        beacon.serve()
+        time.sleep(TICK_S)
+
+
+def _tcp_port(argv):
+    for flag, value in zip(argv, argv[1:]):
+        if flag == '-p':
+            return int(value)
+    return _perftest.DEFAULT_TCP_PORT
+
+
+def _result(test, keep_output):
+    entry = dict((k, v) for k, v in test.entry.items() if k not in ('peer',))
+    if test.report is not None:
+        report = test.report
+        parsed = report['parsed']
+        entry.update(status=report['status'], failure=report['failure'], results=parsed['results'],
+                     settings=parsed['settings'], tool_warnings=parsed['tool_warnings'], units=parsed['units'],
+                     summary=_perftest.summarize(parsed['results']), cmd=report['cmd'], rc=report['rc'],
+                     attempts=test.attempts,
+                     elapsed_s=round((test.launched.ended or time.time()) - test.first_launch, 3))
+        if keep_output or report['status'] != 'ok':
+            entry.update(stdout=report['stdout'], stderr=report['stderr'])
+    else:
+        entry.update(status='failed', failure=test.failure, results=[], settings={}, tool_warnings=[], summary={},
+                     cmd=test.argv, attempts=test.attempts, elapsed_s=None)
+    return entry
+
+
+def run_sequence(steps, build, options, counters=None, env=None, keep_output=False):
+    """Run ``steps`` (list of {'step', 'tests': [entry...]}) and return one result per step.
+
+    ``build(entry)`` gives a test's argv; ``options``: address, beacon_port, run_id,
+    timeout, wait_for_server, dead_after, start_grace. ``counters()`` (optional) is read
+    before the first step and after each step. An entry has ``side`` (server or client) and
+    ``peer`` (the other node's address); everything else in it is returned as given.
+    """
+    env = env if env is not None else _perftest.c_locale_env()
+    beacon = Beacon(options['address'], options['beacon_port'], options['run_id'])
+    started = time.time()
+    peers = {}
+    results = []
+    start_counters = counters() if counters else None
+    live = []
+    try:
+        with _perftest._Guard():
+            for index, spec in enumerate(steps, 1):
+                step_started = time.time()
+                tests = []
+                for entry in spec.get('tests') or []:
+                    key = entry['peer']
+                    if key not in peers:
+                        peers[key] = Peer(key, options['beacon_port'], options['run_id'], started,
+                                          options['dead_after'], options['start_grace'])
+                    tests.append(Test(entry, build(entry), options['timeout'], options['wait_for_server']))
+                live = tests
+                now = time.time()
+                servers = [test for test in tests if test.side == 'server']
+                for test in servers:
+                    test.launch(env, now)
+                _wait_listening(servers, beacon)
+                # Only now may clients of this step connect: their first start finds the
+                # server listening (perftest clients try once), so none is started twice.
+                beacon.step = index
+                while not all(test.done for test in tests):
+                    beacon.serve()
+                    now = time.time()
+                    for test in tests:
+                        if not test.done:
+                            _step_tick(test, peers[test.entry['peer']], index, env, now)
+                    time.sleep(TICK_S)
+                beacon.serve()
+                record = {'step': index, 'started': round(step_started - started, 3),
+                          'elapsed_s': round(time.time() - step_started, 3),
+                          'tests': [_result(test, keep_output) for test in tests]}
+                for key in ('round', 'memory'):
+                    if key in spec:
+                        record[key] = spec[key]
+                if counters:
+                    record['counters'] = counters()
+                results.append(record)
+            # Stay reachable a moment so that a peer still finishing its last test sees
+            # this node moved on rather than lost.
+            beacon.step = FINISHED
+            linger_end = time.time() + min(0.5, options['dead_after'])
+            while time.time() < linger_end:
+                beacon.serve()
+                time.sleep(TICK_S)
+    finally:
+        for test in live:
+            test.stop()
+        beacon.close()
+    return {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}

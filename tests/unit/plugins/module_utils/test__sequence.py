@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The sequence engine: beacons, and whole sequences of two simulated nodes (the perftest
+stand-ins of tests/sim, really talking over TCP between 127.0.1.x addresses)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+BIN = os.path.join(REPO, 'tests', 'sim', 'bin', 'ib_write_bw')
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def test_beacon_answers_with_the_step_and_only_for_its_run():
+    port = _free_port()
+    beacon = _sequence.Beacon('127.0.0.1', port, 'run-a')
+    try:
+        beacon.step = 7
+        # The beacon is served from the engine's loop; here, between connect and read.
+        sock = socket.create_connection(('127.0.0.1', port), 1)
+        beacon.serve()
+        assert sock.recv(100) == b'gf-fabric-bench run-a 7\n'
+        sock.close()
+        assert _sequence.probe('127.0.0.1', port, 'run-a', timeout=0.05) is None   # not served: no answer in time
+    finally:
+        beacon.close()
+    assert _sequence.probe('127.0.0.1', port, 'run-a', timeout=0.2) is None       # closed: refused
+
+
+def test_beacon_on_a_busy_port_is_a_clear_error():
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        try:
+            _sequence.Beacon('127.0.0.1', port, 'x')
+        except _sequence.BeaconError as exc:
+            assert 'cannot listen on 127.0.0.1:%d for the benchmark beacon' % port in str(exc)
+        else:
+            raise AssertionError('a busy beacon port must fail')
+
+
+def _node(address, root, steps, options, queue):
+    env = _perftest.c_locale_env(dict(os.environ, GF_SIM_ROOT=root, GF_SIM_ADDR=address, GF_SIM_PYTHON=sys.executable,
+                                      GF_SIM_PERFTEST_MAX_S='0.2'))
+
+    def build(entry):
+        argv = [BIN, '-d', entry['device'], '-p', str(entry['tcp_port']), '-s', '65536']
+        return argv + ([entry['peer']] if entry['side'] == 'client' else [])
+
+    options = dict(options, address=address)
+    try:
+        queue.put(json.dumps(_sequence.run_sequence(steps, build, options, env=env)))
+    except Exception as exc:  # report it to the test rather than hang it
+        queue.put(json.dumps({'error': repr(exc)}))
+
+
+def _run(nodes, options):
+    ctx = multiprocessing.get_context('fork')
+    queues, procs = {}, {}
+    for name, (address, root, steps) in nodes.items():
+        queues[name] = ctx.Queue()
+        procs[name] = ctx.Process(target=_node, args=(address, root, steps, options, queues[name]))
+        procs[name].start()
+    results = dict((name, json.loads(queues[name].get(timeout=60))) for name in nodes)
+    for proc in procs.values():
+        proc.join(10)
+    return results
+
+
+def _test(side, peer, port, **extra):
+    return dict({'side': side, 'peer': peer, 'device': 'mlx5_0', 'tcp_port': port}, **extra)
+
+
+def _options(**extra):
+    return dict({'beacon_port': _free_port(), 'run_id': 'r%d' % os.getpid(), 'timeout': 20, 'wait_for_server': 5,
+                 'dead_after': 2, 'start_grace': 10}, **extra)
+
+
+def test_two_nodes_take_turns_and_meet_every_step(sim_root):
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.1', '127.0.1.2'
+    steps_a = [{'tests': [_test('server', b, port, pair_id='a<>b')]}, {'tests': []},
+               {'tests': [_test('client', b, port, pair_id='a<>b')]}]
+    steps_b = [{'tests': [_test('client', a, port, pair_id='a<>b')]}, {'tests': []},
+               {'tests': [_test('server', a, port, pair_id='a<>b')]}]
+    results = _run({'a': (a, root, steps_a), 'b': (b, root, steps_b)}, _options())
+    for name in ('a', 'b'):
+        assert 'error' not in results[name], results[name]
+        assert [len(step['tests']) for step in results[name]['steps']] == [1, 0, 1]
+        for step in results[name]['steps']:
+            for test in step['tests']:
+                assert test['status'] == 'ok', test
+                assert test['pair_id'] == 'a<>b' and 'peer' not in test
+    clients = [results['b']['steps'][0]['tests'][0], results['a']['steps'][2]['tests'][0]]
+    # The client starts once its server listens: one start, a result table, no retries.
+    assert all(c['attempts'] == 1 and c['summary']['bw_avg_gbps'] > 0 for c in clients), clients
+    assert results['a']['steps'][2]['tests'][0]['cmd'][-1] == b
+
+
+def test_a_lost_peer_fails_its_tests_fast_and_the_node_goes_on(sim_root):
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.3', '127.0.1.4'
+    # b runs one step and leaves; a still expects it as the client of step 2 and as the
+    # server of step 3, and has a test with a node that never comes (127.0.1.5) in step 4.
+    steps_a = [{'tests': [_test('server', b, port)]}, {'tests': [_test('server', b, port)]},
+               {'tests': [_test('client', b, port)]}, {'tests': [_test('server', '127.0.1.5', port)]}]
+    steps_b = [{'tests': [_test('client', a, port)]}]
+    start = time.time()
+    results = _run({'a': (a, root, steps_a), 'b': (b, root, steps_b)}, _options(start_grace=3))
+    elapsed = time.time() - start
+    steps = results['a']['steps']
+    assert steps[0]['tests'][0]['status'] == 'ok'
+    kinds = [step['tests'][0]['failure']['kind'] for step in steps[1:]]
+    # b is finished (its beacon says so while it lingers) or gone (dead_after 2 s).
+    assert kinds[0] in ('peer_moved_on', 'peer_lost') and kinds[1] in ('peer_moved_on', 'peer_lost'), kinds
+    assert kinds[2] == 'peer_lost' and 'no beacon of this run answered' in steps[3]['tests'][0]['failure']['message']
+    assert elapsed < 20, elapsed   # well under the 20 s test timeout: lost peers are not waited for
+    # No perftest process of either node remains.
+    time.sleep(0.2)
+    left = subprocess.run(['pgrep', '-f', 'tools_perftest.py ib_write_bw -d mlx5_0 -p %d' % port], capture_output=True,
+                          text=True, check=False)
+    assert left.stdout == ''
