@@ -27,6 +27,8 @@ from tests.functional.helpers import recap
 from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB = os.path.join(REPO, 'tests', 'lab', 'netns.sh')
+OPTIONS = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_timeout': 6, 'fabric_bench_wait_for_server': 5}
 DEAD = {'dead1': {'ansible_connection': 'ssh', 'ansible_host': '127.0.0.1', 'ansible_port': 9,
                   'ansible_ssh_common_args': '-o ConnectTimeout=3 -o StrictHostKeyChecking=no'}}
 
@@ -47,8 +49,7 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     os.makedirs(out)
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
            '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
-           '-e', json.dumps({'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_timeout': 6, 'fabric_bench_wait_for_server': 5,
-                                 'fabric_bench_engine': engine})]
+           '-e', json.dumps(OPTIONS), '-e', 'fabric_bench_engine=' + engine]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
     stats = recap(result)
@@ -79,7 +80,6 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     assert leftover.stdout == ''
 
 
-LAB = os.path.join(REPO, 'tests', 'lab', 'netns.sh')
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists('/usr/sbin/sshd'),
