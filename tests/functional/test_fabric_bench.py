@@ -29,6 +29,10 @@ from tests.sim import cluster
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(REPO, 'tests', 'lab', 'netns.sh')
 OPTIONS = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_timeout': 6, 'fabric_bench_wait_for_server': 5}
+# Tests run in parallel (pytest -n) on local clusters with the same 127.0.1.x addresses:
+# each its own ports.
+PORTS = {'sequence': {'fabric_bench_base_port': 19515, 'fabric_bench_beacon_port': 19514},
+         'rounds': {'fabric_bench_base_port': 20515, 'fabric_bench_beacon_port': 20514}}
 DEAD = {'dead1': {'ansible_connection': 'ssh', 'ansible_host': '127.0.0.1', 'ansible_port': 9,
                   'ansible_ssh_common_args': '-o ConnectTimeout=3 -o StrictHostKeyChecking=no'}}
 
@@ -49,7 +53,7 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     os.makedirs(out)
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
            '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
-           '-e', json.dumps(OPTIONS), '-e', 'fabric_bench_engine=' + engine]
+           '-e', json.dumps(dict(OPTIONS, fabric_bench_engine=engine, **PORTS[engine]))]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
     stats = recap(result)
@@ -78,8 +82,6 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     # Nothing of the benchmark outlives it, on any node (they all share this machine).
     leftover = subprocess.run(['pgrep', '-f', 'tools_perftest'], capture_output=True, text=True, check=False)
     assert leftover.stdout == ''
-
-
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists('/usr/sbin/sshd'),
