@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+name: collective_verdict
+author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+short_description: Judge a collective_bench result against the bandwidth of the NICs the ranks use
+version_added: 0.1.0
+description:
+  - Returns C(status) V(ok) (busbw at least O(healthy) of the expectation), V(warning) (at least O(warn)),
+    V(low), V(corrupt) (C(#wrong) > 0 or out-of-bounds values, whatever the bandwidth), V(failed) (the run
+    failed) or V(unknown) (no expectation), with C(ratio), C(busbw_gbs), C(expected_gbs) and C(reasons).
+  - Defaults from the seeds - busbw at least 80 % of the theoretical link bandwidth (seed 004, NDR 400 Gb/s =
+    50 GB/s, target 40 GB/s), below 70 % a configuration issue (seed 003).
+  - The same file provides C(collective_expected) (hostvars, hosts, HCAs - the smallest node's sum of ACTIVE
+    port rates / 8, in GB/s, from C(gpu_fabric_ib)) and C(culprit_search_start), C(culprit_search_next),
+    C(culprit_search_update), the halving search for the node that drags a fleet-wide run down (one culprit
+    among N >= 4 nodes in at most 2 x ceil(log2 N) runs).
+options:
+  _input:
+    description: A collective_bench result.
+    type: dict
+    required: true
+  expected_gbs:
+    description: Expected busbw in GB/s (C(collective_expected), or a user-given figure for intra-node runs).
+    type: float
+    required: true
+  healthy:
+    description: Share of the expectation at or above which the run is healthy.
+    type: float
+    default: 0.8
+  warn:
+    description: Share at or above which a run below O(healthy) is a warning rather than low.
+    type: float
+    default: 0.7
+  metric:
+    description: V(max) judges the peak busbw over the sizes, V(avg) the tool's "Avg bus bandwidth".
+    type: str
+    default: max
+    choices: [max, avg]
+'''
+
+EXAMPLES = r'''
+- name: Judge the fleet-wide all_reduce
+  ansible.builtin.set_fact:
+    verdict: >-
+      {{ allreduce | hpc.gpu_fabric.collective_verdict(
+           (hostvars | hpc.gpu_fabric.collective_expected(groups['gpu'])).gbs) }}
+'''
+
+RETURN = r'''
+_value:
+  description: C(status), C(ratio), C(busbw_gbs), C(expected_gbs), C(reasons), and the thresholds used.
+  type: dict
+'''
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _collective
+
+
+def collective_verdict(result, expected_gbs, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO, metric='max'):
+    if metric not in ('max', 'avg'):
+        raise AnsibleFilterError('collective_verdict: metric must be max or avg, not %r' % (metric,))
+    if not 0 < float(warn) <= float(healthy) <= 1.5:
+        raise AnsibleFilterError('collective_verdict: need 0 < warn <= healthy (got warn=%s, healthy=%s)' % (warn, healthy))
+    return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
+
+
+def collective_expected(hostvars, hosts, hcas=None):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('collective_expected: hosts must be a list of inventory names')
+    nodes = {}
+    for host in hosts:
+        facts = (hostvars[host] if host in hostvars else {}).get('ansible_facts', {})
+        if 'gpu_fabric_ib' in facts:
+            nodes[host] = facts['gpu_fabric_ib']
+    return _collective.expected_busbw(nodes, hcas or None)
+
+
+def culprit_search_start(nodes, reference=None):
+    return _collective.search_start(list(nodes), reference)
+
+
+def culprit_search_next(state):
+    return _collective.search_next(state)
+
+
+def culprit_search_update(state, runs, verdicts):
+    return _collective.search_update(state, runs, verdicts)
+
+
+class FilterModule(object):
+
+    def filters(self):
+        return {
+            'collective_verdict': collective_verdict,
+            'collective_expected': collective_expected,
+            'culprit_search_start': culprit_search_start,
+            'culprit_search_next': culprit_search_next,
+            'culprit_search_update': culprit_search_update,
+        }

@@ -1,0 +1,191 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Judging collective_bench results and finding the node that drags a fleet-wide run down.
+
+Pure functions over collective_bench results and ib_link_facts; the filters in
+plugins/filter/collective.py and playbooks/benchmark.yml call them.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Seed 004: "Target bus bandwidth: >= 80% of theoretical link bandwidth; e.g. NDR at
+# 400 Gb/s = 50 GB/s -> target busbw >= 40 GB/s"; seed 003: "below 70 % of expected,
+# there is a configuration issue".
+HEALTHY_RATIO = 0.8
+WARN_RATIO = 0.7
+
+
+def node_nic_gbs(ib, hcas=None):
+    """GB/s a node's network can carry for a collective: the sum of its ACTIVE ports' rates
+    (of ``hcas`` when given, e.g. the HCAs NCCL reported using), in GB/s (Gb/s / 8).
+
+    Why the sum: NCCL spreads its rings/channels over the node's NICs (one or more channels
+    per NIC), and a ring crosses each node boundary once, so a NIC carries 2(n-1)/n x S/k of
+    an all-reduce of S bytes over k NICs; busbw is defined as algbw x 2(n-1)/n (nccl-tests
+    doc/PERFORMANCE.md), hence busbw <= k x NIC rate. One 400 Gb/s NIC gives 50 GB/s, the
+    figure of seed 004.
+    """
+    total = 0.0
+    for device in (ib or {}).get('devices') or []:
+        if hcas and device.get('name') not in hcas:
+            continue
+        for port in device.get('ports') or []:
+            if port.get('state') == 'ACTIVE' and port.get('rate_gbps'):
+                total += port['rate_gbps']
+    return total / 8.0 if total else None
+
+
+def expected_busbw(nodes_ib, hcas=None):
+    """The fleet's bound: the smallest node's NIC bandwidth (a ring runs at its slowest hop).
+
+    ``nodes_ib``: {host: gpu_fabric_ib}. Returns {gbs, host, basis} or gbs None when no
+    node has an active port (an intra-node run needs a user-given expectation).
+    """
+    best = None
+    for host in sorted(nodes_ib or {}):
+        gbs = node_nic_gbs(nodes_ib[host], hcas)
+        if gbs is not None and (best is None or gbs < best[0]):
+            best = (gbs, host)
+    if best is None:
+        return {'gbs': None, 'host': None, 'basis': 'no ACTIVE RDMA port on any node: give expected_busbw_gbs'}
+    return {'gbs': round(best[0], 3), 'host': best[1],
+            'basis': 'sum of ACTIVE port rates of %s (the smallest of %d node(s)) / 8' % (best[1], len(nodes_ib))}
+
+
+def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='max'):
+    """Verdict of one collective_bench result: ok, warning, low, corrupt, failed or unknown.
+
+    ``metric``: 'max' judges the peak busbw over the sizes (the large messages, where the
+    link is the limit; the average of nccl-tests includes tiny sizes that no network fills),
+    'avg' the tool's own "Avg bus bandwidth". Data corruption (#wrong > 0 or out-of-bounds
+    values) is an error whatever the bandwidth.
+    """
+    result = result or {}
+    reasons = []
+    verdict = {'expected_gbs': expected_gbs, 'healthy_ratio': healthy, 'warn_ratio': warn, 'metric': metric}
+    wrong = result.get('wrong_total')
+    oob = result.get('out_of_bounds') or {}
+    if (wrong or 0) > 0 or (oob.get('count') or 0) > 0 or oob.get('ok') is False:
+        reasons.append('data corruption: #wrong total %s, out-of-bounds values %s' % (wrong, oob.get('count')))
+        verdict.update(status='corrupt', reasons=reasons, ratio=None)
+        return verdict
+    if result.get('status') != 'ok':
+        failure = result.get('failure') or {}
+        reasons.append('%s: %s' % (failure.get('kind', 'failed'), failure.get('message', result.get('msg', ''))))
+        verdict.update(status='failed', reasons=reasons, ratio=None)
+        return verdict
+    value = result.get('max_busbw_gbs' if metric == 'max' else 'avg_busbw_gbs')
+    verdict['busbw_gbs'] = value
+    if value is None or not expected_gbs:
+        reasons.append('no bandwidth to judge' if value is None else 'no expectation (no NIC rate, no expected_busbw_gbs)')
+        verdict.update(status='unknown', reasons=reasons, ratio=None)
+        return verdict
+    ratio = round(value / float(expected_gbs), 3)
+    verdict['ratio'] = ratio
+    if ratio >= healthy:
+        status = 'ok'
+    else:
+        status = 'warning' if ratio >= warn else 'low'
+        reasons.append('%s busbw %.2f GB/s is %.0f %% of the expected %.2f GB/s (healthy >= %.0f %%, warning >= %.0f %%)'
+                       % (metric, value, 100 * ratio, expected_gbs, 100 * healthy, 100 * warn))
+    transport = result.get('transport') or {}
+    if transport.get('gdr') is False:
+        reasons.append('GPUDirect RDMA was not used (the NCCL log says so): data went through host memory')
+    if transport.get('net') == 'Socket':
+        reasons.append('NCCL used the Socket transport, not RDMA')
+    verdict.update(status=status, reasons=reasons)
+    return verdict
+
+
+def bad(verdict):
+    return (verdict or {}).get('status') in ('warning', 'low', 'corrupt', 'failed')
+
+
+# ---------------------------------------------------------------------------- culprit search
+
+def search_start(nodes, reference=None):
+    """State of a halving search for the node(s) that drag a fleet-wide run down.
+
+    Each round splits every suspect group of four or more nodes into two halves that run on
+    their own (2 runs); a half that runs healthy is cleared and its nodes become reference
+    nodes, a bad half is split again. Groups of two or three nodes are resolved node by node,
+    each run with a cleared reference node (the re-pairing of Google's cluster-health-scanner,
+    where ROCm cvs admits nodes one at a time). One culprit among N >= 4 nodes is named in at
+    most 2 x ceil(log2 N) runs. Without any healthy run there is no reference: the search ends
+    with the remaining suspects in ``unresolved`` (``culprit among``), as it does for N <= 3.
+    """
+    nodes = list(nodes)
+    return {'suspects': [nodes] if len(nodes) > 1 else [], 'cleared': [], 'culprits': [], 'unresolved': [],
+            'runs': [], 'reference': reference, 'budget': 2 * int(math.ceil(math.log(max(len(nodes), 2), 2))),
+            'done': len(nodes) < 2}
+
+
+def _reference(state):
+    return state.get('reference') or (state['cleared'][0] if state['cleared'] else None)
+
+
+def search_next(state):
+    """The runs of the next round: a list of {'group': [suspects], 'hosts': [hosts to run on]}.
+
+    Groups that cannot be tested yet (no reference for a small group) wait for a later
+    round; search_update ends the search when only those are left.
+    """
+    if state['done']:
+        return []
+    runs = []
+    reference = _reference(state)
+    for group in state['suspects']:
+        if len(group) >= 4:
+            middle = (len(group) + 1) // 2
+            runs.extend({'group': half, 'hosts': list(half)} for half in (group[:middle], group[middle:]))
+        elif reference is not None:
+            runs.extend({'group': [node], 'hosts': [node, reference]} for node in group)
+        elif len(group) == 3:
+            # Two of them run alone; if healthy they become the reference for the third.
+            runs.append({'group': group[:2], 'hosts': group[:2]})
+    return runs
+
+
+def search_update(state, runs, verdicts):
+    """Fold the verdicts of search_next's runs into the state (a new dict)."""
+    state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']),
+                 unresolved=list(state['unresolved']), runs=list(state['runs']))
+    tested = set()
+    suspects = []
+    for run, verdict in zip(runs, verdicts):
+        tested.update(run['group'])
+        state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'status': (verdict or {}).get('status'),
+                              'ratio': (verdict or {}).get('ratio')})
+        if not bad(verdict):
+            state['cleared'].extend(n for n in run['group'] if n not in state['cleared'])
+        elif len(run['group']) == 1:
+            state['culprits'].append(run['group'][0])   # bad with a known-good partner
+        else:
+            suspects.append(run['group'])
+    # Suspects not tested this round (no reference yet) wait for the next one.
+    for group in state['suspects']:
+        rest = [n for n in group if n not in tested]
+        if rest:
+            suspects.append(rest)
+    if not runs:
+        # Nothing could be tested: no reference node exists for what is left.
+        state['unresolved'].extend(n for group in suspects for n in group)
+        suspects = []
+    state['suspects'] = suspects
+    state['done'] = not suspects
+    return state
+
+
+def search(nodes, run, reference=None, max_rounds=64):
+    """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
+    state = search_start(nodes, reference)
+    for _round in range(max_rounds):
+        if state['done']:
+            break
+        runs = search_next(state)
+        state = search_update(state, runs, [run(r['hosts']) for r in runs])
+    return state
