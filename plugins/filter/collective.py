@@ -59,7 +59,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 
 
 def collective_verdict(result, expected_gbs, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO, metric='max'):

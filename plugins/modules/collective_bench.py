@@ -165,6 +165,21 @@ options:
     description:
       - Parse this saved output (the text, or the C(-J) JSON) instead of running.
     type: path
+  expected_busbw_gbs:
+    description:
+      - Judge the run against this bus bandwidth in GB/s and return RV(verdict) - for an intra-node run the
+        NVLink/xGMI figure of the platform, across nodes the NICs' (filter C(hpc.gpu_fabric.collective_expected)
+        computes it from ib_link_facts; one 400 Gb/s NIC per rank is 50 GB/s).
+      - Without it RV(verdict) still flags data corruption and failures, with C(status=unknown) otherwise.
+    type: float
+  healthy_ratio:
+    description: Share of O(expected_busbw_gbs) at or above which the run is healthy (seed 004 - 80 %).
+    type: float
+    default: 0.8
+  warn_ratio:
+    description: Share at or above which a run below O(healthy_ratio) is a warning, below it low (seed 003 - 70 %).
+    type: float
+    default: 0.7
 requirements:
   - nccl-tests, rccl-tests or the MetaX mccl tests on the nodes, and Open MPI or Slurm across nodes (not for O(from_log)).
 notes:
@@ -245,6 +260,13 @@ out_of_bounds:
   returned: always
   type: dict
   sample: {count: 0, ok: true}
+verdict:
+  description:
+    - C(status) V(ok), V(warning), V(low), V(corrupt) (C(#wrong) > 0 or out-of-bounds values, always an error),
+      V(failed) or V(unknown) (no O(expected_busbw_gbs)); C(ratio) of the peak busbw to the expectation, C(reasons).
+  returned: always
+  type: dict
+  sample: {status: warning, ratio: 0.72, busbw_gbs: 36.0, expected_gbs: 50.0, reasons: ["max busbw 36.00 GB/s is 72 % of the expected 50.00 GB/s"]}
 wrong_total:
   description: Sum of the C(#wrong) cells; null when the tool printed none (N/A, or the old error column).
   returned: always
@@ -307,7 +329,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _nccl, _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl, _perftest
 
 RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
                'out_of_bounds', 'wrong_total', 'transport', 'format')
@@ -448,8 +470,12 @@ def message(result):
         return result['msg']
     if result['status'] == 'failed':
         return '%s failed (%s): %s' % (name, result['failure']['kind'], result['failure']['message'])
-    return '%s: avg bus bandwidth %s GB/s, max %s GB/s over %d sizes' % (
+    text = '%s: avg bus bandwidth %s GB/s, max %s GB/s over %d sizes' % (
         name, result['avg_busbw_gbs'], result['max_busbw_gbs'], len(result['results']))
+    verdict = result.get('verdict') or {}
+    if verdict.get('status') not in (None, 'unknown'):
+        text += '; %s%s' % (verdict['status'], (': ' + '; '.join(verdict['reasons'])) if verdict.get('reasons') else '')
+    return text
 
 
 def main():
@@ -487,6 +513,9 @@ def main():
             timeout=dict(type='int', default=900),
             fail_on_error=dict(type='bool', default=False),
             from_log=dict(type='path'),
+            expected_busbw_gbs=dict(type='float'),
+            healthy_ratio=dict(type='float', default=0.8),
+            warn_ratio=dict(type='float', default=0.7),
         ),
         mutually_exclusive=[('step_factor', 'step_bytes')],
         supports_check_mode=True,
@@ -494,6 +523,8 @@ def main():
     params = module.params
     try:
         validate(params)
+        if not 0 < params['warn_ratio'] <= params['healthy_ratio']:
+            raise ArgumentError('need 0 < warn_ratio <= healthy_ratio (got %s and %s)' % (params['warn_ratio'], params['healthy_ratio']))
         result = parse_log(params) if params['from_log'] is not None else run(module, params)
     except ArgumentError as exc:
         module.fail_json(msg=str(exc))
@@ -504,6 +535,8 @@ def main():
     # Explicit: Ansible counts a result with a non-zero rc and no 'failed' as failed.
     result['changed'] = False
     result['failed'] = False
+    if result.get('status') != 'skipped':
+        result['verdict'] = _collective.judge(result, params['expected_busbw_gbs'], params['healthy_ratio'], params['warn_ratio'])
     result['msg'] = message(result)
     if result['status'] == 'failed' and params['fail_on_error']:
         module.fail_json(**result)

@@ -243,3 +243,22 @@ def child_state(pid):
             return handle.read().rsplit(')', 1)[1].split()[0]
     except (IOError, OSError):
         return None
+
+
+@pytest.mark.parametrize('expected, status', [(None, 'unknown'), (350.0, 'ok'), (450.0, 'warning'), (500.0, 'low')])
+def test_real_h200_run_judged_against_an_expectation(monkeypatch, expected, status):
+    # The real 2 x H200 run peaks at 327.22 GB/s busbw (NVLink, one node).
+    args = {'from_log': fixture_path('real', 'h200x2', 'all_reduce_perf_g2.txt')}
+    if expected:
+        args['expected_busbw_gbs'] = expected
+    result, failed = run_module(collective_bench.main, args, monkeypatch)
+    assert not failed and result['verdict']['status'] == status
+    if expected:
+        assert result['max_busbw_gbs'] == 327.22 and result['verdict']['ratio'] == round(327.22 / expected, 3)
+        assert (status == 'ok') == (result['msg'].endswith('; ok'))
+
+
+def test_bad_thresholds_fail_the_task(monkeypatch):
+    result, failed = run_module(collective_bench.main, {'from_log': fixture_path('real', 'h200x2', 'all_reduce.json'),
+                                                        'healthy_ratio': 0.6, 'warn_ratio': 0.7}, monkeypatch)
+    assert failed and 'need 0 < warn_ratio <= healthy_ratio' in result['msg']

@@ -4,7 +4,8 @@
 
 """Judging collective_bench results and finding the node that drags a fleet-wide run down.
 
-Pure functions over collective_bench results and ib_link_facts; the filters in
+Pure functions over collective_bench results and ib_link_facts; the module collective_bench
+(expected_busbw_gbs) and the filters in
 plugins/filter/collective.py and playbooks/benchmark.yml call them.
 """
 
@@ -93,6 +94,10 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
         reasons.append('%s busbw %.2f GB/s is %.0f %% of the expected %.2f GB/s (healthy >= %.0f %%, warning >= %.0f %%)'
                        % (metric, value, 100 * ratio, expected_gbs, 100 * healthy, 100 * warn))
     transport = result.get('transport') or {}
+    # Explanations of a shortfall only: a healthy single-node run over NVLink also shows
+    # the Socket plugin and no GDR, which then mean nothing.
+    if status == 'ok':
+        transport = {}
     if transport.get('gdr') is False:
         reasons.append('GPUDirect RDMA was not used (the NCCL log says so): data went through host memory')
     if transport.get('net') == 'Socket':

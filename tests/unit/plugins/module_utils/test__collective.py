@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 
 
 def test_expected_busbw_from_the_smallest_node(sim_root):
