@@ -245,6 +245,17 @@ def _int(name, text, low=None, high=None):
     return value
 
 
+# Flags without a value: option name -> Params attribute set to True.
+SWITCHES = {'all': 'all', 'bidirectional': 'duplex', 'report_gbits': 'gbits', 'disable_pcie_relaxed': 'pcir_disabled',
+            'CPU-freq': 'cpu_freq_f', 'rdma_cm': 'rdma_cm', 'run_infinitely': 'run_infinitely', 'noPeak': 'no_peak',
+            'use_cuda_dmabuf': 'dmabuf'}
+# Integer options: name -> (attribute, perftest's label in its range errors, low, high).
+NUMBERS = {'port': ('port', 'Port', None, None), 'ib-port': ('ib_port', 'IB Port', None, None),
+           'gid-index': ('gid_index', 'Gid index', 0, 255), 'size': ('size', 'Message size', 1, MAX_SIZE),
+           'iters': ('iters', 'Iteration num', MIN_ITER, MAX_ITER), 'duration': ('duration', 'Duration', 1, 2 ** 31 - 1),
+           'qp': ('qps', 'num of Qps', 1, 16384), 'mtu': ('mtu', 'MTU', None, None), 'tx-depth': ('tx_depth', 'Tx depth', 1, 16384)}
+
+
 def parse_args(tool, argv, features):
     params = Params(tool)
     longs = list(LONG_OPTS)
@@ -273,51 +284,20 @@ def parse_args(tool, argv, features):
         if name == 'help':
             usage(params, features)
             raise Exit(FAILURE)
-        if name == 'port':
-            params.port = _int('Port', value)
+        if name in SWITCHES:
+            setattr(params, SWITCHES[name], True)
+        elif name in NUMBERS:
+            attr, label, low, high = NUMBERS[name]
+            setattr(params, attr, _int(label, value, low, high))
+            if name == 'ib-port' and params.ib_port < 1:
+                raise Exit(FAILURE, "IB Port can't be less than 1\n")
         elif name == 'ib-dev':
             params.device = value
-        elif name == 'ib-port':
-            params.ib_port = _int('IB Port', value)
-            if params.ib_port < 1:
-                raise Exit(FAILURE, "IB Port can't be less than 1\n")
-        elif name == 'gid-index':
-            params.gid_index = _int('Gid index', value, 0, 255)
-        elif name == 'size':
-            params.size = _int('Message size', value, 1, MAX_SIZE)
-        elif name == 'all':
-            params.all = True
-        elif name == 'iters':
-            params.iters = _int('Iteration num', value, MIN_ITER, MAX_ITER)
-        elif name == 'duration':
-            params.duration = _int('Duration', value, 1, 2 ** 31 - 1)
-        elif name == 'qp':
-            params.qps = _int('num of Qps', value, 1, 16384)
-        elif name == 'bidirectional':
-            params.duplex = True
-        elif name == 'report_gbits':
-            params.gbits = True
-        elif name == 'disable_pcie_relaxed':
-            params.pcir_disabled = True
-        elif name == 'CPU-freq':
-            params.cpu_freq_f = True
-        elif name == 'rdma_cm':
-            params.rdma_cm = True
-        elif name == 'run_infinitely':
-            params.run_infinitely = True
-        elif name == 'noPeak':
-            params.no_peak = True
         elif name == 'source_ip':
             params.source_ip = value
-        elif name == 'mtu':
-            params.mtu = _int('MTU', value)
-        elif name == 'tx-depth':
-            params.tx_depth = _int('Tx depth', value, 1, 16384)
         elif name in ('use_cuda', 'use_rocm', 'use_maca'):
             params.gpu_flag = name
             params.gpu_index = _int(name, value, 0, 1024)
-        elif name == 'use_cuda_dmabuf':
-            params.dmabuf = True
     if params.tst == 'lat' and params.duplex:
         raise Exit(FAILURE, ' Bidirectional mode not supported in latency tests\n Parser function exited with Error\n')
     if params.run_infinitely and params.tst != 'bw':
