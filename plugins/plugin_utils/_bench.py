@@ -122,26 +122,15 @@ def round_records(me, tests, client_results, server_results, before, after, roun
         for side in ('server', 'client'):
             if test[side] != me:
                 continue
-            hca = test['%s_hca' % side]
             result = by_pair.get((side, test['pair_id'], test['rail']))
-            record = {'round': round_number, 'memory': memory, 'side': side, 'rail': test['rail'],
-                      'server': test['server'], 'client': test['client'], 'hca': hca,
-                      'peer_hca': test['client_hca' if side == 'server' else 'server_hca'],
-                      'counters_delta': counter_delta(before, after, hca)}
             if result is None:
-                record.update(status='not_run', failure={'kind': 'peer_unreachable',
-                                                         'message': 'the peer was not reachable when the round started'})
+                outcome = {'status': 'not_run', 'failure': {'kind': 'peer_unreachable',
+                                                            'message': 'the peer was not reachable when the round started'}}
             else:
-                record.update(status=result.get('status') or ('failed' if result.get('failed') else 'unknown'),
-                              summary=result.get('summary'), failure=result.get('failure'),
-                              settings=result.get('settings'), warnings=result.get('warnings', []),
-                              gpu=result.get('gpu'), elapsed_s=result.get('elapsed_s'))
+                outcome = dict(result, status=result.get('status') or ('failed' if result.get('failed') else 'unknown'))
                 if result.get('failed') and not result.get('failure'):
-                    record['failure'] = {'kind': 'task_failed', 'message': result.get('msg')}
-                    record['status'] = 'failed'
-                if side == 'client':
-                    record['results'] = result.get('results', [])
-            records.append(record)
+                    outcome.update(status='failed', failure={'kind': 'task_failed', 'message': result.get('msg')})
+            records.append(_record(dict(test, side=side, round=round_number, memory=memory), outcome, before, after))
     return records
 
 
@@ -194,19 +183,19 @@ def sequence_records(me, steps, result):
             kind = 'node_lost'
         for step in steps:
             for test in step.get('tests') or []:
-                records.append(_record(me, test, {'status': 'failed', 'failure': {'kind': kind, 'message': message}}, None, None))
+                records.append(_record(test, {'status': 'failed', 'failure': {'kind': kind, 'message': message}}, None, None))
         return records
     before = result.get('counters_start')
     for step in done:
         after = step.get('counters')
         for test in step.get('tests') or []:
-            records.append(_record(me, test, test, before, after))
+            records.append(_record(test, test, before, after))
         if after is not None:
             before = after
     return records
 
 
-def _record(me, test, outcome, before, after):
+def _record(test, outcome, before, after):
     side = test['side']
     hca = test.get('%s_hca' % side)
     record = {'round': test.get('round'), 'memory': test.get('memory'), 'side': side, 'rail': test.get('rail'),
@@ -215,7 +204,8 @@ def _record(me, test, outcome, before, after):
               'counters_delta': counter_delta(before, after, hca) if before is not None and after is not None else {},
               'status': outcome.get('status') or 'failed', 'summary': outcome.get('summary'),
               'failure': outcome.get('failure'), 'settings': outcome.get('settings'),
-              'warnings': outcome.get('tool_warnings', []), 'gpu': test.get('gpu'), 'elapsed_s': outcome.get('elapsed_s'),
+              'warnings': outcome.get('tool_warnings', []), 'gpu': test.get('gpu') or outcome.get('gpu'),
+              'elapsed_s': outcome.get('elapsed_s'),
               'attempts': outcome.get('attempts')}
     if side == 'client':
         record['results'] = outcome.get('results', [])
