@@ -17,6 +17,7 @@ Writes DEST/roots/<node>/ and DEST/inventory.yml.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -80,11 +81,31 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                         ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                         ansible_python_interpreter='/usr/bin/python3')
         hosts[node['name']] = host
+    # For the mpirun stand-in: every node by inventory name and by address, with its root
+    # and the environment its stand-ins see (fault switches such as GF_SIM_NCCL_WRONG).
+    hosts_file = os.path.join(os.path.abspath(dest), 'sim_hosts.json')
+    for host in hosts.values():
+        host['gpu_fabric_environment']['GF_SIM_HOSTS'] = hosts_file
+    write_hosts_file(hosts, hosts_file)
     hosts.update(extra_hosts or {})
     inventory = {'all': {'children': {'gpu_nodes': {'hosts': hosts}}}}
     with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
         yaml.safe_dump(inventory, handle, sort_keys=False)
     return inventory
+
+
+def write_hosts_file(hosts, path):
+    """(Re)write the mpirun stand-in's host table from inventory host entries; a test that
+    changes a node's gpu_fabric_environment after build() calls it again."""
+    table = {}
+    for name, host in hosts.items():
+        if 'gpu_fabric_root' not in host:
+            continue
+        entry = {'root': host['gpu_fabric_root'], 'address': host['ansible_host'], 'hostname': name,
+                 'env': dict((k, v) for k, v in host['gpu_fabric_environment'].items() if k.startswith('GF_SIM_'))}
+        table[name] = table[host['ansible_host']] = entry
+    with open(path, 'w') as handle:
+        json.dump(table, handle, indent=1, sort_keys=True)
 
 
 def main(argv=None):

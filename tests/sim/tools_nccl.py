@@ -1,0 +1,257 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Stand-ins for the nccl-tests binaries (all_reduce_perf, ...) and Open MPI's mpirun on
+simulated nodes.
+
+Output layout follows nccl-tests 2.19 (common.cu) as captured on the real 2 x H200 machine
+(../shared/fixtures/real/h200x2/all_reduce_perf_g2.txt and all_reduce.json): the '#' header,
+'Using devices' with one line per rank, NCCL INFO lines when NCCL_DEBUG=INFO, the table
+with #wrong columns, 'Out of bounds values', 'Avg bus bandwidth'; -J writes the JSON
+(version 3) of the same run. The INFO lines that name the network are NCCL's own texts
+(net_ib.cc "NET/IB : Using [0]mlx5_0:1/IB ...", "GPU Direct RDMA Disabled for HCA 0 '...'",
+transport lines "via NET/IB/0/GDRDMA").
+
+Ranks: under the mpirun stand-in, GF_SIM_NCCL_NODES lists the nodes (host, root, ranks,
+env); alone, the node of GF_SIM_ROOT runs -g ranks. Bandwidth: one node runs over NVLink
+(peak 327 GB/s as the real H200 run); across nodes the peak busbw is 92 % of the smallest
+node's NIC bandwidth (sum of ACTIVE ports / 8, as hpc.gpu_fabric judges it), and 45 % of
+that when a node is not GPUDirect-RDMA ready (gdr_facts; seed 003 measured 46 % of
+theoretical without GDR); the curve rises with the message size. Node environment
+(inventory gpu_fabric_environment, carried by mpirun from the cluster's hosts file):
+GF_SIM_NCCL_WRONG=N makes that node's ranks report N wrong elements per size,
+GF_SIM_NCCL_HANG=1 makes the run hang after the header.
+
+mpirun: -np/-n, --host/-H host[:slots],..., -x NAME[=VALUE], --mca K V and the usual
+switches; hosts are looked up in $GF_SIM_HOSTS (JSON written by tests/sim/cluster.py);
+too few slots and a missing executable print Open MPI's texts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from tests.sim.tools_perftest import SysRoot, _gdr, _ib  # noqa: E402  (imports the collection the same way)
+
+NVLINK_GBS = {'nvidia': 327.0, 'amd': 300.0, 'metax': 150.0}
+GPU_NAME = {'nvidia': 'NVIDIA H100 80GB HBM3', 'amd': 'AMD Instinct MI300X', 'metax': 'MetaX C500'}
+NET_EFFICIENCY = 0.92
+NO_GDR_FACTOR = 0.45
+HALF_SIZE = 8 * 1024 * 1024   # bytes at which busbw reaches half its peak (the real H200 run: ~8-16 MiB)
+BUS_FACTOR = {'all_reduce_perf': lambda n: 2.0 * (n - 1) / n, 'all_gather_perf': lambda n: (n - 1.0) / n,
+              'reduce_scatter_perf': lambda n: (n - 1.0) / n, 'alltoall_perf': lambda n: (n - 1.0) / n,
+              'broadcast_perf': lambda n: 1.0, 'reduce_perf': lambda n: 1.0, 'sendrecv_perf': lambda n: 1.0}
+REDOP = {'all_reduce_perf': 'sum', 'reduce_scatter_perf': 'sum', 'reduce_perf': 'sum'}
+ROOTED = ('broadcast_perf', 'reduce_perf')
+SIZES = {'': 1, 'K': 1024, 'M': 1024 ** 2, 'G': 1024 ** 3}
+
+
+def _size(text):
+    text = text.strip().upper()
+    suffix = text[-1] if text and text[-1] in 'KMG' else ''
+    return int(float(text[:-1] if suffix else text) * SIZES[suffix])
+
+
+def parse_args(argv):
+    opts = {'t': '1', 'g': '1', 'b': '32M', 'e': '32M', 'f': '1', 'i': None, 'n': '20', 'w': '1', 'c': '1', 'o': 'sum',
+            'd': 'float', 'r': '0', 'z': '0', 'G': '0', 'm': '1', 'J': None, 'T': None}
+    rest = list(argv)
+    while rest:
+        flag = rest.pop(0)
+        if flag in ('-h', '--help'):
+            print('USAGE: %s \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n\t'
+                  '[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n\t'
+                  '[-J,--output_file <output file>] \n\t[-h,--help]' % os.path.basename(sys.argv[0]))
+            sys.exit(0)
+        if len(flag) != 2 or flag[0] != '-' or flag[1] not in opts or not rest:
+            sys.stderr.write("%s: invalid option -- '%s'\n" % (sys.argv[1], flag.lstrip('-')))
+            sys.exit(1)
+        opts[flag[1]] = rest.pop(0)
+    return opts
+
+
+def node_peak(root):
+    """(NIC GB/s, GDR ready, vendor, GPU count, HCA names) of one simulated node."""
+    sysroot = SysRoot(root)
+    devices = _ib.read_ib(sysroot)
+    gdr = _gdr.read_gdr(sysroot, _ib.list_rdma_devices(sysroot))
+    active = [(d['name'], p) for d in devices for p in d['ports'] if p.get('state') == 'ACTIVE' and p.get('rate_gbps')]
+    nic = sum(p['rate_gbps'] for _name, p in active) / 8.0
+    vendor = gdr['gpus'][0]['vendor'] if gdr['gpus'] else None
+    return nic, gdr['gdr_ready'], vendor, len(gdr['gpus']), [name for name, _p in active]
+
+
+def nodes_from_env(opts):
+    listed = os.environ.get('GF_SIM_NCCL_NODES')
+    if listed:
+        return json.loads(listed)
+    root = os.environ.get('GF_SIM_ROOT', '/')
+    host = open(os.path.join(root, 'etc', 'hostname')).read().strip() if os.path.exists(os.path.join(root, 'etc', 'hostname')) else 'node'
+    return [{'host': host, 'root': root, 'ranks': 1, 'env': dict(os.environ)}]
+
+
+def main_perf(bench, argv):
+    opts = parse_args(argv)
+    gpus_per_rank = int(opts['g']) * int(opts['t'])
+    nodes = nodes_from_env(opts)
+    info = [node_peak(n['root']) for n in nodes]
+    total_ranks = sum(n['ranks'] for n in nodes) * gpus_per_rank
+    minb, maxb = _size(opts['b']), _size(opts['e'])
+    print('# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809')
+    print('# Collective test starting: %s' % bench)
+    print('# nThread %s nGpus %s minBytes %d maxBytes %d step: %s(factor) warmup iters: %s iters: %s agg iters: %s validation: %s '
+          'graph: %s unalign: 0' % (opts['t'], opts['g'], minb, maxb, opts['f'], opts['w'], opts['n'], opts['m'], opts['c'], opts['G']))
+    print('#')
+    print('# Using devices')
+    sys.stdout.flush()
+    for node, (_nic, _gdr_ok, _vendor, gpus, _hcas) in zip(nodes, info):
+        if node['ranks'] * gpus_per_rank > gpus:
+            print('Invalid number of GPUs: %d requested but only %d were found.' % (node['ranks'] * gpus_per_rank, gpus))
+            print('Please check the number of processes and GPUs per process.')
+            print(' .. %s pid %d: Test failure common.cu:1454' % (node['host'], os.getpid()))
+            return 1
+    debug = os.environ.get('NCCL_DEBUG', '').upper() == 'INFO'
+    rank = 0
+    for node, (_nic, _gdr_ok, vendor, _gpus, _hcas) in zip(nodes, info):
+        for local in range(node['ranks'] * gpus_per_rank):
+            print('#  Rank %2d Group  0 Pid %6d on %10s device %2d [0000:%02x:00] %s' % (
+                rank, 1000 + rank // gpus_per_rank, node['host'], local, 0x18 + local, GPU_NAME.get(vendor, 'GPU')))
+            rank += 1
+    multi = len(nodes) > 1
+    if debug:
+        print('%s:1000:1000 [0] NCCL INFO NCCL version 2.28.9+cuda13.0' % nodes[0]['host'])
+        for node, (_nic, gdr_ok, _vendor, _gpus, hcas) in zip(nodes, info):
+            tag = '%s:1000:1010 [0] NCCL INFO ' % node['host']
+            if hcas:
+                print(tag + 'NET/IB : Using %s ; OOB eth0:%s<0>' % (' '.join('[%d]%s:1/IB' % (i, h) for i, h in enumerate(hcas)),
+                                                                    node.get('address', '10.0.0.1')))
+                print(tag + 'Using network IB')
+                if not gdr_ok:
+                    for index, hca in enumerate(hcas):
+                        print(tag + "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)" % (index, hca))
+            if multi and hcas:
+                via = 'via NET/IB/0' + ('/GDRDMA' if gdr_ok else '')
+                print(tag + 'Channel 00/0 : 0[0] -> 1[0] [send] %s' % via)
+    if any(n.get('env', {}).get('GF_SIM_NCCL_HANG') == '1' for n in nodes):
+        sys.stdout.flush()
+        while True:
+            time.sleep(3600)
+    if multi:
+        peak = min(nic * NET_EFFICIENCY * (1.0 if gdr_ok else NO_GDR_FACTOR) for nic, gdr_ok, _v, _g, _h in info)
+    else:
+        peak = NVLINK_GBS.get(info[0][2], 100.0)
+    wrong = sum(int(n.get('env', {}).get('GF_SIM_NCCL_WRONG') or 0) for n in nodes)
+    factor = BUS_FACTOR.get(bench, BUS_FACTOR['all_reduce_perf'])(max(total_ranks, 2))
+    redop = REDOP.get(bench, 'none')
+    root = opts['r'] if bench in ROOTED else '-1'
+    print('#')
+    print('#                                                              out-of-place                       in-place          ')
+    print('#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ')
+    print('#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ')
+    rows = []
+    size = minb
+    step = int(opts['f'])
+    while size <= maxb:
+        busbw = peak * size / (size + HALF_SIZE)
+        algbw = busbw / factor
+        usec = size / (algbw * 1e3) if algbw else 0.0
+        rows.append((size, size // 4, usec, algbw, busbw))
+        print('%12d  %12d  %8s  %6s  %6s  %7.2f  %6.2f  %6.2f  %6d  %7.2f  %6.2f  %6.2f  %6d' % (
+            size, size // 4, opts['d'], redop, root, usec, algbw, busbw, wrong, usec, algbw, busbw, wrong))
+        if step <= 1:
+            break
+        size *= step
+    average = sum(r[4] for r in rows) / len(rows) if rows else 0.0
+    print('# Out of bounds values : 0 OK')
+    print('# Avg bus bandwidth    : %g ' % round(average, 4))
+    print('#')
+    print('# Collective test concluded: %s' % bench)
+    print('#')
+    if opts['J']:
+        with open(opts['J'], 'w') as handle:
+            json.dump({'version': 3, 'args': [bench] + list(argv), 'nccl_version': 22809,
+                       'config': {'nthreads': int(opts['t']), 'ngpus': int(opts['g']), 'minimum_bytes': minb, 'maximum_bytes': maxb},
+                       'results': [{'size': s, 'count': c, 'type': opts['d'], 'redop': redop, 'root': '    %s' % root,
+                                    'out_of_place': {'time': t, 'alg_bw': a, 'bus_bw': b, 'nwrong': float(wrong)},
+                                    'in_place': {'time': t, 'alg_bw': a, 'bus_bw': b, 'nwrong': float(wrong)}}
+                                   for s, c, t, a, b in rows],
+                       'out_of_bounds': {'count': 0, 'okay': 'true'},
+                       'average_bus_bandwidth': {'bandwidth': round(average, 4), 'okay': 'unchecked'}, 'errors': ['']}, handle)
+    return 0
+
+
+def main_mpirun(argv):
+    hosts, processes, names, rest = [], None, [], list(argv)
+    while rest and rest[0].startswith('-'):
+        flag = rest.pop(0)
+        if flag in ('-np', '-n', '-c'):
+            processes = int(rest.pop(0))
+        elif flag in ('--host', '-H', '-host'):
+            hosts += [h for h in rest.pop(0).split(',') if h]
+        elif flag == '-x':
+            names.append(rest.pop(0))
+        elif flag in ('--mca', '-mca'):
+            rest[:2] = []
+        elif flag in ('--bind-to', '--map-by', '--rank-by'):
+            rest.pop(0)
+    with open(os.environ['GF_SIM_HOSTS']) as handle:
+        known = json.load(handle)
+    slots = []
+    for entry in hosts or ['localhost']:
+        name, _sep, count = entry.partition(':')
+        if name not in known:
+            sys.stderr.write('ssh: Could not resolve hostname %s: Name or service not known\n'
+                             'ORTE was unable to reliably start one or more daemons.\n' % name)
+            return 1
+        slots.append((name, int(count) if count else 1))
+    total = sum(count for _name, count in slots)
+    processes = processes or total
+    if processes > total:
+        sys.stderr.write('--------------------------------------------------------------------------\n'
+                         'There are not enough slots available in the system to satisfy the %d\n'
+                         'slots that were requested by the application:\n\n  %s\n\n'
+                         'Either request fewer slots for your application, or make more slots\navailable for use.\n'
+                         '--------------------------------------------------------------------------\n'
+                         % (processes, rest[0] if rest else ''))
+        return 1
+    if not rest or not os.path.exists(rest[0]) and not any(
+            os.path.exists(os.path.join(d, rest[0])) for d in os.environ.get('PATH', '').split(os.pathsep)):
+        sys.stderr.write('--------------------------------------------------------------------------\n'
+                         'mpirun was unable to find the specified executable file, and therefore\n'
+                         'did not launch the job.  This error was first reported for process\n'
+                         'rank 0; it may have occurred for other processes as well.\n\n'
+                         'NOTE: A common cause for this error is misspelling a mpirun command\n'
+                         '      line parameter option (remember that mpirun interprets the first\n'
+                         '      unrecognized command line token as the executable).\n\n'
+                         'Node:       %s\nExecutable: %s\n'
+                         '--------------------------------------------------------------------------\n'
+                         % (slots[0][0], rest[0] if rest else ''))
+        return 1
+    # Ranks fill the hosts in order (Open MPI's default --map-by slot).
+    nodes, left = [], processes
+    for name, count in slots:
+        take = min(count, left)
+        left -= take
+        if take:
+            nodes.append({'host': known[name].get('hostname', name), 'root': known[name]['root'], 'ranks': take,
+                          'address': known[name].get('address'), 'env': known[name].get('env', {})})
+    env = dict(os.environ, GF_SIM_NCCL_NODES=json.dumps(nodes))
+    os.execvpe(rest[0], rest, env)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tool = argv.pop(0)
+    if tool == 'mpirun':
+        return main_mpirun(argv)
+    return main_perf(tool, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
