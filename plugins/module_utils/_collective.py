@@ -122,11 +122,12 @@ def search_start(nodes, reference=None):
     nodes, a bad half is split again. Groups of two or three nodes are resolved node by node,
     each run with a cleared reference node (the re-pairing of Google's cluster-health-scanner,
     where ROCm cvs admits nodes one at a time). One culprit among N >= 4 nodes is named in at
-    most 2 x ceil(log2 N) runs. Without any healthy run there is no reference: the search ends
-    with the remaining suspects in ``unresolved`` (``culprit among``), as it does for N <= 3.
+    most 2 x ceil(log2 N) runs. When every half is bad (culprits on both sides), the suspects
+    run in pairs until a healthy pair gives the reference. Without any healthy run there is
+    nothing to compare with: the search ends with the suspects in ``unresolved``.
     """
     nodes = list(nodes)
-    return {'suspects': [nodes] if len(nodes) > 1 else [], 'cleared': [], 'culprits': [], 'unresolved': [],
+    return {'suspects': [nodes] if len(nodes) > 1 else [], 'cleared': [], 'culprits': [], 'unresolved': [], 'paired': False,
             'runs': [], 'reference': reference, 'budget': 2 * int(math.ceil(math.log(max(len(nodes), 2), 2))),
             'done': len(nodes) < 2}
 
@@ -145,15 +146,19 @@ def search_next(state):
         return []
     runs = []
     reference = _reference(state)
+    small = []
     for group in state['suspects']:
         if len(group) >= 4:
             middle = (len(group) + 1) // 2
             runs.extend({'group': half, 'hosts': list(half)} for half in (group[:middle], group[middle:]))
         elif reference is not None:
             runs.extend({'group': [node], 'hosts': [node, reference]} for node in group)
-        elif len(group) == 3:
-            # Two of them run alone; if healthy they become the reference for the third.
-            runs.append({'group': group[:2], 'hosts': group[:2]})
+        else:
+            small.extend(group)
+    if small and not state.get('paired'):
+        # No node is known good yet (every half was bad: culprits on both sides). Pairs of
+        # suspects run alone; a healthy pair gives the reference nodes. An odd one waits.
+        runs.extend({'group': small[i:i + 2], 'hosts': small[i:i + 2]} for i in range(0, len(small) - 1, 2))
     return runs
 
 
@@ -182,6 +187,10 @@ def search_update(state, runs, verdicts):
         # Nothing could be tested: no reference node exists for what is left.
         state['unresolved'].extend(n for group in suspects for n in group)
         suspects = []
+    # A round of pairs without any healthy one leaves nothing to compare with: stop there.
+    if runs and all(len(r['hosts']) == len(r['group']) == 2 for r in runs) and all(bad(v) for v in verdicts) \
+            and _reference(state) is None:
+        state['paired'] = True
     state['suspects'] = suspects
     state['done'] = not suspects
     return state

@@ -65,7 +65,7 @@ FAILURE_RULES = (
                                   r'^\S*_perf: No such file or directory')),
     ('launch_failed', re.compile(r'There are not enough slots available in the system|'
                                  r'(?:mpirun|prterun|ORTE|PRTE) (?:was unable to (?:launch|start)|does not know how to)|'
-                                 r'ssh: connect to host|Host key verification failed|'
+                                 r'ssh: connect to host|ssh: Could not resolve hostname|Host key verification failed|'
                                  r'srun: error: (?:Unable to allocate|Unable to create step)|'
                                  r'An ORTE daemon has unexpectedly failed')),
     ('invalid_usage', re.compile(r'Invalid number of GPUs|invalid option|unrecognized option|Invalid value|'

@@ -96,3 +96,13 @@ def test_filters_drive_a_search_as_a_play_would():
     assert state['culprits'] == ['n5'] and len(state['runs']) <= 6
     with pytest.raises(Exception, match='metric must be max or avg'):
         f['collective_verdict']({}, 50.0, metric='p99')
+
+
+def test_culprits_on_both_sides_are_found_through_a_healthy_pair():
+    nodes = ['m1', 'm2', 'm3', 'm4', 'm5', 'm6']
+    state = _collective.search(nodes, _fleet(['m2', 'm4']))
+    assert sorted(state['culprits']) == ['m2', 'm4'] and not state['unresolved']
+    assert len(state['runs']) <= 10
+    # Everything bad (a fabric-wide problem): no reference, the search stops and says so.
+    state = _collective.search(nodes, _fleet(nodes))
+    assert state['culprits'] == [] and sorted(state['unresolved']) == nodes and len(state['runs']) <= 8
