@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Accuracy of the diagnosis on the simulator's fault catalog (issue 6).
+
+Every fault of tests/sim/faults.py injected alone and in pairs on a profile it applies to;
+a case counts as right when every injected fault's expected code is a root finding
+(explained_by null) on that node. Also: findings above info on the fault-free profiles
+(goal 0). The facts are read with the modules' readers from rendered snapshot roots.
+
+Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv active)
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import sys
+import tempfile
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from tests.sim import faults, render
+
+# The code each fault must produce, and the profile it is injected on.
+EXPECTED = {
+    'port_down': ('IB_PORT_DOWN', 'nvidia_h100_8x_ndr'),
+    'port_polling': ('IB_PORT_DOWN', 'nvidia_h100_8x_ndr'),
+    'rate_degraded_1x': ('IB_RATE_DEGRADED', 'nvidia_h100_8x_ndr'),
+    'peermem_not_loaded': ('GDR_PEERMEM_NOT_LOADED', 'nvidia_h100_8x_ndr'),
+    'mm_kobj_not_exported': ('GDR_MM_KOBJ_NOT_EXPORTED', 'metax_c500_cx7'),
+    'ofed_stale_build': ('GDR_OFED_STALE_BUILD', 'metax_c500_cx7'),
+    'acs_enabled': ('GDR_ACS_REDIRECT', 'nvidia_h100_8x_ndr'),
+    'cross_numa': ('GPU_NIC_FAR', 'nvidia_h100_8x_ndr'),
+    'roce_no_v2_gid': ('ROCE_NO_V2_GID', 'amd_mi300x_roce'),
+    'error_counters': ('IB_ERROR_COUNTERS', 'nvidia_h100_8x_ndr'),
+}
+# Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
+# port that is down hides its rate and counters, rightly).
+ON_HCA = ('cross_numa', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid')
+# The later fault undoes the earlier: a stale OFED build needs a kernel that exports mm_kobj.
+CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build')}
+HEALTHY = ('nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_cx4', 'no_rdma_vm', 'h200x2_no_rdma')
+
+
+def node_facts(profile_name, fault_names=()):
+    profile = copy.deepcopy(render.load_profile(profile_name))
+    hcas = [h['name'] for h in profile.get('hcas', []) if h['ports']]
+    on_hca = 0
+    for name in fault_names:
+        target = None
+        if name in ON_HCA:
+            target = hcas[on_hca] if on_hca < len(hcas) else None
+            on_hca += 1
+        faults.apply(profile, name, target)
+    root = tempfile.mkdtemp(prefix='gf-acc-')
+    render.render(profile, root)
+    sysroot = SysRoot(root)
+    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': read_gdr(sysroot, list_rdma_devices(sysroot))}
+
+
+def case(profile_name, fault_names):
+    found = _diagnose.diagnose({'node': node_facts(profile_name, fault_names)})
+    roots = set(f['code'] for f in found if f['explained_by'] is None)
+    return all(EXPECTED[name][0] in roots for name in fault_names), sorted(roots)
+
+
+def run():
+    cases = [(name,) for name in sorted(EXPECTED)]
+    cases += [pair for pair in itertools.combinations(sorted(EXPECTED), 2)
+              if EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
+    results = []
+    for names in cases:
+        try:
+            right, roots = case(EXPECTED[names[0]][1], names)
+        except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
+            results.append({'faults': names, 'skipped': str(exc)})
+            continue
+        results.append({'faults': names, 'right': right, 'roots': roots})
+    healthy = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
+                   for name in HEALTHY)
+    judged = [r for r in results if 'right' in r]
+    return {'cases': len(judged), 'right': sum(r['right'] for r in judged),
+            'share_right': round(sum(r['right'] for r in judged) / float(len(judged)), 3),
+            'wrong': [r for r in judged if not r['right']], 'skipped': [r for r in results if 'skipped' in r],
+            'healthy_findings_above_info': healthy}
+
+
+def main():
+    print(json.dumps(run(), indent=1))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
