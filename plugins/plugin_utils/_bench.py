@@ -256,6 +256,11 @@ def report(nodes, options):
                      'status': record['status'], 'failure': record.get('failure'),
                      'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
                      'port_rate_gbps': expected, 'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': []}
+            if record['memory'] == 'gpu':
+                # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
+                server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}
+                distances = [r.get('gpu', {}).get('distance') for r in (record, server) if (r.get('gpu') or {}).get('distance')]
+                entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
                 entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),

@@ -37,26 +37,25 @@ def ib_findings(host, ib):
         for port in ports:
             subject = '%s/%s' % (device['name'], port.get('port'))
             if port.get('state') != 'ACTIVE':
-                polling = port.get('phys_state') == 'Polling'
+                why = ('no link partner (cable, transceiver or switch port)' if port.get('phys_state') == 'Polling'
+                       else 'the link is down or disabled')
                 found.append(finding(
                     'IB_PORT_DOWN', 'ib', 'error', host, subject,
                     {'state': port.get('state'), 'phys_state': port.get('phys_state')},
-                    'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'),
-                                                            'no link partner (cable, transceiver or switch port)' if polling
-                                                            else 'the link is down or disabled'),
+                    'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'), why),
                     'check the cable and the switch port (iblinkinfo, ibstat %s); a disabled port: ibportstate enable'
                     % device['name']))
                 continue
             others = [p.get('rate_gbps') for d in (ib or {}).get('devices') or [] for p in d.get('ports') or []
                       if p is not port and p.get('state') == 'ACTIVE' and p.get('link_layer') == port.get('link_layer')
                       and p.get('rate_gbps')]
-            if port.get('width') == '1X' or (others and port.get('rate_gbps') and port['rate_gbps'] < max(others)):
+            best = max(others) if others else None
+            if port.get('width') == '1X' or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
                 found.append(finding(
                     'IB_RATE_DEGRADED', 'ib', 'error', host, subject,
-                    {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': max(others) if others else None},
+                    {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best},
                     'the link trained at %s (%s), below the node\'s other %s ports (%s Gb/s): every test and every '
-                    'ring through it runs at this rate' % (port.get('rate'), port.get('width'), port.get('link_layer'),
-                                                          max(others) if others else '?'),
+                    'ring through it runs at this rate' % (port.get('rate'), port.get('width'), port.get('link_layer'), best or '?'),
                     'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width'))
             counters = dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS and v)
             if counters or port.get('counters_saturated'):
@@ -181,13 +180,21 @@ def bench_findings(bench):
         if pair.get('verdict') == 'ok':
             continue
         subject = '%s->%s rail %s %s' % (pair['server'], pair['client'], pair.get('rail'), pair.get('memory'))
-        gpu_low = pair.get('gpu_vs_host') is not None and pair.get('status') == 'ok' and pair.get('verdict') == 'low' \
-            and not any('port rate' in r for r in pair.get('reasons') or [])
+        gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
+            and pair.get('gpu_vs_host') < (bench.get('thresholds') or {}).get('gpu_ratio', 0.9)
         code = 'BENCH_PAIR_FAILED' if pair.get('verdict') == 'failed' else ('BENCH_GPU_MEMORY_LOW' if gpu_low else 'BENCH_PAIR_LOW')
-        found.append(finding(code, 'benchmark', 'error', None, subject,
+        severity, cause = 'error', '; '.join(pair.get('reasons') or [])
+        if gpu_low and pair.get('gpu_distance') in FAR:
+            # Topology, not a fault: no GPU sits near this HCA (a storage NIC, or a rail wired to the other socket).
+            severity = 'warning'
+            cause += ('; the nearest GPU of this HCA is %s away, so GPU memory through it crosses the socket'
+                      % pair['gpu_distance'])
+        found.append(finding(code, 'benchmark', severity, None, subject,
                              {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
-                              'gpu_vs_host': pair.get('gpu_vs_host'), 'failure': pair.get('failure')},
-                             '; '.join(pair.get('reasons') or []), 'see the lower-layer findings of both nodes'))
+                              'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
+                              'failure': pair.get('failure')},
+                             cause, 'see the lower-layer findings of both nodes' if severity == 'error' else
+                             'leave this HCA out of GPU-memory tests (fabric_bench_hcas), or pin jobs to NICs near their GPUs'))
         found[-1]['hosts'] = [pair['server'], pair['client']]
     for rise in (bench or {}).get('counters') or []:
         found.append(finding('IB_ERRORS_UNDER_LOAD', 'ib', 'error', rise['host'], '%s (%s)' % (rise['hca'], rise['pair']),

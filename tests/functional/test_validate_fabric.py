@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from xml.etree import ElementTree
 
 import jmespath
 import pytest
@@ -71,12 +72,37 @@ def assert_summary(result):
     assert 'slower than the node\'s other InfiniBand ports (400 Gb/s)' in out
 
 
+def check_report(out, result):
+    """report.json names each injected fault as a root cause on its node; the renderings exist and parse."""
+    with open(os.path.join(out, 'report.json')) as handle:
+        report = json.load(handle)
+    assert report['schema'] == 'hpc.gpu_fabric/report' and report['schema_version'] == 1
+    roots = set((f['code'], f['host']) for f in report['findings'] if f['explained_by'] is None)
+    for expected in (('IB_RATE_DEGRADED', 'n2'), ('IB_ERROR_COUNTERS', 'n2'), ('GDR_MM_KOBJ_NOT_EXPORTED', 'n3'),
+                     ('GDR_ACS_REDIRECT', 'n4'), ('ROCE_NO_V2_GID', 'n4'), ('HOST_UNREACHABLE', 'dead1')):
+        assert expected in roots, (expected, sorted(roots))
+    assert report['hosts']['n1']['status'] == 'ok' and report['hosts']['dead1']['status'] == 'unreachable'
+    assert report['hosts']['n5']['status'] == 'ok'            # a VM without RDMA has nothing wrong with its fabric
+    # The default exit policy (a root-cause error) ends the run failed, after writing everything.
+    assert 'exit policy (default: any root-cause error) matched' in result.stdout
+    suite = ElementTree.parse(os.path.join(out, 'junit.xml')).getroot()
+    failed = set((c.get('classname'), c.get('name')) for c in suite if c.find('failure') is not None)
+    assert ('gpu_fabric.n3', 'ib_gpu') in failed and ('gpu_fabric.n1', 'ib') not in failed
+    assert any(c.find('error') is not None for c in suite if c.get('classname') == 'gpu_fabric.dead1')
+    with open(os.path.join(out, 'gpu_fabric.prom')) as handle:
+        prom = handle.read()
+    assert 'gpu_fabric_host_status{host="dead1"} 3' in prom and 'gpu_fabric_host_status{host="n1"} 0' in prom
+    with open(os.path.join(out, 'report.md')) as handle:
+        assert '`GDR_MM_KOBJ_NOT_EXPORTED` on n3' in handle.read()
+
+
 def test_local_cluster(tmp_path):
     dest = str(tmp_path)
     inventory = cluster.build(SPEC, dest, 'local', python=sys.executable, extra_hosts=DEAD)
     result = run_playbook(os.path.join(dest, 'inventory.yml'), os.path.join(dest, 'out'))
     assert_summary(result)
     assert check_facts(inventory, os.path.join(dest, 'out')) >= 10
+    check_report(os.path.join(dest, 'out'), result)
     # Facts modules change nothing: a check-mode run reports the same and no change.
     again = run_playbook(os.path.join(dest, 'inventory.yml'), os.path.join(dest, 'out2'), '--check')
     assert 'changed=0' in [line for line in again.stdout.splitlines() if line.startswith('n1 ')][0]

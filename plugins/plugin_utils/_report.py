@@ -1,0 +1,192 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""report.json (the one source of truth, versioned) and what is rendered from it: a
+Markdown summary, JUnit XML, a Prometheus textfile; drift against a baseline report and
+the exit policy (a JMESPath expression over the report).
+
+Schema (SCHEMA_VERSION 1; docs/report.md describes every field):
+  schema, schema_version, generated_at, options
+  summary: hosts, hosts_ok, hosts_failed, hosts_unreachable, errors, warnings, roots
+  hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids]}}
+  findings: [{id, code, layer, severity, host, hosts?, subject, evidence, cause, remedy, explained_by}]
+  bench: bench_report's output or null;  collective: fabric_collective's outcome or null
+  drift: null, or {baseline_generated_at, new_findings, cleared_findings, regressions}
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+SCHEMA = 'hpc.gpu_fabric/report'
+SCHEMA_VERSION = 1
+CHECKS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
+# Default exit policy: any error that is a root cause (DESIGN.md: the run fails on errors).
+DEFAULT_POLICY = "findings[?severity=='error' && explained_by==null]"
+
+
+def _host_summary(ib, gdr):
+    ports = [p for d in (ib or {}).get('devices') or [] for p in d.get('ports') or []]
+    return {'ports': len(ports), 'ports_active': sum(1 for p in ports if p.get('state') == 'ACTIVE'),
+            'gpus': len((gdr or {}).get('gpus') or []), 'gdr_ready': (gdr or {}).get('gdr_ready')}
+
+
+def build(nodes, findings, bench=None, collective=None, unreachable=None, generated_at=None, options=None):
+    """``nodes``: {host: {'ib', 'gdr'}} of the hosts that answered; ``findings`` from _diagnose."""
+    hosts = {}
+    for host in sorted(set(nodes) | set(unreachable or [])):
+        entry = _host_summary((nodes.get(host) or {}).get('ib'), (nodes.get(host) or {}).get('gdr'))
+        mine = [f for f in findings if host == f.get('host') or host in (f.get('hosts') or [])]
+        severities = set(f['severity'] for f in mine)
+        entry['status'] = ('unreachable' if host in (unreachable or []) else
+                           'error' if 'error' in severities else 'warning' if 'warning' in severities else 'ok')
+        entry['roots'] = [f['id'] for f in mine if f['explained_by'] is None and f['severity'] != 'info']
+        hosts[host] = entry
+    roots = [f for f in findings if f['explained_by'] is None]
+    summary = {'hosts': len(hosts), 'hosts_ok': sum(1 for h in hosts.values() if h['status'] == 'ok'),
+               'hosts_failed': sum(1 for h in hosts.values() if h['status'] == 'error'),
+               'hosts_unreachable': sum(1 for h in hosts.values() if h['status'] == 'unreachable'),
+               'errors': sum(1 for f in findings if f['severity'] == 'error'),
+               'warnings': sum(1 for f in findings if f['severity'] == 'warning'),
+               'roots': len([f for f in roots if f['severity'] != 'info'])}
+    return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION, 'generated_at': generated_at, 'options': options or {},
+            'summary': summary, 'hosts': hosts, 'findings': findings, 'bench': bench or None,
+            'collective': collective or None, 'drift': None}
+
+
+def drift(report, baseline, regression_pct=10.0):
+    """New and cleared findings (by id) and measured values that fell by more than
+    ``regression_pct`` % since the baseline report: pair bandwidth per (server, client,
+    rail, memory), the collective's peak busbw."""
+    if not baseline:
+        return None
+    if baseline.get('schema') != SCHEMA:
+        raise ValueError('the baseline is not a %s report (schema %r)' % (SCHEMA, baseline.get('schema')))
+    now = dict((f['id'], f) for f in report.get('findings') or [])
+    then = dict((f['id'], f) for f in baseline.get('findings') or [])
+    regressions = []
+
+    def pairs(rep):
+        return dict(((p['server'], p['client'], p.get('rail'), p.get('memory')), p.get('bw_avg_gbps'))
+                    for p in ((rep.get('bench') or {}).get('pairs') or []))
+
+    old_pairs = pairs(baseline)
+    for key, value in sorted(pairs(report).items(), key=lambda item: str(item[0])):
+        before = old_pairs.get(key)
+        if before and value is not None and value < before * (1 - regression_pct / 100.0):
+            regressions.append({'what': 'pair', 'server': key[0], 'client': key[1], 'rail': key[2], 'memory': key[3],
+                                'before': before, 'now': value, 'change_pct': round(100.0 * (value - before) / before, 1)})
+    busbw = [((rep.get('collective') or {}).get('fleet') or {}).get('max_busbw_gbs') for rep in (baseline, report)]
+    if busbw[0] and busbw[1] is not None and busbw[1] < busbw[0] * (1 - regression_pct / 100.0):
+        regressions.append({'what': 'collective', 'before': busbw[0], 'now': busbw[1],
+                            'change_pct': round(100.0 * (busbw[1] - busbw[0]) / busbw[0], 1)})
+    return {'baseline_generated_at': baseline.get('generated_at'), 'regression_pct': regression_pct,
+            'new_findings': sorted(i for i in now if i not in then), 'cleared_findings': sorted(i for i in then if i not in now),
+            'regressions': regressions}
+
+
+def policy(report, expression=DEFAULT_POLICY):
+    """What the exit policy matched (empty, null or false: the run passes)."""
+    import jmespath  # controller-side only (requirements: jmespath)
+    try:
+        return jmespath.search(expression, report)
+    except jmespath.exceptions.JMESPathError as exc:
+        raise ValueError('exit policy %r is not a valid JMESPath expression: %s' % (expression, exc))
+
+
+# ---------------------------------------------------------------------------- renderers
+
+def markdown(report, html_path=None):
+    summary = report['summary']
+    lines = ['# GPU fabric report', '',
+             '%d host(s): %d ok, %d with errors, %d unreachable; %d error(s), %d warning(s), %d root cause(s).'
+             % (summary['hosts'], summary['hosts_ok'], summary['hosts_failed'], summary['hosts_unreachable'],
+                summary['errors'], summary['warnings'], summary['roots']), '']
+    if html_path:
+        lines += ['Full report: %s' % html_path, '']
+    lines += ['| host | status | ports active | GPUs | GPUDirect RDMA |', '|---|---|---|---|---|']
+    for host, entry in sorted(report['hosts'].items()):
+        gdr = {True: 'ready', False: 'not ready', None: '-'}[entry['gdr_ready']]
+        lines.append('| %s | %s | %s/%s | %s | %s |' % (host, entry['status'], entry['ports_active'], entry['ports'], entry['gpus'], gdr))
+    roots = [f for f in report['findings'] if f['explained_by'] is None and f['severity'] != 'info']
+    if roots:
+        lines += ['', '## Root causes', '']
+        for item in roots:
+            symptoms = [f for f in report['findings'] if f['explained_by'] == item['id']]
+            lines.append('- **%s** %s `%s` on %s %s: %s. Fix: %s.%s' % (
+                item['severity'], item['layer'], item['code'], item['host'] or 'the fleet', item['subject'] or '',
+                item['cause'], item['remedy'], (' Explains %d symptom(s): %s.' % (len(symptoms), ', '.join(
+                    sorted(set(s['code'] for s in symptoms))))) if symptoms else ''))
+    if report.get('drift'):
+        d = report['drift']
+        lines += ['', '## Drift since %s' % d['baseline_generated_at'], '',
+                  '- new findings: %s' % (', '.join(d['new_findings']) or 'none'),
+                  '- cleared findings: %s' % (', '.join(d['cleared_findings']) or 'none'),
+                  '- regressions beyond %g %%: %d' % (d['regression_pct'], len(d['regressions']))]
+    return '\n'.join(lines) + '\n'
+
+
+def junit(report):
+    """One test case per host x check (layer); fleet-wide findings under the host 'fleet'.
+    A case fails when it has an error or warning finding; unreachable hosts error."""
+    cases = []
+    hosts = sorted(report['hosts']) + ['fleet']
+    for host in hosts:
+        for check in CHECKS:
+            mine = [f for f in report['findings'] if f['layer'] == check and f['severity'] in ('error', 'warning')
+                    and ((host == 'fleet' and not f.get('host') and not f.get('hosts'))
+                         or f.get('host') == host or host in (f.get('hosts') or []))]
+            body = ''
+            if host != 'fleet' and report['hosts'][host]['status'] == 'unreachable':
+                body = '<error message="host unreachable">no facts came back from %s</error>' % escape(host)
+            elif mine:
+                text = '\n'.join('%s %s %s: %s' % (f['severity'], f['code'], f['subject'] or '', f['cause']) for f in mine)
+                body = '<failure message=%s>%s</failure>' % (quoteattr('%d finding(s): %s' % (
+                    len(mine), ', '.join(sorted(set(f['code'] for f in mine))))), escape(text))
+            cases.append('  <testcase classname=%s name=%s>%s</testcase>' % (quoteattr('gpu_fabric.' + host), quoteattr(check), body))
+    failures = sum(1 for c in cases if '<failure' in c)
+    errors = sum(1 for c in cases if '<error' in c)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="gpu_fabric" tests="%d" failures="%d" errors="%d">\n%s\n'
+            '</testsuite>\n' % (len(cases), failures, errors, '\n'.join(cases)))
+
+
+def _label(value):
+    return '"%s"' % str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def _labels(**labels):
+    return '{%s}' % ','.join('%s=%s' % (k, _label(v)) for k, v in sorted(labels.items()) if v is not None)
+
+
+def prometheus(report, timestamp=None):
+    """Textfile for node_exporter's textfile collector (text exposition format 0.0.4)."""
+    out = ['# HELP gpu_fabric_host_status 0 ok, 1 warning, 2 error, 3 unreachable.', '# TYPE gpu_fabric_host_status gauge']
+    codes = {'ok': 0, 'warning': 1, 'error': 2, 'unreachable': 3}
+    for host, entry in sorted(report['hosts'].items()):
+        out.append('gpu_fabric_host_status%s %d' % (_labels(host=host), codes[entry['status']]))
+    out += ['# HELP gpu_fabric_findings Findings by host, code and severity (root causes and symptoms).',
+            '# TYPE gpu_fabric_findings gauge']
+    counted = {}
+    for item in report['findings']:
+        key = (item.get('host') or 'fleet', item['code'], item['severity'], 'root' if item['explained_by'] is None else 'symptom')
+        counted[key] = counted.get(key, 0) + 1
+    for (host, code, severity, kind), count in sorted(counted.items()):
+        out.append('gpu_fabric_findings%s %d' % (_labels(host=host, code=code, severity=severity, kind=kind), count))
+    pairs = ((report.get('bench') or {}).get('pairs')) or []
+    if pairs:
+        out += ['# HELP gpu_fabric_pair_bandwidth_gbps perftest average bandwidth of each pair, rail and memory.',
+                '# TYPE gpu_fabric_pair_bandwidth_gbps gauge']
+        for pair in pairs:
+            if pair.get('bw_avg_gbps') is not None:
+                labels = _labels(server=pair['server'], client=pair['client'], rail=pair.get('rail'), memory=pair.get('memory'))
+                out.append('gpu_fabric_pair_bandwidth_gbps%s %s' % (labels, repr(float(pair['bw_avg_gbps']))))
+    fleet = ((report.get('collective') or {}).get('fleet')) or {}
+    if fleet.get('max_busbw_gbs') is not None:
+        out += ['# HELP gpu_fabric_collective_busbw_gbs Peak bus bandwidth of the fleet-wide collective run.',
+                '# TYPE gpu_fabric_collective_busbw_gbs gauge',
+                'gpu_fabric_collective_busbw_gbs%s %s' % (_labels(benchmark=fleet.get('benchmark')), repr(float(fleet['max_busbw_gbs'])))]
+    if timestamp is not None:
+        out += ['# HELP gpu_fabric_report_timestamp_seconds When the report was made.',
+                '# TYPE gpu_fabric_report_timestamp_seconds gauge', 'gpu_fabric_report_timestamp_seconds %d' % int(timestamp)]
+    return '\n'.join(out) + '\n'

@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+import copy
+import re
+from xml.etree import ElementTree
+
+import pytest
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _report
+from tests.bench import diagnosis_accuracy
+
+
+@pytest.fixture(scope='module')
+def report():
+    nodes = {'a': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr'),
+             'b': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('acs_enabled',))}
+    bench = {'pairs': [{'server': 'a', 'client': 'b', 'rail': 0, 'memory': 'host', 'status': 'ok', 'verdict': 'ok', 'bw_avg_gbps': 390.0},
+                       {'server': 'a', 'client': 'b', 'rail': 0, 'memory': 'gpu', 'status': 'ok', 'verdict': 'low', 'bw_avg_gbps': 270.0,
+                        'gpu_vs_host': 0.69, 'gpu_distance': 'PIX', 'reasons': ['GPU memory 270.0 Gb/s is 69 % of host memory']}],
+             'thresholds': {'gpu_ratio': 0.9}}
+    findings = _diagnose.diagnose(nodes, bench, None, ['c'])
+    return _report.build(nodes, findings, bench, None, ['c'], '2026-11-22T00:00:00')
+
+
+def test_report_hosts_roots_and_symptoms(report):
+    assert report['schema'] == 'hpc.gpu_fabric/report' and report['schema_version'] == 1
+    assert report['hosts']['a']['status'] == 'error'      # in the pair whose GPU memory is low...
+    assert report['hosts']['b']['status'] == 'error' and report['hosts']['c']['status'] == 'unreachable'
+    acs = [f for f in report['findings'] if f['code'] == 'GDR_ACS_REDIRECT']
+    low = [f for f in report['findings'] if f['code'] == 'BENCH_GPU_MEMORY_LOW'][0]
+    assert acs and low['explained_by'] == acs[0]['id']      # ...explained by b's ACS
+    assert report['hosts']['a']['roots'] == [] and acs[0]['id'] in report['hosts']['b']['roots']
+    assert report['summary']['hosts_unreachable'] == 1
+
+
+def test_exit_policy_default_and_custom(report):
+    matched = _report.policy(report)
+    assert set(f['code'] for f in matched) == {'GDR_ACS_REDIRECT', 'HOST_UNREACHABLE'}
+    assert _report.policy(report, "findings[?code=='IB_PORT_DOWN']") == []
+    assert _report.policy(report, 'summary.hosts_unreachable > `0`') is True
+    with pytest.raises(ValueError, match='not a valid JMESPath'):
+        _report.policy(report, 'findings[?')
+
+
+def test_drift_new_cleared_and_regressions(report):
+    baseline = copy.deepcopy(report)
+    baseline['findings'] = [f for f in baseline['findings'] if f['code'] != 'GDR_ACS_REDIRECT'] + [
+        dict(baseline['findings'][0], id='IB_PORT_DOWN@a/mlx5_3/1', code='IB_PORT_DOWN')]
+    baseline['bench']['pairs'][0]['bw_avg_gbps'] = 395.0     # 390 now: -1.3 %, within 10 %
+    baseline['bench']['pairs'][1]['bw_avg_gbps'] = 380.0     # 270 now: -28.9 %
+    drift = _report.drift(report, baseline, 10.0)
+    assert [i for i in drift['new_findings'] if i.startswith('GDR_ACS')] and drift['cleared_findings'] == ['IB_PORT_DOWN@a/mlx5_3/1']
+    assert [(r['memory'], r['change_pct']) for r in drift['regressions']] == [('gpu', -28.9)]
+    with pytest.raises(ValueError, match='not a hpc.gpu_fabric/report report'):
+        _report.drift(report, {'schema': 'other'})
+
+
+def test_renderings(report):
+    suite = ElementTree.fromstring(_report.junit(report))
+    assert int(suite.get('tests')) == 4 * len(_report.CHECKS)
+    assert suite.find("testcase[@classname='gpu_fabric.b'][@name='ib_gpu']/failure") is not None
+    assert suite.find("testcase[@classname='gpu_fabric.a'][@name='ib']/failure") is None
+    assert suite.find("testcase[@classname='gpu_fabric.c'][@name='ib']/error") is not None
+    prom = _report.prometheus(report, 1795000000)
+    # Text exposition format: comments, or name{labels} value.
+    assert all(re.match(r'^(# (HELP|TYPE) \w+ .+|[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+)$', line)
+               for line in prom.splitlines()), prom
+    assert 'gpu_fabric_host_status{host="c"} 3' in prom
+    assert 'gpu_fabric_pair_bandwidth_gbps{client="b",memory="gpu",rail="0",server="a"} 270.0' in prom
+    text = _report.markdown(report, 'out/report.html')
+    assert '| c | unreachable |' in text and '`GDR_ACS_REDIRECT` on b' in text and 'Explains 1 symptom(s): BENCH_GPU_MEMORY_LOW' in text
