@@ -101,5 +101,6 @@ def test_collective_bench_failure_kinds_and_nothing_left(monkeypatch, tmp_path):
     cluster.write_hosts_file(hosts, table)
     hung, _failed = _module(monkeypatch, table, root, timeout=3)
     assert hung['status'] == 'failed' and hung['failure']['kind'] == 'timeout'
-    left = subprocess.run(['pgrep', '-f', 'tools_nccl.py'], capture_output=True, text=True, check=False)
+    # This test's runs only (-e 64M; benchmark.yml runs elsewhere in parallel use the role's 1G).
+    left = subprocess.run(['pgrep', '-f', 'tools_nccl.py all_reduce_perf -b 1M -e 64M'], capture_output=True, text=True, check=False)
     assert left.stdout == ''
