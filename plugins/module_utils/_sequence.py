@@ -162,6 +162,7 @@ class Test(object):
         self.deadline = None
         self.retry_at = None
         self.moved_since = None
+        self.arrived = None
         self.attempts = 0
         self.report = None
         self.failure = None
@@ -214,8 +215,11 @@ def _step_tick(test, peer, step, env, now):
         if test.launched.exited():
             test.launched.finish()
             report = test.launched.report('client')
-            if (_perftest.refused(report) and now < test.first_launch + test.wait_for_server
-                    and (peer_step is None or peer_step == step)):
+            if _perftest.refused(report) and peer_step is not None and peer_step > step:
+                test.fail('peer_moved_on', 'server %s is %s: it gave up on this test of step %d before the client connected'
+                          % (name, _where(peer_step), step))
+                return
+            if _perftest.refused(report) and now < test.first_launch + test.wait_for_server:
                 test.retry_at = now + 0.1
                 return
             test.report = report
@@ -229,9 +233,12 @@ def _step_tick(test, peer, step, env, now):
         test.launched.finish()
         test.report = test.launched.report('server')
         return
-    if peer_step is not None and peer_step < step:
-        # The client is late through no fault of this pair: the timeout starts when it arrives.
-        test.deadline = max(test.deadline, now + test.timeout)
+    if test.arrived is None:
+        if peer_step is not None and peer_step >= step:
+            test.arrived = now
+        # The timeout runs from the client's arrival at this step (seen by polling, so never
+        # early): a client that is late through no fault of this pair is waited for.
+        test.deadline = now + test.timeout
     if peer_step is not None and peer_step > step:
         test.moved_since = test.moved_since or now
         if now - test.moved_since > MOVED_ON_GRACE_S:
