@@ -91,17 +91,28 @@ class Beacon(object):
         self.sock.close()
 
 
-def probe(address, port, run_id, timeout=0.5):
-    """The step a peer's beacon reports, or None when no beacon of this run answers."""
+def probe(address, port, run_id, timeout=0.5, serve=None):
+    """The step a peer's beacon reports, or None when no beacon of this run answers.
+
+    ``serve`` (this node's Beacon.serve) runs while the answer is awaited: the peer may be
+    probing this node at the same moment, and two single-threaded nodes that wait for each
+    other's answer without serving their own would both time out, again and again.
+    """
     try:
         sock = socket.create_connection((address, port), timeout)
     except (OSError, ValueError):
         return None
     data = b''
+    deadline = time.time() + timeout
     try:
-        sock.settimeout(timeout)
-        while b'\n' not in data and len(data) < 256:
-            chunk = sock.recv(256)
+        sock.settimeout(TICK_S)
+        while b'\n' not in data and len(data) < 256 and time.time() < deadline:
+            try:
+                chunk = sock.recv(256)
+            except socket.timeout:
+                if serve is not None:
+                    serve()
+                continue
             if not chunk:
                 break
             data += chunk
@@ -121,8 +132,8 @@ def probe(address, port, run_id, timeout=0.5):
 class Peer(object):
     """What this node knows of a peer's beacon; probed at most every PROBE_EVERY_S."""
 
-    def __init__(self, address, port, run_id, started, dead_after, start_grace):
-        self.address, self.port, self.run_id = address, port, run_id
+    def __init__(self, address, port, run_id, started, dead_after, start_grace, serve=None):
+        self.address, self.port, self.run_id, self.serve = address, port, run_id, serve
         self.dead_after, self.start_grace = dead_after, start_grace
         self.started = started
         self.step = None
@@ -132,7 +143,7 @@ class Peer(object):
     def poll(self, now, every=PROBE_EVERY_S):
         if now - self.checked >= every:
             self.checked = now
-            step = probe(self.address, self.port, self.run_id)
+            step = probe(self.address, self.port, self.run_id, serve=self.serve)
             if step is not None:
                 self.step, self.seen = step, time.time()
         return self.step
@@ -320,7 +331,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                     key = entry['peer']
                     if key not in peers:
                         peers[key] = Peer(key, options['beacon_port'], options['run_id'], started,
-                                          options['dead_after'], options['start_grace'])
+                                          options['dead_after'], options['start_grace'], beacon.serve)
                     tests.append(Test(entry, build(entry), options['timeout'], options['wait_for_server']))
                 live = tests
                 now = time.time()

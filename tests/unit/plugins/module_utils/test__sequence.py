@@ -139,3 +139,31 @@ def test_a_lost_peer_fails_its_tests_fast_and_the_node_goes_on(sim_root):
     left = subprocess.run(['pgrep', '-f', 'tools_perftest.py ib_write_bw -d mlx5_0 -p %d' % port], capture_output=True,
                           text=True, check=False)
     assert left.stdout == ''
+
+
+def test_a_probe_keeps_serving_its_own_beacon_while_it_waits():
+    """Two single-threaded nodes probing each other at once both get their answer."""
+    port_a, port_b = _free_port(), _free_port()
+    a, b = _sequence.Beacon('127.0.0.1', port_a, 'r'), _sequence.Beacon('127.0.0.1', port_b, 'r')
+    a.step, b.step = 3, 4
+    try:
+        # a asks b while b's process is busy asking a; b only answers between its own waits.
+        ctx = multiprocessing.get_context('fork')
+        queue = ctx.Queue()
+
+        def b_side():
+            queue.put(_sequence.probe('127.0.0.1', port_a, 'r', timeout=2.0, serve=b.serve))
+            end = time.time() + 2.0   # and stays up, as a node between its probes does
+            while time.time() < end:
+                b.serve()
+                time.sleep(0.01)
+
+        proc = ctx.Process(target=b_side)
+        proc.start()
+        b.close()   # only the child answers for b
+        assert _sequence.probe('127.0.0.1', port_b, 'r', timeout=2.0, serve=a.serve) == 4
+        assert queue.get(timeout=5) == 3
+        proc.join(5)
+    finally:
+        a.close()
+        b.close()
