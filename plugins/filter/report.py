@@ -16,7 +16,8 @@ description:
   - Hosts of O(hosts) without facts are reported unreachable, with nothing of theirs checked.
   - The same file provides C(report_drift) (report, baseline report, percentage - new and cleared findings,
     regressions), C(report_policy) (report, JMESPath expression - what the exit policy matched),
-    C(report_markdown), C(report_junit) and C(report_prometheus) (the renderings of a report).
+    C(report_markdown), C(report_html) (one self-contained page with inline SVG plots, nothing loaded from anywhere),
+    C(report_junit) and C(report_prometheus) (the renderings of a report).
 options:
   _input:
     description: C(hostvars).
@@ -54,7 +55,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _report
 
 
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
@@ -93,6 +94,7 @@ class FilterModule(object):
             'report_drift': report_drift,
             'report_policy': report_policy,
             'report_markdown': _report.markdown,
+            'report_html': _html.render,
             'report_junit': _report.junit,
             'report_prometheus': _report.prometheus,
         }

@@ -114,7 +114,7 @@ def bad(verdict):
 
 # ---------------------------------------------------------------------------- culprit search
 
-def search_start(nodes, reference=None):
+def search_start(nodes, reference=None, prior=None):
     """State of a halving search for the node(s) that drag a fleet-wide run down.
 
     Each round splits every suspect group of four or more nodes into two halves that run on
@@ -125,11 +125,22 @@ def search_start(nodes, reference=None):
     most 2 x ceil(log2 N) runs. When every half is bad (culprits on both sides), the suspects
     run in pairs until a healthy pair gives the reference. Without any healthy run there is
     nothing to compare with: the search ends with the suspects in ``unresolved``.
+
+    ``prior``: nodes the facts already blame (a lower-layer finding); see below.
     """
     nodes = list(nodes)
-    return {'suspects': [nodes] if len(nodes) > 1 else [], 'cleared': [], 'culprits': [], 'unresolved': [], 'paired': False,
-            'runs': [], 'reference': reference, 'budget': 2 * int(math.ceil(math.log(max(len(nodes), 2), 2))),
-            'done': len(nodes) < 2}
+    state = {'suspects': [nodes] if len(nodes) > 1 else [], 'cleared': [], 'culprits': [], 'unresolved': [], 'paired': False,
+             'runs': [], 'reference': reference, 'budget': 2 * int(math.ceil(math.log(max(len(nodes), 2), 2))),
+             'done': len(nodes) < 2, 'trial': None}
+    prior = [n for n in nodes if n in set(prior or [])]
+    rest = [n for n in nodes if n not in prior]
+    if prior and len(rest) >= 2 and reference is None:
+        # What the facts already blame comes first (an admin's first move): the nodes without a
+        # lower-layer finding run alone; healthy, they are the reference and each blamed node
+        # runs with one of them (len(prior) runs, however many are bad); bad, they are halved
+        # as usual while the blamed nodes wait for a reference.
+        state.update(trial=rest, suspects=[[n] for n in prior], budget=state['budget'] + 1 + len(prior))
+    return state
 
 
 def _reference(state):
@@ -144,6 +155,8 @@ def search_next(state):
     """
     if state['done']:
         return []
+    if state.get('trial'):
+        return [{'group': list(state['trial']), 'hosts': list(state['trial'])}]
     runs = []
     reference = _reference(state)
     small = []
@@ -166,6 +179,17 @@ def search_update(state, runs, verdicts):
     """Fold the verdicts of search_next's runs into the state (a new dict)."""
     state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']),
                  unresolved=list(state['unresolved']), runs=list(state['runs']))
+    if state.get('trial'):
+        # The trial group of search_start: cleared as a whole, or a suspect group like any other.
+        run, verdict = runs[0], (verdicts or [None])[0]
+        state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'status': (verdict or {}).get('status'),
+                              'ratio': (verdict or {}).get('ratio')})
+        if bad(verdict):
+            state['suspects'] = [list(state['trial'])] + state['suspects']
+        else:
+            state['cleared'].extend(state['trial'])
+        state['trial'] = None
+        return state
     tested = set()
     suspects = []
     for run, verdict in zip(runs, verdicts):
@@ -196,9 +220,9 @@ def search_update(state, runs, verdicts):
     return state
 
 
-def search(nodes, run, reference=None, max_rounds=64):
+def search(nodes, run, reference=None, max_rounds=64, prior=None):
     """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
-    state = search_start(nodes, reference)
+    state = search_start(nodes, reference, prior)
     for _round in range(max_rounds):
         if state['done']:
             break

@@ -129,6 +129,34 @@ def probe(address, port, run_id, timeout=0.5, serve=None):
     return None
 
 
+def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
+    """Wait until the node whose beacon is at ``address`` is past ``step`` (it finished that
+    step) and say where it is: {'step', 'finished', 'gone', 'timed_out', 'waited_s'}.
+
+    This is how the controller shows progress (step k of N) without polling every node:
+    one call per step, blocking on the node itself. A beacon that was answering and stops
+    (for ``gone_after`` s) means the run ended there (finished, or the node died); before
+    the first step it may not be up yet (``start_grace``); after that, silence is the end.
+    """
+    started = time.time()
+    seen = None
+    last = None
+    while True:
+        now = time.time()
+        current = probe(address, port, run_id)
+        if current is not None:
+            seen, last = now, current
+            if current > step:
+                return {'step': current if current != FINISHED else None, 'finished': current == FINISHED,
+                        'gone': False, 'timed_out': False, 'waited_s': round(now - started, 3)}
+        elif (seen is not None and now - seen > gone_after) or (seen is None and (
+                step > 1 and now - started > gone_after or now - started > start_grace)):
+            return {'step': last, 'finished': False, 'gone': True, 'timed_out': False, 'waited_s': round(now - started, 3)}
+        if now - started > timeout:
+            return {'step': last, 'finished': False, 'gone': False, 'timed_out': True, 'waited_s': round(now - started, 3)}
+        time.sleep(0.2)
+
+
 class Peer(object):
     """What this node knows of a peer's beacon; probed at most every PROBE_EVERY_S."""
 

@@ -209,6 +209,15 @@ options:
     description: With O(sequence), seconds a peer's beacon may take to appear at the start (nodes start at different times).
     type: int
     default: 60
+  watch_step:
+    description:
+      - Follow a sequence that runs on this node (started with O(sequence), asynchronously) instead of running
+        anything - wait until its beacon (O(address), O(beacon_port), O(run_id)) reports a step past this one, at
+        most O(timeout) seconds, and return where it is (RV(progress)). One call per step shows a run's
+        progress (step k of N) without polling every node.
+      - A beacon that stops answering means the run ended on this node (finished, or it died); before step 1
+        it may take O(start_grace) seconds to appear.
+    type: int
   root:
     description:
       - With O(sequence), read the ports' error counters below this root before the first step and after
@@ -382,6 +391,15 @@ counters_start:
   description: With O(sequence) and O(root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
   returned: with O(sequence) and O(root), when not in check mode
   type: dict
+progress:
+  description:
+    - With O(watch_step), where the followed sequence is - C(step) (the step its beacon reports, null once
+      finished), C(finished) (its beacon said every step is done), C(gone) (its beacon stopped answering - the
+      run ended there, finished or dead), C(timed_out) (still at or before O(watch_step) after O(timeout)),
+      C(waited_s).
+  returned: with O(watch_step), when not in check mode
+  type: dict
+  sample: {step: 4, finished: false, gone: false, timed_out: false, waited_s: 2.31}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -398,6 +416,15 @@ class ArgumentError(Exception):
 def validate(params):
     """Everything wrong with the arguments, before anything runs."""
     if params['from_log'] is not None:
+        return
+    if params['watch_step'] is not None:
+        if params['sequence'] is not None or params['role'] is not None:
+            raise ArgumentError('watch_step follows a running sequence: it runs nothing (no role, no sequence)')
+        for key in ('address', 'run_id'):
+            if not params[key]:
+                raise ArgumentError('watch_step needs %s' % key)
+        if params['watch_step'] < 1:
+            raise ArgumentError('watch_step must be a positive integer (steps count from 1)')
         return
     if params['sequence'] is not None:
         validate_sequence(params)
@@ -678,6 +705,7 @@ def main():
             run_id=dict(type='str'),
             dead_after=dict(type='int', default=10),
             start_grace=dict(type='int', default=60),
+            watch_step=dict(type='int'),
             root=dict(type='path'),
             keep_output=dict(type='bool', default=False),
         ),
@@ -689,6 +717,12 @@ def main():
         validate(params)
         if params['from_log'] is not None:
             result = parse_log(module, params)
+        elif params['watch_step'] is not None:
+            if module.check_mode:
+                module.exit_json(changed=False, skipped=True, msg='nothing runs in check mode, so there is nothing to follow')
+            module.exit_json(changed=False, progress=_sequence.watch(
+                params['address'], params['beacon_port'], params['run_id'], params['watch_step'], params['timeout'],
+                params['start_grace']))
         elif params['sequence'] is not None:
             result = run_sequence(module, params)
             result.update(test=params['test'], role='sequence')

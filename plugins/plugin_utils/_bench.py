@@ -212,6 +212,14 @@ def _record(test, outcome, before, after):
     return record
 
 
+def _sizes(results):
+    """The curve of one pair (every message size of an all-sizes run), compact: the report
+    draws bandwidth vs message size from it."""
+    keys = ('bw_avg_gbps', 'bw_peak_gbps', 'lat_typical_us')
+    return [dict([('bytes', row.get('bytes'))] + [(k, row[k]) for k in keys if row.get(k) is not None])
+            for row in results or [] if row.get('bytes') is not None]
+
+
 def _test_of(result):
     """The schedule entry behind an async_status result (item of item) or a direct result."""
     item = result.get('item') or {}
@@ -255,7 +263,8 @@ def report(nodes, options):
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
                      'status': record['status'], 'failure': record.get('failure'),
                      'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
-                     'port_rate_gbps': expected, 'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': []}
+                     'port_rate_gbps': expected, 'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
+                     'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
             if record['memory'] == 'gpu':
                 # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
                 server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}

@@ -35,9 +35,21 @@ def _host_summary(ib, gdr):
 def build(nodes, findings, bench=None, collective=None, unreachable=None, generated_at=None, options=None):
     """``nodes``: {host: {'ib', 'gdr'}} of the hosts that answered; ``findings`` from _diagnose."""
     hosts = {}
+    by_id = dict((f['id'], f) for f in findings)
+
+    def concerns(item, host):
+        # A pair's symptom counts against both nodes until a root on one of them explains it:
+        # then only that node is to blame (a healthy peer of a broken node stays ok).
+        if host == item.get('host'):
+            return True
+        if host not in (item.get('hosts') or []):
+            return False
+        root = by_id.get(item['explained_by']) if item['explained_by'] else None
+        return root is None or root.get('host') in (None, host) or host in (root.get('hosts') or [])
+
     for host in sorted(set(nodes) | set(unreachable or [])):
         entry = _host_summary((nodes.get(host) or {}).get('ib'), (nodes.get(host) or {}).get('gdr'))
-        mine = [f for f in findings if host == f.get('host') or host in (f.get('hosts') or [])]
+        mine = [f for f in findings if concerns(f, host)]
         severities = set(f['severity'] for f in mine)
         entry['status'] = ('unreachable' if host in (unreachable or []) else
                            'error' if 'error' in severities else 'warning' if 'warning' in severities else 'ok')

@@ -364,7 +364,10 @@ class Node(object):
         path = gdr['peer_memory']['paths'].get(vendor, {})
         dmabuf_ok = params.dmabuf and gdr['dmabuf']['possible'] is not False
         gpu = dict(gpu, distance=pair['distance'] if pair else None,
-                   registrable=bool(path.get('module_loaded')) or dmabuf_ok,
+                   # ibv_reg_mr() of GPU memory goes through a registered peer-memory client (what
+                   # memory_peers/<client>/version shows): a loaded module without it (seed 000, OFED
+                   # built without HAVE_MM_KOBJ_EXPORTED) cannot register; dma-buf needs no client.
+                   registrable=bool(path.get('detected')) or dmabuf_ok,
                    dmabuf_possible=gdr['dmabuf']['possible'] is not False)
         return gpu, factor, None
 

@@ -106,3 +106,24 @@ def test_culprits_on_both_sides_are_found_through_a_healthy_pair():
     # Everything bad (a fabric-wide problem): no reference, the search stops and says so.
     state = _collective.search(nodes, _fleet(nodes))
     assert state['culprits'] == [] and sorted(state['unresolved']) == nodes and len(state['runs']) <= 8
+
+
+def test_nodes_the_facts_blame_run_with_a_reference_from_the_others():
+    # The demo's fleet: four of six nodes have a lower-layer fault; halving alone finds no
+    # healthy group (every half and every pair holds a bad node) and names nobody.
+    nodes = ['mx-01', 'mx-02', 'mx-03', 'mx-04', 'mx-05', 'mx-06']
+    bad = ['mx-02', 'mx-03', 'mx-04', 'mx-05']
+    assert _collective.search(nodes, _fleet(bad))['culprits'] == []
+    state = _collective.search(nodes, _fleet(bad), prior=bad)
+    assert sorted(state['culprits']) == bad and not state['unresolved']
+    assert state['cleared'] == ['mx-01', 'mx-06'] and len(state['runs']) == 1 + len(bad)
+    assert state['runs'][0]['hosts'] == ['mx-01', 'mx-06']
+    # A blamed node that runs fine is cleared (the facts' finding does not slow collectives).
+    state = _collective.search(nodes, _fleet(['mx-04']), prior=bad)
+    assert state['culprits'] == ['mx-04'] and sorted(state['cleared']) == ['mx-01', 'mx-02', 'mx-03', 'mx-05', 'mx-06']
+    # The unblamed group is bad too: it is halved as usual, the blamed nodes wait for a reference.
+    many = ['n%d' % i for i in range(8)]
+    state = _collective.search(many, _fleet(['n1', 'n6']), prior=['n6'])
+    assert sorted(state['culprits']) == ['n1', 'n6'] and not state['unresolved']
+    # Fewer than two unblamed nodes: no trial group, plain halving.
+    assert _collective.search_start(['a', 'b', 'c', 'd'], prior=['a', 'b', 'c'])['trial'] is None

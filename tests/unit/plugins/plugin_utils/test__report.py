@@ -28,13 +28,24 @@ def report():
 
 def test_report_hosts_roots_and_symptoms(report):
     assert report['schema'] == 'hpc.gpu_fabric/report' and report['schema_version'] == 1
-    assert report['hosts']['a']['status'] == 'error'      # in the pair whose GPU memory is low...
+    # a is in the pair whose GPU memory is low, but b's ACS explains it: a healthy peer of a
+    # broken node stays ok (else one bad node turns the whole fleet red).
+    assert report['hosts']['a']['status'] == 'ok'
     assert report['hosts']['b']['status'] == 'error' and report['hosts']['c']['status'] == 'unreachable'
     acs = [f for f in report['findings'] if f['code'] == 'GDR_ACS_REDIRECT']
     low = [f for f in report['findings'] if f['code'] == 'BENCH_GPU_MEMORY_LOW'][0]
     assert acs and low['explained_by'] == acs[0]['id']      # ...explained by b's ACS
     assert report['hosts']['a']['roots'] == [] and acs[0]['id'] in report['hosts']['b']['roots']
     assert report['summary']['hosts_unreachable'] == 1
+
+
+def test_unexplained_pair_symptom_counts_against_both_nodes():
+    nodes = {'a': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ()),
+             'b': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ())}
+    bench = {'pairs': [{'server': 'a', 'client': 'b', 'rail': 0, 'memory': 'host', 'status': 'failed', 'verdict': 'failed',
+                        'bw_avg_gbps': None, 'reasons': ['timeout: no answer']}], 'thresholds': {}}
+    report = _report.build(nodes, _diagnose.diagnose(nodes, bench), bench)
+    assert report['hosts']['a']['status'] == report['hosts']['b']['status'] == 'error'
 
 
 def test_exit_policy_default_and_custom(report):

@@ -1,0 +1,411 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The report as one self-contained HTML page, rendered from report.json.
+
+GPU clusters are often air-gapped: the page loads nothing (no fonts, scripts, styles or
+images from anywhere), so every plot is inline SVG drawn here, on the controller, and the
+little script it carries only filters what is already on the page. Without JavaScript the
+page shows everything.
+
+What a person sees, top to bottom: the verdict line; the host status table; the root
+causes grouped by layer, each with the symptoms it explains folded under it; the pairwise
+benchmark as an N x N heatmap per memory kind and rail and as bandwidth-vs-message-size
+curves; the collective's bus bandwidth against the NICs' expectation; the recommended NCCL
+settings per host; drift against the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._diagnose import LAYERS
+
+LAYER_TITLES = {'ib': 'InfiniBand / RoCE links', 'ib_gpu': 'GPU <-> NIC (GPUDirect RDMA)', 'host': 'Host',
+                'benchmark': 'Pairwise benchmark', 'collective': 'Collective'}
+# Colour-blind-safe pairs (Okabe-Ito), also distinct in grey print.
+STATUS_COLOURS = {'ok': '#009e73', 'warning': '#e69f00', 'error': '#d55e00', 'unreachable': '#555555',
+                  'low': '#d55e00', 'failed': '#555555', 'corrupt': '#cc79a7', 'unknown': '#999999'}
+SERIES = ('#0072b2', '#d55e00', '#009e73', '#cc79a7', '#e69f00', '#56b4e9', '#000000', '#f0e442')
+# Beyond this many curves a legend is unreadable; the curves keep their tooltips.
+MAX_LEGEND = 12
+
+CSS = '''
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{background:#1d2733;color:#fff;padding:16px 24px}
+header h1{margin:0 0 4px;font-size:22px} header .meta{opacity:.8;font-size:12px}
+main{padding:8px 24px 40px;max-width:1500px}
+section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;margin:16px 0;padding:12px 16px}
+h2{font-size:17px;margin:4px 0 10px} h3{font-size:15px;margin:14px 0 6px}
+table{border-collapse:collapse;font-size:13px} th,td{border-bottom:1px solid #eee;padding:4px 10px;text-align:left;vertical-align:top}
+th{background:#f3f4f6} .num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;border-radius:10px;padding:1px 9px;color:#fff;font-size:12px;font-weight:600}
+.verdict{font-size:16px;margin:10px 0} .controls{margin:6px 0 10px;font-size:13px} .controls label{margin-right:12px}
+.finding{border-left:4px solid #999;padding:6px 10px;margin:8px 0;background:#fcfcfc}
+.finding.error{border-color:#d55e00} .finding.warning{border-color:#e69f00} .finding.info{border-color:#56b4e9}
+.finding .code{font-family:ui-monospace,monospace;font-weight:600} .finding .where{color:#555}
+.finding .remedy{color:#0b5394} pre{background:#f6f8fa;padding:6px;overflow:auto;font-size:12px;max-height:240px}
+details>summary{cursor:pointer;color:#333} .hidden{display:none}
+.plots{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0} figcaption{font-size:12px;color:#444;margin-top:2px}
+svg text{font:11px system-ui,sans-serif;fill:#333} .note{color:#666;font-size:12px}
+code{font-family:ui-monospace,monospace;font-size:12px}
+'''
+
+# Filters only: severity check boxes for the findings, a host filter for the table.
+SCRIPT = '''
+(function () {
+  'use strict';
+  function apply() {
+    var shown = {};
+    document.querySelectorAll('input[data-severity]').forEach(function (box) { shown[box.dataset.severity] = box.checked; });
+    document.querySelectorAll('.finding[data-severity]').forEach(function (item) {
+      item.classList.toggle('hidden', !shown[item.dataset.severity]);
+    });
+    var text = (document.getElementById('host-filter') || {value: ''}).value.toLowerCase();
+    document.querySelectorAll('#hosts tbody tr').forEach(function (row) {
+      row.classList.toggle('hidden', text !== '' && row.dataset.host.toLowerCase().indexOf(text) < 0);
+    });
+  }
+  document.querySelectorAll('input[data-severity], #host-filter').forEach(function (el) { el.addEventListener('input', apply); });
+  apply();
+  document.documentElement.dataset.ready = 'true';
+}());
+'''
+
+
+def _e(value):
+    return escape('' if value is None else str(value))
+
+
+def _badge(status):
+    return '<span class="badge" style="background:%s">%s</span>' % (STATUS_COLOURS.get(status, '#999'), _e(status))
+
+
+def size_label(size):
+    for unit, factor in (('G', 1 << 30), ('M', 1 << 20), ('K', 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return '%d%s' % (size // factor, unit)
+    return str(int(size))
+
+
+def _fmt(value, digits=1):
+    return '-' if value is None else ('%.*f' % (digits, value))
+
+
+def _nice_max(value):
+    """An axis end a little above ``value`` on 1-2-5 steps."""
+    if not value or value <= 0:
+        return 1.0
+    exponent = math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        top = step * 10 ** exponent
+        if top >= value * 1.02:
+            return top
+    return 10 ** (exponent + 1)
+
+
+# ---------------------------------------------------------------------------- plots
+
+def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_class='plot'):
+    """Curves over a log2 x axis (message sizes). ``series``: [{'name', 'points': [(x, y)]}];
+    ``hlines``: [(y, label)] drawn dashed (expectations)."""
+    points = [(x, y) for s in series for x, y in s['points'] if x and x > 0 and y is not None]
+    if not points:
+        return '<p class="note">nothing measured to plot</p>'
+    left, right, top, bottom = 60, 16, 14, 44
+    xs = [math.log(x, 2) for x, _ in points]
+    x0, x1 = min(xs), max(xs)
+    if x0 == x1:
+        x0, x1 = x0 - 1, x1 + 1
+    y1 = _nice_max(max([y for _, y in points] + [y for y, _ in hlines if y]))
+
+    def px(x):
+        return left + (math.log(x, 2) - x0) / (x1 - x0) * (width - left - right)
+
+    def py(y):
+        return height - bottom - (y / y1) * (height - top - bottom)
+
+    out = ['<svg class="%s" role="img" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">'
+           % (css_class, width, height, width, height),
+           '<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#ccc"/>' % (left, top, width - left - right, height - top - bottom)]
+    for i in range(6):
+        y = y1 * i / 5.0
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%s</text>'
+                   % (left, width - right, py(y), py(y), left - 4, py(y) + 4, ('%g' % round(y, 2))))
+    step = max(1, int(math.ceil((x1 - x0) / 12.0)))
+    exp = int(math.ceil(x0))
+    while exp <= x1:
+        x = px(2 ** exp)
+        out.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>'
+                   % (x, x, top, height - bottom, x, height - bottom + 14, size_label(2 ** exp)))
+        exp += step
+    out.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((left + width - right) // 2, height - 8, _e(x_label)))
+    out.append('<text transform="translate(14,%d) rotate(-90)" text-anchor="middle">%s</text>' % ((top + height - bottom) // 2, _e(y_label)))
+    for y, label in hlines:
+        if y:
+            out.append('<line class="expect" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#d55e00" stroke-dasharray="5 4"/>'
+                       '<text x="%d" y="%.1f" text-anchor="end" style="fill:#d55e00">%s</text>'
+                       % (left, width - right, py(y), py(y), width - right - 4, py(y) - 4, _e(label)))
+    for index, item in enumerate(series):
+        pts = sorted((x, y) for x, y in item['points'] if x and x > 0 and y is not None)
+        if not pts:
+            continue
+        colour = item.get('colour') or SERIES[index % len(SERIES)]
+        coords = ' '.join('%.1f,%.1f' % (px(x), py(y)) for x, y in pts)
+        tip = '%s: %s' % (item['name'], ', '.join('%s %s' % (size_label(x), _fmt(y, 2)) for x, y in pts[-3:]))
+        if len(pts) > 1:
+            out.append('<polyline class="series" fill="none" stroke="%s" stroke-width="1.6" points="%s"><title>%s</title></polyline>'
+                       % (colour, coords, _e(tip)))
+        for x, y in pts if len(pts) <= 3 else pts[-1:]:
+            out.append('<circle class="series" cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s</title></circle>'
+                       % (px(x), py(y), colour, _e('%s: %s %s' % (item['name'], size_label(x), _fmt(y, 2)))))
+    out.append('</svg>')
+    legend = ''
+    if len(series) <= MAX_LEGEND:
+        legend = '<div class="note">%s</div>' % ' '.join(
+            '<span style="color:%s">&#9632;</span> %s' % (item.get('colour') or SERIES[i % len(SERIES)], _e(item['name']))
+            for i, item in enumerate(series))
+    else:
+        legend = '<div class="note">%d curves; hover a curve for its name</div>' % len(series)
+    return ''.join(out) + legend
+
+
+def heatmap(nodes, cells, title, cell=34):
+    """N x N grid, server rows x client columns. ``cells``: {(server, client): {'value', 'ratio',
+    'verdict', 'tip'}}; colour by verdict, shade by the share of the port rate reached."""
+    label_w = max([len(n) for n in nodes] + [4]) * 7 + 10
+    size = len(nodes) * cell
+    width, height = label_w + size + 10, label_w + size + 10
+    out = ['<svg class="heatmap" role="img" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">'
+           '<title>%s</title>' % (width, height, width, height, _e(title))]
+    for i, node in enumerate(nodes):
+        out.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (label_w - 4, label_w + i * cell + cell // 2 + 4, _e(node)))
+        out.append('<text transform="translate(%d,%d) rotate(-60)">%s</text>' % (label_w + i * cell + cell // 2, label_w - 4, _e(node)))
+    for r, server in enumerate(nodes):
+        for c, client in enumerate(nodes):
+            x, y = label_w + c * cell, label_w + r * cell
+            item = cells.get((server, client))
+            if server == client:
+                out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="#f3f3f3"/>' % (x, y, cell - 1, cell - 1))
+                continue
+            if item is None:
+                out.append('<rect class="cell empty" x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#eee">'
+                           '<title>%s -> %s: not tested</title></rect>' % (x, y, cell - 1, cell - 1, _e(server), _e(client)))
+                continue
+            colour = STATUS_COLOURS.get(item['verdict'], '#999')
+            ratio = item.get('ratio')
+            opacity = 1.0 if item['verdict'] != 'ok' or ratio is None else max(0.35, min(1.0, ratio))
+            out.append('<rect class="cell %s" x="%d" y="%d" width="%d" height="%d" fill="%s" fill-opacity="%.2f"><title>%s</title></rect>'
+                       % (_e(item['verdict']), x, y, cell - 1, cell - 1, colour, opacity, _e(item['tip'])))
+            text = 'x' if item.get('value') is None else ('%.0f' % item['value'])
+            out.append('<text x="%d" y="%d" text-anchor="middle" style="fill:#fff;font-size:10px">%s</text>'
+                       % (x + cell // 2, y + cell // 2 + 4, text))
+    out.append('</svg>')
+    return ''.join(out)
+
+
+# ---------------------------------------------------------------------------- sections
+
+def _summary(report):
+    s = report['summary']
+    worst = 'error' if s['hosts_failed'] or s['hosts_unreachable'] else 'warning' if s['warnings'] else 'ok'
+    return ('<p class="verdict">%s %d host(s): <b>%d ok</b>, %d with errors, %d unreachable &middot; %d error(s), '
+            '%d warning(s) &middot; <b>%d root cause(s)</b></p>'
+            % (_badge(worst), s['hosts'], s['hosts_ok'], s['hosts_failed'], s['hosts_unreachable'], s['errors'],
+               s['warnings'], s['roots']))
+
+
+def _hosts(report):
+    by_id = dict((f['id'], f) for f in report['findings'])
+    rows = []
+    for host, entry in sorted(report['hosts'].items()):
+        gdr = {True: 'ready', False: 'not ready', None: '-'}[entry.get('gdr_ready')]
+        roots = ', '.join(sorted(set(by_id[i]['code'] for i in entry.get('roots') or [] if i in by_id))) or '-'
+        rows.append('<tr data-host="%s"><td>%s</td><td>%s</td><td class="num">%s/%s</td><td class="num">%s</td><td>%s</td><td>%s</td></tr>'
+                    % (_e(host), _e(host), _badge(entry['status']), entry.get('ports_active', 0), entry.get('ports', 0),
+                       entry.get('gpus', 0), gdr, _e(roots)))
+    return ('<section id="host-status"><h2>Hosts</h2><div class="controls"><label>filter <input id="host-filter" '
+            'type="search" placeholder="host name"></label></div><table id="hosts"><thead><tr><th>host</th><th>status</th>'
+            '<th>ports active</th><th>GPUs</th><th>GPUDirect RDMA</th><th>root causes</th></tr></thead><tbody>%s</tbody>'
+            '</table></section>' % ''.join(rows))
+
+
+def _finding(item, symptoms=()):
+    where = '%s %s' % (item.get('host') or ', '.join(item.get('hosts') or []) or 'fleet', item.get('subject') or '')
+    body = ['<div class="finding %s" data-severity="%s" data-code="%s" id="%s">' % (
+        _e(item['severity']), _e(item['severity']), _e(item['code']), _e(item['id'])),
+        '%s <span class="code">%s</span> <span class="where">on %s</span>' % (_badge(item['severity']), _e(item['code']), _e(where)),
+        '<div>%s</div>' % _e(item['cause']), '<div class="remedy">Fix: %s</div>' % _e(item['remedy'])]
+    if item.get('evidence'):
+        body.append('<details><summary>evidence</summary><pre>%s</pre></details>'
+                    % _e(json.dumps(item['evidence'], indent=1, sort_keys=True, default=str)))
+    if symptoms:
+        body.append('<details class="symptoms"><summary>explains %d symptom(s): %s</summary>%s</details>' % (
+            len(symptoms), _e(', '.join(sorted(set(s['code'] for s in symptoms)))), ''.join(_finding(s) for s in symptoms)))
+    body.append('</div>')
+    return ''.join(body)
+
+
+def _findings(report):
+    findings = report['findings']
+    roots = [f for f in findings if f['explained_by'] is None]
+    out = ['<section id="findings"><h2>Root causes by layer</h2>',
+           '<p class="note">Bottom-up: a symptom in a higher layer is shown under the lower-layer finding that explains it.</p>',
+           '<div class="controls">%s</div>' % ''.join(
+               '<label><input type="checkbox" data-severity="%s"%s> %s</label>' % (sev, '' if sev == 'info' else ' checked', sev)
+               for sev in ('error', 'warning', 'info'))]
+    if not roots:
+        out.append('<p>No findings: every check passed.</p>')
+    for layer in LAYERS:
+        mine = [f for f in roots if f['layer'] == layer]
+        if not mine:
+            continue
+        out.append('<h3>%s</h3>' % _e(LAYER_TITLES.get(layer, layer)))
+        for item in mine:
+            out.append(_finding(item, [f for f in findings if f['explained_by'] == item['id']]))
+    out.append('</section>')
+    return ''.join(out)
+
+
+def _pair_name(pair):
+    return '%s->%s rail %s' % (pair['server'], pair['client'], pair.get('rail'))
+
+
+def _bench(bench):
+    pairs = bench.get('pairs') or []
+    out = ['<section id="bench"><h2>Pairwise benchmark</h2>']
+    verdicts = bench.get('verdicts') or {}
+    thresholds = bench.get('thresholds') or {}
+    out.append('<p>%d pair test(s): %s. Thresholds: %.0f %% of the slower port\'s rate, GPU memory within %.0f %% of host '
+               'memory on the same pair.</p>' % (len(pairs), ', '.join('%d %s' % (n, v) for v, n in sorted(verdicts.items())) or 'none',
+                                                 100 * thresholds.get('bw_ratio', 0.9), 100 * (1 - thresholds.get('gpu_ratio', 0.9))))
+    nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
+    kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
+    rails = sorted(set(p.get('rail') for p in pairs), key=lambda r: (str(type(r)), r))
+    out.append('<h3>Pair bandwidth heatmaps (Gb/s; server rows, client columns)</h3><div class="plots">')
+    for memory in kinds:
+        for rail in rails:
+            cells = {}
+            for p in pairs:
+                if p.get('memory') != memory or p.get('rail') != rail:
+                    continue
+                value = p.get('bw_avg_gbps') if p.get('bw_avg_gbps') is not None else p.get('lat_typical_us')
+                tip = '%s %s memory: %s %s (%s)%s' % (
+                    _pair_name(p), memory, _fmt(value, 2), 'Gb/s' if p.get('bw_avg_gbps') is not None else 'us',
+                    p['verdict'], ('; ' + '; '.join(p.get('reasons') or [])) if p.get('reasons') else '')
+                cells[(p['server'], p['client'])] = {'value': value, 'ratio': p.get('bw_ratio'), 'verdict': p['verdict'], 'tip': tip}
+            # A full mesh tests each pair once, one way: its mirror cell shows the same test
+            # (a link carries both directions), unless that direction was measured too.
+            for (server, client), item in list(cells.items()):
+                cells.setdefault((client, server), dict(item, tip=item['tip'] + ' (measured as %s->%s)' % (server, client)))
+            if cells:
+                out.append('<figure>%s<figcaption>%s memory, rail %s</figcaption></figure>' % (
+                    heatmap(nodes, cells, '%s memory rail %s' % (memory, rail)), _e(memory), _e(rail)))
+    out.append('</div><h3>Bandwidth vs message size</h3><div class="plots">')
+    for memory in kinds:
+        series = []
+        for p in pairs:
+            if p.get('memory') != memory:
+                continue
+            points = [(s.get('bytes'), s.get('bw_avg_gbps')) for s in p.get('sizes') or []]
+            if not points and p.get('bw_avg_gbps') is not None and p.get('bytes'):
+                points = [(p['bytes'], p['bw_avg_gbps'])]
+            if points:
+                series.append({'name': _pair_name(p), 'points': points,
+                               'colour': None if p['verdict'] == 'ok' else STATUS_COLOURS.get(p['verdict'])})
+        rates = sorted(set(p.get('port_rate_gbps') for p in pairs if p.get('memory') == memory and p.get('port_rate_gbps')))
+        hlines = [(r * thresholds.get('bw_ratio', 0.9), '%.0f %% of %g Gb/s' % (100 * thresholds.get('bw_ratio', 0.9), r))
+                  for r in rates[-1:]]
+        if series:
+            single = all(len(s['points']) == 1 for s in series)
+            out.append('<figure>%s<figcaption>%s memory%s</figcaption></figure>' % (
+                line_chart(series, 'message size (bytes)', 'bandwidth (Gb/s)', hlines), _e(memory),
+                ' (one message size measured: set fabric_bench_all_sizes for the whole curve)' if single else ''))
+    out.append('</div>')
+    failed = [p for p in pairs if p['verdict'] != 'ok']
+    if failed:
+        out.append('<h3>Pairs below threshold or failed</h3><table><thead><tr><th>pair</th><th>memory</th><th>verdict</th>'
+                   '<th class="num">Gb/s</th><th>why</th></tr></thead><tbody>%s</tbody></table>' % ''.join(
+                       '<tr><td>%s</td><td>%s</td><td>%s</td><td class="num">%s</td><td>%s</td></tr>' % (
+                           _e(_pair_name(p)), _e(p.get('memory')), _badge(p['verdict']), _fmt(p.get('bw_avg_gbps')),
+                           _e('; '.join(p.get('reasons') or []))) for p in failed))
+    out.append('</section>')
+    return ''.join(out)
+
+
+def _collective(collective):
+    fleet = collective.get('fleet') or {}
+    expected = (collective.get('expected') or {})
+    verdict = fleet.get('verdict') or {}
+    out = ['<section id="collective"><h2>Collective</h2>']
+    if collective.get('skipped') and collective['skipped'] != 'None':
+        out.append('<p>Not run: %s.</p>' % _e(collective['skipped']))
+    out.append('<p>%s %s over %s: peak bus bandwidth %s GB/s, expected %s GB/s (%s).%s</p>' % (
+        _badge(verdict.get('status', 'unknown')), _e(fleet.get('benchmark') or 'collective'),
+        _e(', '.join(fleet.get('hosts') or []) or 'the fleet'), _fmt(fleet.get('max_busbw_gbs'), 2),
+        _fmt(expected.get('gbs'), 1), _e(expected.get('basis') or 'no expectation'),
+        (' ' + _e('; '.join(verdict.get('reasons') or []))) if verdict.get('reasons') else ''))
+    rows = fleet.get('results') or []
+    series = [{'name': '%s busbw' % place.replace('_', '-'), 'points': [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs'))
+                                                                   for r in rows]} for place in ('out_of_place', 'in_place')]
+    series = [item for item in series if any(y is not None for _, y in item['points'])]
+    if series:
+        ratio = verdict.get('healthy_ratio') or 0.8
+        hlines = [(expected.get('gbs'), 'expected %s GB/s' % _fmt(expected.get('gbs'), 1))]
+        if expected.get('gbs'):
+            hlines.append((expected['gbs'] * ratio, 'healthy %.0f %%' % (100 * ratio)))
+        out.append('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
+                   % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))
+    search = collective.get('search') or {}
+    if search.get('culprits') or search.get('unresolved'):
+        out.append('<p>Culprit search: culprits %s; unresolved %s.</p>' % (
+            _e(', '.join(search.get('culprits') or []) or 'none'), _e(', '.join(search.get('unresolved') or []) or 'none')))
+    out.append('</section>')
+    return ''.join(out)
+
+
+def _nccl(report):
+    rows = []
+    for host, entry in sorted(report['hosts'].items()):
+        settings = ((entry.get('nccl') or {}).get('settings')) or {}
+        reasons = ((entry.get('nccl') or {}).get('reasons')) or {}
+        for name, value in sorted(settings.items()):
+            rows.append('<tr><td>%s</td><td><code>%s=%s</code></td><td>%s</td></tr>' % (_e(host), _e(name), _e(value), _e(reasons.get(name))))
+    if not rows:
+        return ''
+    return ('<section id="nccl"><h2>Recommended NCCL settings</h2><p class="note">From each host\'s facts; role nccl_conf writes '
+            'them to /etc/nccl.conf.</p><table><thead><tr><th>host</th><th>setting</th><th>why</th></tr></thead><tbody>%s'
+            '</tbody></table></section>' % ''.join(rows))
+
+
+def _drift(report):
+    d = report.get('drift')
+    if not d:
+        return ''
+    rows = ''.join('<tr><td>%s</td><td class="num">%s</td><td class="num">%s</td><td class="num">%s %%</td></tr>' % (
+        _e(_pair_name(r) if r['what'] == 'pair' else 'collective busbw'), _fmt(r['before'], 2), _fmt(r['now'], 2), r['change_pct'])
+        for r in d.get('regressions') or [])
+    return ('<section id="drift"><h2>Drift since %s</h2><p>New findings: %s<br>Cleared findings: %s</p>%s</section>' % (
+        _e(d.get('baseline_generated_at')), _e(', '.join(d.get('new_findings') or []) or 'none'),
+        _e(', '.join(d.get('cleared_findings') or []) or 'none'),
+        ('<table><thead><tr><th>regression</th><th>before</th><th>now</th><th>change</th></tr></thead><tbody>%s</tbody></table>'
+         % rows) if rows else '<p>No regression beyond %s %%.</p>' % _e(d.get('regression_pct'))))
+
+
+def render(report):
+    """The whole page (str)."""
+    parts = [_summary(report), _hosts(report), _findings(report)]
+    if report.get('bench'):
+        parts.append(_bench(report['bench']))
+    if report.get('collective'):
+        parts.append(_collective(report['collective']))
+    parts.append(_nccl(report))
+    parts.append(_drift(report))
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
+            '<title>GPU fabric report</title><style>%s</style></head><body><header><h1>GPU fabric report</h1>'
+            '<div class="meta">%s &middot; schema %s v%s</div></header><main>%s</main><script>%s</script></body></html>\n' % (
+                CSS, _e(report.get('generated_at') or ''), _e(report.get('schema')), _e(report.get('schema_version')),
+                ''.join(parts), SCRIPT))
