@@ -17,7 +17,8 @@ steps=("$@")
 
 if ((EUID == 0)); then
     # Without shellcheck, sanity skips its shellcheck test; openssh-server runs the SSH lab.
-    gf_apt_install shellcheck openssh-server iproute2 || gf_log "warning: could not install test packages"
+    # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
+    gf_apt_install shellcheck openssh-server iproute2 chromium || gf_log "warning: could not install test packages"
 fi
 gf_venv
 
@@ -52,7 +53,8 @@ step_sanity() {
 }
 step_lint() { (cd "$REPO" && ansible-lint --offline -q); }
 # Two workers: the tests are ansible-playbook runs, one per simulated cluster, each in its own tmp dir.
-step_functional() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -rs -n 2 tests/functional); }
+# Artefacts (the report's screenshot) go to the checkout's out/artifacts, not to the copy.
+step_functional() { (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs -n 2 tests/functional); }
 step_molecule() {
     local scenario scenarios
     scenarios=${GF_MOLECULE_SCENARIOS:-$( ((EUID == 0)) && echo netns || echo localhost)}

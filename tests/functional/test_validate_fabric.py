@@ -21,6 +21,7 @@ from xml.etree import ElementTree
 import jmespath
 import pytest
 
+from tests.functional.helpers import recap, tree_hash
 from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,9 +104,16 @@ def test_local_cluster(tmp_path):
     assert_summary(result)
     assert check_facts(inventory, os.path.join(dest, 'out')) >= 10
     check_report(os.path.join(dest, 'out'), result)
-    # Facts modules change nothing: a check-mode run reports the same and no change.
-    again = run_playbook(os.path.join(dest, 'inventory.yml'), os.path.join(dest, 'out2'), '--check')
-    assert 'changed=0' in [line for line in again.stdout.splitlines() if line.startswith('n1 ')][0]
+    # A drift run (--check --diff) adds the configure roles in check mode: it shows what they
+    # would change, changes no node, and still writes the report.
+    roots = dict((name, hv['gpu_fabric_root']) for name, hv in inventory['all']['children']['gpu_nodes']['hosts'].items()
+                 if 'gpu_fabric_root' in hv)
+    before = dict((name, tree_hash(root)) for name, root in roots.items())
+    again = run_playbook(os.path.join(dest, 'inventory.yml'), os.path.join(dest, 'out2'), '--check', '--diff')
+    assert dict((name, tree_hash(root)) for name, root in roots.items()) == before, 'a --check run changed a node'
+    assert 'hpc.gpu_fabric.rdma_modules : ' in again.stdout and '+ib_uverbs' in again.stdout   # the drift, as a diff
+    assert recap(again)['n1']['failed'] == 0 and recap(again)['n1']['changed'] > 0
+    check_report(os.path.join(dest, 'out2'), again)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists('/usr/sbin/sshd'),

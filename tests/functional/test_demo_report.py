@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The README's first command, end to end, and its HTML report in a real browser.
+
+scripts/demo.sh renders the embedded six-node cluster with its injected faults, runs the
+whole validate_fabric.yml (facts, the pairwise benchmark with its progress, the collective
+and its culprit search, the report) and prints a summary. Then report.html is opened in
+Debian's headless Chromium and checked for what a person would see: the host table, the
+findings, the heatmaps and curves actually drawn, the filters working, no script error.
+The screenshot is kept as a test artefact in $GF_ARTIFACTS_DIR (default out/artifacts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests import browser
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARTIFACTS = os.environ.get('GF_ARTIFACTS_DIR') or os.path.join(REPO, 'out', 'artifacts')
+
+# What a person sees, asked of the rendered page (not of the HTML text).
+CHECKS = {
+    'script_ran': "document.documentElement.dataset.ready === 'true'",
+    'host_rows': "document.querySelectorAll('#hosts tbody tr').length",
+    'error_badges': "[...document.querySelectorAll('#hosts tbody tr')].filter(r => r.textContent.includes('error')).length",
+    'root_codes': "[...document.querySelectorAll('#findings > .finding')].map(f => f.dataset.code)",
+    'heatmaps_drawn': "[...document.querySelectorAll('svg.heatmap')].filter(s => s.getBBox().width > 100"
+                      " && s.querySelectorAll('rect.cell').length > 0).length",
+    'failed_cells': "document.querySelectorAll('svg.heatmap rect.cell.failed').length",
+    'curve_lengths': "[...document.querySelectorAll('svg.plot polyline.series')].map(p => p.getTotalLength())",
+    'collective_curves': "document.querySelectorAll('#collective svg.plot polyline.series').length",
+    # Unticking 'warning' hides every warning finding; the host filter hides other hosts.
+    'warnings_after_untick': "(() => { const box = document.querySelector('input[data-severity=warning]'); box.checked = false;"
+                             " box.dispatchEvent(new Event('input'));"
+                             " return [...document.querySelectorAll('.finding[data-severity=warning]')]"
+                             ".filter(e => e.offsetParent !== null).length; })()",
+    'rows_after_filter': "(() => { const box = document.getElementById('host-filter'); box.value = 'mx-04';"
+                         " box.dispatchEvent(new Event('input'));"
+                         " return [...document.querySelectorAll('#hosts tbody tr')].filter(r => r.offsetParent !== null).length; })()",
+}
+
+
+@pytest.fixture(scope='module')
+def demo(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp('demo'))
+    # The venv running the tests (CI's tree is a copy without one: demo.sh would build another).
+    env = dict(os.environ, GF_DEMO_DIR=out, GF_VENV=sys.prefix, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    result = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'demo.sh')], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=900, check=False)
+    return out, result
+
+
+def test_demo_names_every_injected_fault(demo):
+    out, result = demo
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-4000:]
+    # Progress of the long stage, step by step (the last item may be skipped: a node that saw
+    # its last step finish while following the one before is done).
+    assert 'step 1 of 10: round 1 of 5, host memory' in text and 'step 6 of 10: round 1 of 5, gpu memory' in text
+    assert re.search(r'step (9|10) of 10: round [45] of 5, gpu memory', text)
+    assert 'report:        file://%s/report/report.html' % out in text
+    with open(os.path.join(out, 'report', 'report.json')) as handle:
+        report = json.load(handle)
+    roots = set((f['code'], f['host']) for f in report['findings'] if f['explained_by'] is None and f['severity'] != 'info')
+    assert roots >= {('IB_RATE_DEGRADED', 'mx-02'), ('IB_PORT_DOWN', 'mx-03'), ('GDR_MM_KOBJ_NOT_EXPORTED', 'mx-04'),
+                     ('GDR_ACS_REDIRECT', 'mx-05')}, roots
+    assert report['hosts']['mx-01']['status'] == 'ok' and report['hosts']['mx-06']['status'] == 'ok'
+    # The collective is low (seed 000: no GPUDirect RDMA on mx-04) and the search names mx-04.
+    assert report['collective']['fleet']['verdict']['status'] in ('low', 'warning')
+    assert 'mx-04' in report['collective']['search']['culprits']
+    assert 'mx-01' not in report['collective']['search']['culprits']
+    # The GPU-memory tests of the seed-000 node fail like the real tool (no peer-memory client: MR refused).
+    mx04 = [p for p in report['bench']['pairs'] if p['memory'] == 'gpu' and 'mx-04' in (p['server'], p['client'])
+            and p['rail'] == 0]
+    assert mx04 and all(p['verdict'] == 'failed' for p in mx04), mx04
+
+
+@pytest.mark.skipif(browser.find_chromium() is None, reason='Chromium is not installed (Debian package chromium)')
+def test_report_in_a_real_browser(demo):
+    out, result = demo
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    shot = os.path.join(ARTIFACTS, 'demo-report.png')
+    page = browser.open_page(os.path.join(out, 'report', 'report.html'), screenshot=shot, evaluate=CHECKS, timeout=90)
+    seen = page['results']
+    assert page['exceptions'] == [] and page['console_errors'] == [], (page['exceptions'], page['console_errors'])
+    assert page['title'] == 'GPU fabric report' and seen['script_ran'] is True
+    assert seen['host_rows'] == 6 and seen['error_badges'] == 4
+    assert {'IB_PORT_DOWN', 'GDR_MM_KOBJ_NOT_EXPORTED', 'GDR_ACS_REDIRECT', 'IB_RATE_DEGRADED'} <= set(seen['root_codes'] or [])
+    # host and gpu memory x three rails, each drawn with cells; mx-03's dead port shows as failed cells.
+    assert seen['heatmaps_drawn'] == 6 and seen['failed_cells'] > 0
+    assert seen['curve_lengths'] and min(seen['curve_lengths']) > 10 and seen['collective_curves'] >= 1
+    assert seen['warnings_after_untick'] == 0 and seen['rows_after_filter'] == 1
+    with open(shot, 'rb') as handle:
+        head = handle.read(24)
+    assert head[:8] == b'\x89PNG\r\n\x1a\n' and int.from_bytes(head[20:24], 'big') > 1500   # the whole page, not one screen
