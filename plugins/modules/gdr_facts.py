@@ -21,6 +21,10 @@ description:
     C(mm_kobj), the OFED version and whether it was built with C(HAVE_MM_KOBJ_EXPORTED), and
     whether the dma-buf path is possible.
   - Sums it up in C(gdr_ready) with C(reasons) that spell out the causal chain.
+  - Reads the host settings RDMA jobs depend on into C(host) - the CPU frequency governors, the
+    locked-memory limit this process got and where the node configures it (limits.conf, limits.d,
+    C(DefaultLimitMEMLOCK)), the modules loaded now and those loaded at boot (modules-load.d,
+    C(/etc/modules)), and the interface of the IPv4 default route.
   - Runs no external tool.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
@@ -128,6 +132,56 @@ ansible_facts:
           type: list
           elements: str
           returned: always
+        host:
+          description: Host settings RDMA jobs depend on, read from files only.
+          type: dict
+          returned: always
+          contains:
+            cpufreq:
+              description: Whether any CPU has a cpufreq directory (a cpufreq driver runs; VMs usually have none).
+              type: bool
+              returned: always
+            cpu_governors:
+              description: Governor name -> number of CPUs running it (C(cpuN/cpufreq/scaling_governor)); empty without cpufreq.
+              type: dict
+              returned: always
+              sample: {performance: 112}
+            memlock:
+              description:
+                - C(soft) and C(hard) RLIMIT_MEMLOCK of this process in bytes or C(unlimited) (C(/proc/self/limits)),
+                  null when unreadable; C(cap_ipc_lock) whether it has CAP_IPC_LOCK, which lifts the limit for RDMA
+                  registrations (null when unknown).
+                - C(limits_conf) the memlock entries of C(/etc/security/limits.conf) and C(limits.d/*.conf) (domain, type,
+                  value as written, bytes, file); C(systemd) the C(DefaultLimitMEMLOCK=) settings of system.conf and its
+                  drop-ins in the order systemd applies them (value, soft, hard, file).
+              type: dict
+              returned: always
+              sample:
+                soft: unlimited
+                hard: unlimited
+                cap_ipc_lock: false
+                limits_conf:
+                  - {domain: "*", type: soft, value: unlimited, bytes: unlimited, file: /etc/security/limits.d/90-gpu-fabric-memlock.conf}
+                systemd:
+                  - {value: "infinity:infinity", soft: unlimited, hard: unlimited, file: /etc/systemd/system.conf.d/90-gpu-fabric-memlock.conf}
+            modules_loaded:
+              description: Names of the loaded kernel modules (C(/proc/modules)).
+              type: list
+              elements: str
+              returned: always
+            modules_persistent:
+              description:
+                - Module name -> the files that load it at boot - C(modules-load.d/*.conf) of /etc, /run, /usr/local/lib,
+                  /usr/lib and /lib (masking honoured), Debian's C(/etc/modules), rdma-core's C(/etc/rdma/modules/*.conf)
+                  and C(modules_load=) on the kernel command line. A C(-) in a name is read as C(_).
+              type: dict
+              returned: always
+              sample: {nvidia_peermem: [/etc/modules-load.d/gpu-fabric.conf]}
+            default_route_interface:
+              description: Interface of the IPv4 default route with the lowest metric (C(/proc/net/route)), null when there is none.
+              type: str
+              returned: always
+              sample: eth0
 '''
 
 import os
@@ -135,6 +189,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -149,6 +204,7 @@ def main():
         module.fail_json(msg='root %s is not a directory: give / or the path of an unpacked node snapshot' % root)
     sysroot = SysRoot(root)
     facts = read_gdr(sysroot, list_rdma_devices(sysroot))
+    facts['host'] = read_host(sysroot)
     facts['root'] = root
     for warning in sysroot.warnings:
         module.warn(warning)

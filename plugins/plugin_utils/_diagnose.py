@@ -172,10 +172,110 @@ def gdr_findings(host, gdr, ib=None):
     return found
 
 
+# ---------------------------------------------------------------------------- host layer
+
+# What one ib_write_bw of the benchmark pins: perftest registers 2 x max(message size, cycle
+# buffer) per QP in one ibv_reg_mr (perftest_resources.c alloc_ctx: buff_size), 16 MiB for the
+# 8 MiB messages of fabric_bench_size. ib_umem_get() refuses a registration beyond RLIMIT_MEMLOCK
+# with ENOMEM (drivers/infiniband/core/umem.c), so a soft limit below this fails the benchmark
+# ('Couldn't allocate MR'); the 8 MiB default of kernels since 5.16 (commit 9dcc38e2813e) and of
+# systemd (DefaultLimitMEMLOCK=8M) is below it, the 64 KiB of older kernels far below.
+MEMLOCK_NEEDED_BYTES = 2 * 8 * 1024 * 1024
+# Modules nothing else loads at boot. The peer-memory module: neither the NVIDIA driver nor
+# udev loads it (the rdma_modules role lists it for NVIDIA GPUs). The RDMA user-space modules:
+# MLNX OFED's openibd service loads them at boot, rdma-core's /etc/rdma/modules files do (read
+# into modules_persistent); on a node with neither only modules-load.d brings them back. ib_core
+# and the HCA driver come back with the device (PCI modalias).
+PEER_MODULES = ('nvidia_peermem', 'nv_peer_mem')
+RDMA_USER_MODULES = ('ib_uverbs', 'ib_umad', 'rdma_ucm', 'ib_ipoib')
+
+
+def _human_bytes(value):
+    if value == 'unlimited' or not isinstance(value, int):
+        return str(value)
+    for unit, size in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
+        if value >= size and value % size == 0:
+            return '%d %s' % (value // size, unit)
+    return '%d bytes' % value
+
+
+def host_findings(host, gdr):
+    """CPU governor, locked-memory limit, modules lost at the next boot (gdr_facts ``host``);
+    nothing when the facts predate it."""
+    found = []
+    facts = (gdr or {}).get('host')
+    if not facts:
+        return found
+    governors = facts.get('cpu_governors') or {}
+    slow = dict((name, count) for name, count in governors.items() if name != 'performance')
+    if facts.get('cpufreq') and slow:
+        found.append(finding(
+            'HOST_CPU_GOVERNOR', 'host', 'warning', host, 'cpufreq', {'governors': governors},
+            '%d of %d CPUs run %s, not performance: RDMA polling loops and NCCL proxy threads run on cores '
+            'that are not at full clock; perftest says "Conflicting CPU frequency values" and "CPU Frequency is '
+            'not max", and latencies read high (seed 002)'
+            % (sum(slow.values()), sum(governors.values()), ', '.join(sorted(slow))),
+            'run playbooks/configure.yml --tags cpu_governor (role cpu_governor: performance now and at every boot)'))
+    # Locked memory and boot modules matter where verbs run: a node with an RDMA NIC.
+    if not (gdr or {}).get('nics'):
+        return found
+    memlock = facts.get('memlock') or {}
+    soft = memlock.get('soft')
+    if isinstance(soft, int):
+        configured = [e['file'] for e in memlock.get('limits_conf') or []
+                      if e.get('type') in ('soft', '-') and e.get('bytes') == 'unlimited' and e.get('domain') != 'root']
+        configured += [e['file'] for e in memlock.get('systemd') or [] if e.get('soft') == 'unlimited']
+        evidence = {'soft': soft, 'hard': memlock.get('hard'), 'cap_ipc_lock': memlock.get('cap_ipc_lock'),
+                    'needed_bytes': MEMLOCK_NEEDED_BYTES, 'configured_unlimited_in': sorted(set(configured))}
+        stale = (' %s configure unlimited, but this process did not get it: limits apply to new logins, and to '
+                 'services after systemctl daemon-reexec and a restart' % ', '.join(sorted(set(configured)))) if configured else ''
+        if memlock.get('cap_ipc_lock'):
+            # Root with CAP_IPC_LOCK is not held to the limit (ib_umem_get), so the benchmark run as
+            # root is not either; what matters then is what other users' jobs get.
+            if not configured:
+                found.append(finding(
+                    'HOST_MEMLOCK_LIMITED', 'host', 'warning', host, 'memlock', evidence,
+                    'locked memory is limited to %s and no limits.conf entry or DefaultLimitMEMLOCK raises it: this '
+                    'process has CAP_IPC_LOCK (root) and is exempt, but a job of another user gets this limit and its '
+                    'ibv_reg_mr fails with ENOMEM beyond it' % _human_bytes(soft),
+                    'run playbooks/configure.yml --tags memlock (role memlock: unlimited for logins and services)'))
+        else:
+            severity = 'error' if soft < MEMLOCK_NEEDED_BYTES else 'warning'
+            why = ('below the %s one ib_write_bw of the benchmark registers (2 x 8 MiB messages): ibv_reg_mr fails with '
+                   'ENOMEM ("Couldn\'t allocate MR"), and NCCL\'s IB transport cannot register its buffers'
+                   % _human_bytes(MEMLOCK_NEEDED_BYTES) if severity == 'error' else
+                   'enough for the benchmark, but NCCL, UCX and MPI register more as jobs grow; registrations beyond '
+                   'it fail with ENOMEM')
+            found.append(finding(
+                'HOST_MEMLOCK_LIMITED', 'host', severity, host, 'memlock', evidence,
+                'a job started like the benchmark may lock %s of memory (soft RLIMIT_MEMLOCK), %s.%s'
+                % (_human_bytes(soft), why, stale),
+                'run playbooks/configure.yml --tags memlock (role memlock: unlimited for logins and services)'))
+    loaded = set(facts.get('modules_loaded') or [])
+    persistent = facts.get('modules_persistent') or {}
+    judged = list(PEER_MODULES)
+    if not ((gdr or {}).get('ofed') or {}).get('version'):
+        judged += list(RDMA_USER_MODULES)
+    lost = [name for name in judged if name in loaded and name not in persistent]
+    if lost:
+        peer = [name for name in lost if name in PEER_MODULES]
+        found.append(finding(
+            'HOST_MODULES_NOT_PERSISTENT', 'host', 'warning', host, 'modules',
+            {'not_persistent': lost, 'ofed': ((gdr or {}).get('ofed') or {}).get('version')},
+            '%s loaded now, but no modules-load.d file, /etc/modules or rdma-core file lists %s: after the next '
+            'reboot %s not loaded%s' % (', '.join(lost), 'it' if len(lost) == 1 else 'them',
+                                        'it is' if len(lost) == 1 else 'they are',
+                                        ', and without %s GPUDirect RDMA is off (GDR_PEERMEM_NOT_LOADED)' % peer[0] if peer else ''),
+            'run playbooks/configure.yml --tags rdma_modules (role rdma_modules writes /etc/modules-load.d/gpu-fabric.conf)'))
+    return found
+
+
 # ---------------------------------------------------------------------------- measured
 
 def bench_findings(bench):
     found = []
+    host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
+                  if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     for pair in (bench or {}).get('pairs') or []:
         if pair.get('verdict') == 'ok':
             continue
@@ -183,10 +283,16 @@ def bench_findings(bench):
         gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
             and pair.get('gpu_vs_host') < (bench.get('thresholds') or {}).get('gpu_ratio', 0.9)
         code = 'BENCH_PAIR_FAILED' if pair.get('verdict') == 'failed' else ('BENCH_GPU_MEMORY_LOW' if gpu_low else 'BENCH_PAIR_LOW')
+        if code == 'BENCH_PAIR_FAILED' and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
+            # The link works (host memory passed on the same pair and rail): GPU memory itself could not be
+            # used, e.g. ibv_reg_mr refused without a peer-memory client - the IB+GPU layer's symptom.
+            code = 'BENCH_GPU_MEMORY_FAILED'
         severity, cause = 'error', '; '.join(pair.get('reasons') or [])
         if gpu_low and pair.get('gpu_distance') in FAR:
-            # Topology, not a fault: no GPU sits near this HCA (a storage NIC, or a rail wired to the other socket).
-            severity = 'warning'
+            # Topology, not a fault of the pair: no GPU sits near this HCA (a storage NIC, or a rail wired to
+            # the other socket). NCCL does not use GPUDirect RDMA that far by default (NCCL_NET_GDR_LEVEL
+            # PXB), so jobs never see this; a compute-rate NIC without a near GPU is GPU_NIC_FAR, once per node.
+            severity = 'info'
             cause += ('; the nearest GPU of this HCA is %s away, so GPU memory through it crosses the socket'
                       % pair['gpu_distance'])
         found.append(finding(code, 'benchmark', severity, None, subject,
@@ -205,6 +311,12 @@ def bench_findings(bench):
 
 def collective_findings(collective):
     found = []
+    skipped = (collective or {}).get('skipped')
+    if skipped and skipped != 'None':
+        # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
+        found.append(finding('COLLECTIVE_NOT_RUN', 'collective', 'info', None, 'collective', {'skipped': skipped},
+                             'the collective benchmark did not run: %s' % skipped,
+                             'run playbooks/benchmark.yml --tags fabric_collective on the nodes of one GPU vendor'))
     fleet = (collective or {}).get('fleet') or {}
     verdict = fleet.get('verdict') or {}
     if verdict.get('status') in ('warning', 'low', 'corrupt', 'failed'):
@@ -239,12 +351,15 @@ EXPLAINS = {
     'IB_PORT_DOWN': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'),
     'IB_RATE_DEGRADED': ('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     'IB_ERRORS_UNDER_LOAD': ('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'),
-    'GDR_MM_KOBJ_NOT_EXPORTED': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    'GDR_OFED_STALE_BUILD': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    'GDR_PEERMEM_NOT_LOADED': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    'GDR_MEMORY_PEERS_MISSING': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
+    'GDR_MM_KOBJ_NOT_EXPORTED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
+    'GDR_OFED_STALE_BUILD': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
+    'GDR_PEERMEM_NOT_LOADED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
+    'GDR_MEMORY_PEERS_MISSING': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     'GDR_ACS_REDIRECT': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     'GPU_NIC_FAR': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
+    # ibv_reg_mr fails beyond the limit: the pair's test does not start, NCCL on that node fails.
+    # Not HOST_CPU_GOVERNOR: seed 002 measured the same bandwidth plateau before and after cpupower.
+    'HOST_MEMLOCK_LIMITED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     'COLLECTIVE_CULPRIT': ('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'),
 }
 
@@ -288,6 +403,7 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None):
     findings.extend(bench_findings(bench) if bench else [])
     for host in sorted(nodes):
         findings.extend(gdr_findings(host, nodes[host].get('gdr'), nodes[host].get('ib')))
+        findings.extend(host_findings(host, nodes[host].get('gdr')))
     findings.extend(collective_findings(collective) if collective else [])
     for host in sorted(unreachable or []):
         findings.append(finding('HOST_UNREACHABLE', 'host', 'error', host, 'node', {},

@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
@@ -38,12 +39,16 @@ EXPECTED = {
     'cross_numa': ('GPU_NIC_FAR', 'nvidia_h100_8x_ndr'),
     'roce_no_v2_gid': ('ROCE_NO_V2_GID', 'amd_mi300x_roce'),
     'error_counters': ('IB_ERROR_COUNTERS', 'nvidia_h100_8x_ndr'),
+    'governor_powersave': ('HOST_CPU_GOVERNOR', 'nvidia_h100_8x_ndr'),
+    'memlock_limited': ('HOST_MEMLOCK_LIMITED', 'nvidia_h100_8x_ndr'),
+    'modules_not_persistent': ('HOST_MODULES_NOT_PERSISTENT', 'nvidia_h100_8x_ndr'),
 }
 # Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
 # port that is down hides its rate and counters, rightly).
 ON_HCA = ('cross_numa', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid')
 # The later fault undoes the earlier: a stale OFED build needs a kernel that exports mm_kobj.
-CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build')}
+# A module that is not loaded cannot be loaded-but-not-persistent.
+CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persistent', 'peermem_not_loaded')}
 HEALTHY = ('nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_cx4', 'no_rdma_vm', 'h200x2_no_rdma')
 
 
@@ -60,7 +65,9 @@ def node_facts(profile_name, fault_names=()):
     root = tempfile.mkdtemp(prefix='gf-acc-')
     render.render(profile, root)
     sysroot = SysRoot(root)
-    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': read_gdr(sysroot, list_rdma_devices(sysroot))}
+    gdr = read_gdr(sysroot, list_rdma_devices(sysroot))
+    gdr['host'] = read_host(sysroot)      # as gdr_facts returns it
+    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}
 
 
 def case(profile_name, fault_names):

@@ -176,6 +176,54 @@ def error_counters(profile, target):
     return {'hca': hca['name']}
 
 
+def governor_powersave(profile, target):
+    if not profile.get('cpu_governor'):
+        raise ValueError('profile %s has no cpufreq (a VM): no governor to change' % profile.get('name'))
+    if profile['cpu_governor'] == 'powersave':
+        raise ValueError('profile %s runs powersave already' % profile.get('name'))
+    # Seed 002 before 'cpupower frequency-set -g performance': intel_pstate's default governor.
+    profile['cpu_governor'] = 'powersave'
+    return {'cpus': profile.get('cpus', 8)}
+
+
+# MLOCK_LIMIT before Linux 5.16 (include/uapi/linux/resource.h: 64 KiB, 'GPG2 wants 64kB'), what a
+# node, or a container, gets when nothing raises it.
+_MEMLOCK_DEFAULT_OLD = 64 * 1024
+
+
+def memlock_limited(profile, target):
+    if not profile.get('hcas'):
+        raise ValueError('profile %s has no RDMA device: nothing registers memory' % profile.get('name'))
+    # render_host writes limits.d/rdma.conf only for an unlimited node: the entry goes too.
+    profile['memlock'] = _MEMLOCK_DEFAULT_OLD
+    return {'bytes': _MEMLOCK_DEFAULT_OLD}
+
+
+# The modules nothing else loads at boot (plugin_utils/_diagnose.py PEER_MODULES, RDMA_USER_MODULES):
+# the peer-memory module everywhere, the RDMA user-space modules where MLNX OFED's openibd does not.
+_PEER_MODULES = ('nvidia_peermem', 'nv_peer_mem')
+_RDMA_USER_MODULES = ('ib_uverbs', 'ib_umad', 'rdma_ucm', 'ib_ipoib')
+
+
+def modules_not_persistent(profile, target):
+    loaded = profile.get('modules', [])
+    candidates = [m for m in _PEER_MODULES if m in loaded]
+    if not profile.get('ofed'):
+        candidates += [m for m in _RDMA_USER_MODULES if m in loaded]
+    files = profile.get('modules_load_d')
+    # Without modules_load_d, render_host lists every one of them (PERSISTED_MODULES).
+    listed = set(candidates) if files is None else set(m.replace('-', '_') for names in files.values() for m in names)
+    listed &= set(candidates)
+    if target is not None and target not in listed:
+        raise ValueError('%s is not a loaded module that profile %s loads at boot' % (target, profile.get('name')))
+    if not listed:
+        raise ValueError('profile %s lists no module in modules-load.d that only it brings back' % profile.get('name'))
+    # Seed 002 loaded nvidia-peermem with modprobe; without its hpc.conf it is gone after a reboot.
+    module = target or [m for m in candidates if m in listed][0]
+    profile.setdefault('not_persistent', []).append(module)
+    return {'module': module}
+
+
 def _fault(mutate, description, expect):
     return {'mutate': mutate, 'description': description, 'expect': expect}
 
@@ -232,6 +280,21 @@ CATALOG = {
         ("ib.devices[?name=='{hca}'] | [0].ports[0].counters.symbol_error", 4137),
         ("contains(ib.devices[?name=='{hca}'] | [0].ports[0].counters_saturated, 'link_downed')", True),
     ]),
+    # The host layer (gdr_facts host): HOST_CPU_GOVERNOR, HOST_MEMLOCK_LIMITED, HOST_MODULES_NOT_PERSISTENT.
+    'governor_powersave': _fault(governor_powersave, 'Every CPU runs the powersave governor (seed 002 before cpupower).', [
+        ("gdr.host.cpu_governors.powersave == `{cpus}`", True),
+        ("gdr.host.cpu_governors.performance", None),
+    ]),
+    'memlock_limited': _fault(memlock_limited, 'Locked memory limited to 64 KiB (the pre-5.16 kernel default), no limits.d entry.', [
+        ("gdr.host.memlock.soft", 65536),
+        ("gdr.host.memlock.hard", 65536),
+        ("length(gdr.host.memlock.limits_conf[?bytes=='unlimited'])", 0),
+    ]),
+    'modules_not_persistent': _fault(
+        modules_not_persistent, 'A module loaded now (modprobe) that no modules-load.d file lists: gone after a reboot.', [
+            ("contains(gdr.host.modules_loaded, '{module}')", True),
+            ("contains(keys(gdr.host.modules_persistent), '{module}')", False),
+        ]),
 }
 
 

@@ -7,7 +7,8 @@
 The tree has the layout of a real node: devices live under /sys/devices on
 their PCI path, /sys/bus/pci/devices, /sys/class/infiniband and /sys/class/net
 hold relative symlinks into it (as the kernel's sysfs does), /proc carries
-modules, kallsyms and osrelease, /usr/src and /usr/bin the OFED install.
+modules, kallsyms and osrelease, /usr/src and /usr/bin the OFED install; /proc/self/limits,
+/proc/net/route, /etc/security/limits.d and /etc/modules-load.d the host layer.
 The facts modules read it through their ``root`` option exactly as they read /.
 
 Causality is modelled, not stored: a memory_peers client directory appears
@@ -331,6 +332,75 @@ def render_software(root, profile):
     _write(root, '/sys/devices/system/cpu/online', '0-%d' % (cpus - 1))
 
 
+# /proc/<pid>/limits of a root login on the H100 machine (fixtures/real/host/h100_vm_proc_self_limits.txt),
+# in the kernel's layout (fs/proc/base.c proc_pid_limits: '%-25s %-20s %-20s %-10s'); the
+# 'Max locked memory' row comes from the profile.
+PROC_LIMITS = (
+    ('Max cpu time', 'unlimited', 'unlimited', 'seconds'), ('Max file size', 'unlimited', 'unlimited', 'bytes'),
+    ('Max data size', 'unlimited', 'unlimited', 'bytes'), ('Max stack size', '8388608', 'unlimited', 'bytes'),
+    ('Max core file size', '0', 'unlimited', 'bytes'), ('Max resident set', 'unlimited', 'unlimited', 'bytes'),
+    ('Max processes', '515506', '515506', 'processes'), ('Max open files', '20000', '20000', 'files'),
+    ('Max locked memory', None, None, 'bytes'), ('Max address space', 'unlimited', 'unlimited', 'bytes'),
+    ('Max file locks', 'unlimited', 'unlimited', 'locks'), ('Max pending signals', '515506', '515506', 'signals'),
+    ('Max msgqueue size', '819200', '819200', 'bytes'), ('Max nice priority', '0', '0', ''),
+    ('Max realtime priority', '0', '0', ''), ('Max realtime timeout', 'unlimited', 'unlimited', 'us'),
+)
+# What EL's rdma packages and most RDMA guides put in limits.d ('# configuration for rdma tuning').
+RDMA_LIMITS_CONF = ('# configuration for rdma tuning\n*       soft    memlock         unlimited\n'
+                    '*       hard    memlock         unlimited\n# rdma tuning end')
+# Modules nothing else loads at boot on every stack (the peer-memory module; the RDMA
+# user-space modules where neither MLNX OFED's openibd nor rdma-core loads them): what a
+# configured node lists in modules-load.d (seed 002's hpc.conf: ib_ipoib ib_umad ib_uverbs nvidia-peermem).
+PERSISTED_MODULES = ('ib_ipoib', 'ib_umad', 'ib_uverbs', 'rdma_ucm', 'nvidia_peermem', 'nv_peer_mem')
+
+
+def _route_hex(ipv4):
+    """An address as /proc/net/route prints it: the __be32 with %08X on a little-endian host."""
+    return '%08X' % struct.unpack('<I', bytes(int(x) for x in ipv4.split('.')))[0]
+
+
+def render_host(root, profile):
+    """The host layer: RLIMIT_MEMLOCK and where it is configured, modules-load.d, routes.
+
+    Profile keys (defaults: a configured node): ``memlock`` (bytes or 'unlimited'; an unlimited
+    node carries limits.d/rdma.conf, a limited one nothing: the kernel's or systemd's default),
+    ``modules_load_d`` ({file: [modules]}, default one hpc.conf with the loaded PERSISTED_MODULES),
+    ``not_persistent`` (modules left out of every modules-load.d file), ``default_route``
+    ({iface, gateway, metric}) and the IPv4 addresses of the netdevs (connected /24 routes).
+    """
+    memlock = str(profile.get('memlock', 'unlimited'))
+    rows = ['%-25s %-20s %-20s %-10s' % ('Limit', 'Soft Limit', 'Hard Limit', 'Units')]
+    for name, soft, hard, unit in PROC_LIMITS:
+        soft, hard = (memlock, memlock) if soft is None else (soft, hard)
+        rows.append('%-25s %-20s %-20s %-10s' % (name, soft, hard, unit) if unit else '%-25s %-20s %-20s ' % (name, soft, hard))
+    _write(root, '/proc/self/limits', '\n'.join(rows))
+    if memlock == 'unlimited':
+        _write(root, '/etc/security/limits.d/rdma.conf', RDMA_LIMITS_CONF)
+    modules = profile.get('modules', [])
+    files = profile.get('modules_load_d')
+    if files is None:
+        # Written as seed 002 did (nvidia-peermem with a dash: modprobe reads - as _).
+        files = {'hpc.conf': [m.replace('nvidia_peermem', 'nvidia-peermem') for m in PERSISTED_MODULES if m in modules]}
+    left_out = set(profile.get('not_persistent', []))
+    for name, listed in files.items():
+        listed = [m for m in listed if m.replace('-', '_') not in left_out]
+        if listed:
+            _write(root, '/etc/modules-load.d/' + name, '\n'.join(listed))
+    # fib_route_seq_show(): a header and one line per route, each padded to 127 columns.
+    lines = ['%-127s' % 'Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT']
+    route = profile.get('default_route')
+    if route:
+        # RTF_UP | RTF_GATEWAY
+        lines.append('%-127s' % ('%s\t00000000\t%s\t0003\t0\t0\t%d\t00000000\t0\t0\t0'
+                                 % (route['iface'], _route_hex(route['gateway']), route.get('metric', 0))))
+    for hca in profile.get('hcas', []):
+        for port in hca.get('ports', []):
+            if port.get('netdev') and port.get('ipv4'):
+                net = '.'.join(port['ipv4'].split('.')[:3] + ['0'])
+                lines.append('%-127s' % ('%s\t%s\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0' % (port['netdev'], _route_hex(net))))
+    _write(root, '/proc/net/route', '\n'.join(lines))
+
+
 # The MLNX_OFED ofed_info script answers -s with the package name and a colon
 # (fixtures/public/ofed_info/daocloud_mlnx_ofed_23_07.txt: 'MLNX_OFED_LINUX-23.07-0.5.1.2:').
 OFED_INFO_SCRIPT = '''#!/bin/bash
@@ -353,6 +423,7 @@ def render(profile, dest):
     os.makedirs(os.path.join(dest, 'sys/class/infiniband'), exist_ok=True)
     os.makedirs(os.path.join(dest, 'sys/class/net'), exist_ok=True)
     render_software(dest, profile)
+    render_host(dest, profile)
     _write(dest, '/etc/hostname', profile.get('hostname', profile.get('name', 'node')))
 
 

@@ -10,6 +10,7 @@ import jmespath
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from tests.sim import faults, render
@@ -20,7 +21,9 @@ PROFILES = sorted(name[:-4] for name in os.listdir(render.PROFILE_DIR) if name.e
 
 def facts(root):
     sysroot = SysRoot(root)
-    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': _gdr.read_gdr(sysroot, list_rdma_devices(sysroot))}, sysroot
+    gdr = _gdr.read_gdr(sysroot, list_rdma_devices(sysroot))
+    gdr['host'] = read_host(sysroot)      # as gdr_facts returns it (the fault catalog checks gdr.host)
+    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}, sysroot
 
 
 def test_parse_ofed_version_fixtures():

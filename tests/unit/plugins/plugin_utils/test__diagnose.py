@@ -12,10 +12,12 @@ def test_every_catalog_fault_alone_and_in_pairs_is_diagnosed_as_a_root():
     result = diagnosis_accuracy.run()
     assert result['cases'] >= 30 and result['wrong'] == [], result['wrong']
     # Fault-free profiles: nothing above info, except the homelab node's real limits
-    # (seed 002: GPU on the other socket, inbox stack without nvidia_peermem).
+    # (seed 002: GPU on the other socket, inbox stack without nvidia_peermem) and its host
+    # layer as it was before the seed's Pre-Test Setup (powersave, 8 MiB memlock, no modules-load.d).
     healthy = result['healthy_findings_above_info']
     assert all(codes == [] for name, codes in healthy.items() if name != 'homelab_cx4'), healthy
-    assert sorted(healthy['homelab_cx4']) == ['GDR_PEERMEM_NOT_LOADED', 'GPU_NIC_FAR']
+    assert sorted(healthy['homelab_cx4']) == ['GDR_PEERMEM_NOT_LOADED', 'GPU_NIC_FAR', 'HOST_CPU_GOVERNOR',
+                                              'HOST_MEMLOCK_LIMITED', 'HOST_MODULES_NOT_PERSISTENT']
 
 
 def test_seed000_chain_shows_the_root_not_the_symptoms():
@@ -53,3 +55,135 @@ def test_fleet_mtu_mismatch_and_port_symptoms():
     down = found[('IB_PORT_DOWN', 'c', 'mlx5_1/1')]
     assert 'no link partner' in down['cause'] and down['severity'] == 'error'
     assert not any(k[0] == 'MTU_MISMATCH' and k[1] in ('a', 'b') for k in found)
+
+
+# ---------------------------------------------------------------------------- host layer
+
+def host_node(nics=('mlx5_0',), ofed='MLNX_OFED_LINUX-24.10-1.1.4.0', **host):
+    """gdr facts with a host part: a healthy configured node unless ``host`` says otherwise."""
+    facts = {'cpufreq': True, 'cpu_governors': {'performance': 16},
+             'memlock': {'soft': 'unlimited', 'hard': 'unlimited', 'cap_ipc_lock': False, 'limits_conf': [], 'systemd': []},
+             'modules_loaded': ['ib_core', 'ib_uverbs', 'mlx5_ib', 'nvidia', 'nvidia_peermem'],
+             'modules_persistent': {'nvidia_peermem': ['/etc/modules-load.d/gpu-fabric.conf']},
+             'default_route_interface': 'eth0'}
+    facts.update(host)
+    return {'gdr': {'nics': [{'name': name} for name in nics], 'ofed': {'version': ofed}, 'host': facts}}
+
+
+def host_codes(node):
+    return dict((f['code'], f) for f in _diagnose.diagnose({'n': node}) if f['layer'] == 'host')
+
+
+def memlock(soft, cap=False, limits_conf=(), systemd=()):
+    return {'soft': soft, 'hard': soft, 'cap_ipc_lock': cap, 'limits_conf': list(limits_conf), 'systemd': list(systemd)}
+
+
+def test_seed002_homelab_host_findings():
+    found = host_codes(diagnosis_accuracy.node_facts('homelab_cx4'))
+    governor = found['HOST_CPU_GOVERNOR']
+    assert governor['severity'] == 'warning' and governor['layer'] == 'host' and governor['host'] == 'n'
+    assert '8 of 8 CPUs run powersave' in governor['cause'] and 'CPU Frequency is not max' in governor['cause']
+    assert governor['remedy'] == 'run playbooks/configure.yml --tags cpu_governor (role cpu_governor: performance now and at every boot)'
+    limited = found['HOST_MEMLOCK_LIMITED']
+    # EL9's 8 MiB is below the 16 MiB one ib_write_bw of 8 MiB messages registers.
+    assert limited['severity'] == 'error' and limited['evidence']['soft'] == 8388608
+    assert 'may lock 8 MiB' in limited['cause'] and 'below the 16 MiB' in limited['cause']
+    assert '--tags memlock' in limited['remedy']
+    modules = found['HOST_MODULES_NOT_PERSISTENT']
+    # No OFED there: nothing but modules-load.d brings the user-space RDMA modules back.
+    assert modules['evidence']['not_persistent'] == ['ib_uverbs', 'ib_umad', 'ib_ipoib']
+    assert modules['severity'] == 'warning' and '--tags rdma_modules' in modules['remedy']
+
+
+def test_host_rules_are_silent_on_a_configured_node_and_on_older_facts():
+    assert host_codes(host_node()) == {}
+    # Facts gathered before gdr_facts returned 'host', or no gdr facts at all.
+    node = host_node()
+    del node['gdr']['host']
+    assert host_codes(node) == {} and host_codes({'ib': {'devices': []}}) == {}
+    # A VM without cpufreq; a node without RDMA NIC is not held to memlock or boot modules.
+    assert host_codes(host_node(cpufreq=False, cpu_governors={})) == {}
+    assert host_codes(host_node(nics=(), memlock=memlock(65536), modules_persistent={})) == {}
+
+
+def test_governor_counts_the_cpus_not_on_performance():
+    found = host_codes(host_node(cpu_governors={'performance': 12, 'powersave': 3, 'schedutil': 1}))
+    assert '4 of 16 CPUs run powersave, schedutil' in found['HOST_CPU_GOVERNOR']['cause']
+    assert found['HOST_CPU_GOVERNOR']['evidence'] == {'governors': {'performance': 12, 'powersave': 3, 'schedutil': 1}}
+
+
+def test_memlock_severity_follows_what_registration_needs():
+    assert host_codes(host_node(memlock=memlock(65536)))['HOST_MEMLOCK_LIMITED']['severity'] == 'error'
+    just_under = host_codes(host_node(memlock=memlock(_diagnose.MEMLOCK_NEEDED_BYTES - 4096)))['HOST_MEMLOCK_LIMITED']
+    assert just_under['severity'] == 'error'
+    enough = host_codes(host_node(memlock=memlock(64 << 20)))['HOST_MEMLOCK_LIMITED']
+    assert enough['severity'] == 'warning' and 'may lock 64 MiB' in enough['cause']
+    # Configured unlimited, but this process did not get it: a login or a service started before the change.
+    entry = {'domain': '*', 'type': 'soft', 'value': 'unlimited', 'bytes': 'unlimited', 'file': '/etc/security/limits.d/rdma.conf'}
+    stale = host_codes(host_node(memlock=memlock(65536, limits_conf=[entry])))['HOST_MEMLOCK_LIMITED']
+    assert stale['severity'] == 'error' and '/etc/security/limits.d/rdma.conf configure unlimited' in stale['cause']
+
+
+def test_memlock_of_a_process_with_cap_ipc_lock():
+    # Root is not held to the limit (ib_umem_get): a warning for other users' jobs, when nothing raises it for them.
+    found = host_codes(host_node(memlock=memlock(8388608, cap=True)))['HOST_MEMLOCK_LIMITED']
+    assert found['severity'] == 'warning' and 'CAP_IPC_LOCK' in found['cause']
+    systemd = {'value': 'infinity', 'soft': 'unlimited', 'hard': 'unlimited', 'file': '/etc/systemd/system.conf.d/90-gpu-fabric-memlock.conf'}
+    assert host_codes(host_node(memlock=memlock(8388608, cap=True, systemd=[systemd]))) == {}
+    # An entry for root only does not reach other users.
+    root_only = {'domain': 'root', 'type': 'soft', 'value': 'unlimited', 'bytes': 'unlimited', 'file': '/etc/security/limits.conf'}
+    assert 'HOST_MEMLOCK_LIMITED' in host_codes(host_node(memlock=memlock(8388608, cap=True, limits_conf=[root_only])))
+
+
+def test_modules_judged_by_what_brings_them_back():
+    # MLNX OFED's openibd loads the RDMA stack at boot: only the peer-memory module is judged.
+    found = host_codes(host_node(modules_persistent={}))['HOST_MODULES_NOT_PERSISTENT']
+    assert found['evidence']['not_persistent'] == ['nvidia_peermem']
+    assert 'GDR_PEERMEM_NOT_LOADED' in found['cause'] and 'after the next reboot it is not loaded' in found['cause']
+    # Without OFED, the user-space modules too, unless rdma-core's /etc/rdma/modules lists them.
+    inbox = host_node(ofed=None, modules_persistent={'nvidia_peermem': ['/etc/modules-load.d/hpc.conf']})
+    assert host_codes(inbox)['HOST_MODULES_NOT_PERSISTENT']['evidence']['not_persistent'] == ['ib_uverbs']
+    inbox['gdr']['host']['modules_persistent']['ib_uverbs'] = ['/etc/rdma/modules/rdma.conf']
+    assert host_codes(inbox) == {}
+    # Not loaded is not this finding (GDR_PEERMEM_NOT_LOADED says it).
+    assert host_codes(host_node(modules_loaded=['ib_core', 'ib_uverbs'], modules_persistent={})) == {}
+
+
+def test_memlock_limited_explains_the_failed_pair_and_the_culprit():
+    nodes = {'h1': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr'),
+             'h2': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('memlock_limited',))}
+    bench = {'pairs': [{'server': 'h1', 'client': 'h2', 'rail': 0, 'memory': 'host', 'status': 'failed', 'verdict': 'failed',
+                        'bw_avg_gbps': None, 'port_rate_gbps': 400.0, 'failure': "Couldn't allocate MR",
+                        'reasons': ["client: Couldn't allocate MR"]}]}
+    collective = {'fleet': {'benchmark': 'all_reduce_perf', 'verdict': {'status': 'low', 'ratio': 0.2, 'reasons': ['20 %']},
+                            'transport': {'net': 'IB'}, 'hosts': ['h1', 'h2']},
+                  'search': {'culprits': ['h2'], 'unresolved': [], 'runs': [{'group': ['h2'], 'status': 'low'}]}}
+    found = _diagnose.diagnose(nodes, bench, collective)
+    by_code = dict((f['code'], f) for f in found)
+    root = by_code['HOST_MEMLOCK_LIMITED']
+    assert (root['host'], root['severity'], root['explained_by']) == ('h2', 'error', None)
+    assert 'may lock 64 KiB' in root['cause']
+    for code in ('BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_BUSBW_LOW'):
+        assert by_code[code]['explained_by'] == root['id'], (code, by_code[code])
+    # The healthy peer has no host finding.
+    assert not [f for f in found if f['host'] == 'h1']
+
+
+def test_gpu_memory_that_cannot_be_registered_is_an_ib_gpu_symptom():
+    # Seed 000 as perftest sees it: host memory passes on the pair, GPU memory fails (MR refused
+    # without a memory_peers client). The failure is the GDR root's symptom, not a link fault;
+    # a GPU-memory failure where host memory failed too stays a pair failure (the link).
+    nodes = {'m1': diagnosis_accuracy.node_facts('metax_c500_cx7'),
+             'm4': diagnosis_accuracy.node_facts('metax_c500_cx7', ('mm_kobj_not_exported',))}
+    failed = {'status': 'failed', 'verdict': 'failed', 'bw_avg_gbps': None, 'reasons': ['mr_failed: Couldn\'t allocate MR']}
+    bench = {'pairs': [dict(server='m1', client='m4', rail=0, memory='host', status='ok', verdict='ok', bw_avg_gbps=388.0),
+                       dict(failed, server='m1', client='m4', rail=0, memory='gpu'),
+                       dict(failed, server='m1', client='m4', rail=1, memory='host'),
+                       dict(failed, server='m1', client='m4', rail=1, memory='gpu')]}
+    found = _diagnose.diagnose(nodes, bench)
+    root = [f for f in found if f['code'] == 'GDR_MM_KOBJ_NOT_EXPORTED'][0]
+    by_subject = dict((f['subject'], f) for f in found if f['layer'] == 'benchmark')
+    assert by_subject['m1->m4 rail 0 gpu']['code'] == 'BENCH_GPU_MEMORY_FAILED'
+    assert by_subject['m1->m4 rail 0 gpu']['explained_by'] == root['id']
+    assert by_subject['m1->m4 rail 1 gpu']['code'] == by_subject['m1->m4 rail 1 host']['code'] == 'BENCH_PAIR_FAILED'
+    assert by_subject['m1->m4 rail 1 host']['explained_by'] is None
