@@ -287,6 +287,19 @@ def test_gpu_memory_without_peer_memory(monkeypatch, tmp_path_factory):
     assert not failed and result['status'] == 'ok' and result['settings']['dmabuf'] is True
 
 
+def test_locked_memory_limit_refuses_the_buffer(monkeypatch, tmp_path_factory):
+    # 64 KiB (the old distro default) against 2 x 8 MiB: ibv_reg_mr fails with ENOMEM, and
+    # perftest prints the same words as for GPU memory without a peer-memory client.
+    root = node(tmp_path_factory, 'nvidia_h100_8x_ndr', 'memlock_limited')
+    result, failed = run_in_process(monkeypatch, root, {'test': 'ib_write_bw', 'role': 'loopback', 'tcp_port': free_port()})
+    assert not failed and result['status'] == 'failed'
+    assert (result['failure']['kind'], result['failure']['message']) == ('mr_failed', "Couldn't allocate MR")
+    # 2 KiB messages fit below 64 KiB.
+    result, failed = run_in_process(monkeypatch, root, {'test': 'ib_write_bw', 'role': 'loopback', 'size': 2048,
+                                                        'tcp_port': free_port()})
+    assert not failed and result['status'] == 'ok', result.get('failure')
+
+
 @pytest.mark.parametrize('build, args, missing', [
     ('cuda', {'use_cuda': 0, 'use_cuda_dmabuf': True}, '--use_cuda_dmabuf'),   # HAVE_CUDA without HAVE_CUDA_DMABUF
     (None, {'use_rocm': 0}, '--use_rocm'),                                     # the NVIDIA node's build has no ROCm

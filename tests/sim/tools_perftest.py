@@ -70,11 +70,11 @@ def _collection_path():
 
 
 try:
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _ib, _pci
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _pci
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 except ImportError:
     _collection_path()
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _ib, _pci
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _pci
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 VERSION = '6.06'
@@ -676,6 +676,12 @@ def run(params, node, features, side):
     remote = peer.recv()
     if params.gpu_flag:
         factor, free = init_gpu(params, node, params.device, buffer_size)
+    else:
+        # ibv_reg_mr() pins the buffer against RLIMIT_MEMLOCK (the node's /proc/self/limits):
+        # beyond the limit it fails with ENOMEM, and perftest says what it says for GPU memory.
+        limit = _host.parse_proc_limits(node.sysroot.text('/proc/self/limits') or '')['soft']
+        if isinstance(limit, int) and limit < buffer_size:
+            raise Exit(FAILURE, "Couldn't allocate MR\nFailed to create MR\n Couldn't create IB resources\n")
     gbps = min(port['gbps'] * factor, remote['gbps'])
     peer.send({'gpu_factor': factor})
     remote_factor = peer.recv()['gpu_factor']
