@@ -18,9 +18,9 @@ description:
   - The same file provides C(collective_expected) (hostvars, hosts, HCAs - the smallest node's sum of ACTIVE
     port rates / 8, in GB/s, from C(gpu_fabric_ib)) and C(culprit_search_start), C(culprit_search_next),
     C(culprit_search_update), the halving search for the node that drags a fleet-wide run down (one culprit
-    among N >= 4 nodes in at most 2 x ceil(log2 N) runs); C(culprit_search_start(nodes, reference, prior)) takes
-    the nodes the facts already blame (C(prior)): the others run first as a group and, healthy, become the reference
-    each blamed node runs with.
+    among N >= 4 nodes in at most 2 x ceil(log2 N) runs); C(culprit_search_start) also takes, as its third
+    argument, the nodes the facts already blame - the others run first as a group and, healthy, become the
+    reference each blamed node runs with.
 options:
   _input:
     description: A collective_bench result.

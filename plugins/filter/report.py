@@ -13,7 +13,9 @@ description:
   - Runs the diagnosis rules over every host's facts (C(gpu_fabric_ib), C(gpu_fabric_gdr)), the pairwise benchmark
     (C(bench_report)) and the collective outcome (role fabric_collective), links each symptom to the lower-layer
     root cause that explains it, and returns the report (schema C(hpc.gpu_fabric/report), version 1).
-  - Hosts of O(hosts) without facts are reported unreachable, with nothing of theirs checked.
+  - Hosts of O(hosts) without facts are reported unreachable, with nothing of theirs checked; a host with facts
+    that did not get through a later stage (C(gpu_fabric_stages), set at the end of each stage) is reported lost
+    mid-run (C(HOST_LOST)), with what was measured on the others kept.
   - The same file provides C(report_drift) (report, baseline report, percentage - new and cleared findings,
     regressions), C(report_policy) (report, JMESPath expression - what the exit policy matched),
     C(report_markdown), C(report_html) (one self-contained page with inline SVG plots, nothing loaded from anywhere),
@@ -55,21 +57,28 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
 
 
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_report: hosts must be a list of inventory names')
-    nodes, unreachable = {}, []
+    nodes, unreachable, stages = {}, [], {}
     for host in hosts:
-        facts = (hostvars[host] if host in hostvars else {}).get('ansible_facts') or {}
+        hv = hostvars[host] if host in hostvars else {}
+        facts = hv.get('ansible_facts') or {}
         if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts:
             nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
+            # The stages each node got through (set at the end of each stage's play on the nodes).
+            stages[host] = list(hv.get('gpu_fabric_stages') or [])
         else:
             unreachable.append(host)
-    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable)
-    return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options)
+    if not any(stages.values()):
+        stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
+    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages)
+    # What NCCL should be told on each node, from the same facts (role nccl_conf writes it).
+    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items())
+    return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
 
 
 def report_drift(report, baseline, regression_pct=10.0):

@@ -360,6 +360,8 @@ EXPLAINS = {
     # ibv_reg_mr fails beyond the limit: the pair's test does not start, NCCL on that node fails.
     # Not HOST_CPU_GOVERNOR: seed 002 measured the same bandwidth plateau before and after cpupower.
     'HOST_MEMLOCK_LIMITED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
+    # A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
+    'HOST_LOST': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_SUSPECT'),
     'COLLECTIVE_CULPRIT': ('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'),
 }
 
@@ -394,7 +396,26 @@ def link_causes(findings):
     return findings
 
 
-def diagnose(nodes, bench=None, collective=None, unreachable=None):
+def lost_findings(stages):
+    """Nodes that answered at the start and dropped out of a later stage (unreachable, or a task
+    failed on them): what that stage would have checked on them is missing, and says why.
+    ``stages``: {host: [stages it completed]}, from gpu_fabric_stages."""
+    found = []
+    ran = []
+    for done in (stages or {}).values():
+        ran.extend(stage for stage in done or [] if stage not in ran)
+    for host in sorted(stages or {}):
+        missing = [stage for stage in ran if stage not in (stages[host] or [])]
+        if missing and stages[host]:
+            found.append(finding('HOST_LOST', 'host', 'error', host, 'node', {'completed': stages[host], 'missing': missing},
+                                 '%s completed %s but not %s: it stopped answering or a task failed on it mid-run, so '
+                                 'what %s checks on it is missing (its pairs show node_lost or peer_lost)' % (
+                                     host, ', '.join(stages[host]), ', '.join(missing), ', '.join(missing)),
+                                 'see the run\'s output for %s (unreachable or failed task), bring it back, run again' % host))
+    return found
+
+
+def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None):
     """All findings, bottom-up, causes linked. ``nodes``: {host: {'ib': ..., 'gdr': ...}}."""
     findings = []
     for host in sorted(nodes):
@@ -405,6 +426,7 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None):
         findings.extend(gdr_findings(host, nodes[host].get('gdr'), nodes[host].get('ib')))
         findings.extend(host_findings(host, nodes[host].get('gdr')))
     findings.extend(collective_findings(collective) if collective else [])
+    findings.extend(lost_findings(stages))
     for host in sorted(unreachable or []):
         findings.append(finding('HOST_UNREACHABLE', 'host', 'error', host, 'node', {},
                                 'no facts came back from %s (unreachable, or its facts tasks failed)' % host,

@@ -116,11 +116,11 @@ def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_c
     if not points:
         return '<p class="note">nothing measured to plot</p>'
     left, right, top, bottom = 60, 16, 14, 44
-    xs = [math.log(x, 2) for x, _ in points]
+    xs = [math.log(point[0], 2) for point in points]
     x0, x1 = min(xs), max(xs)
     if x0 == x1:
         x0, x1 = x0 - 1, x1 + 1
-    y1 = _nice_max(max([y for _, y in points] + [y for y, _ in hlines if y]))
+    y1 = _nice_max(max([point[1] for point in points] + [line[0] for line in hlines if line[0]]))
 
     def px(x):
         return left + (math.log(x, 2) - x0) / (x1 - x0) * (width - left - right)
@@ -349,9 +349,11 @@ def _collective(collective):
         _fmt(expected.get('gbs'), 1), _e(expected.get('basis') or 'no expectation'),
         (' ' + _e('; '.join(verdict.get('reasons') or []))) if verdict.get('reasons') else ''))
     rows = fleet.get('results') or []
-    series = [{'name': '%s busbw' % place.replace('_', '-'), 'points': [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs'))
-                                                                   for r in rows]} for place in ('out_of_place', 'in_place')]
-    series = [item for item in series if any(y is not None for _, y in item['points'])]
+    series = []
+    for place in ('out_of_place', 'in_place'):
+        points = [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs')) for r in rows]
+        if any(point[1] is not None for point in points):
+            series.append({'name': '%s busbw' % place.replace('_', '-'), 'points': points})
     if series:
         ratio = verdict.get('healthy_ratio') or 0.8
         hlines = [(expected.get('gbs'), 'expected %s GB/s' % _fmt(expected.get('gbs'), 1))]

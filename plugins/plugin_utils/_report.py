@@ -9,7 +9,7 @@ the exit policy (a JMESPath expression over the report).
 Schema (SCHEMA_VERSION 1; docs/report.md describes every field):
   schema, schema_version, generated_at, options
   summary: hosts, hosts_ok, hosts_failed, hosts_unreachable, errors, warnings, roots
-  hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids]}}
+  hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids], nccl}}
   findings: [{id, code, layer, severity, host, hosts?, subject, evidence, cause, remedy, explained_by}]
   bench: bench_report's output or null;  collective: fabric_collective's outcome or null
   drift: null, or {baseline_generated_at, new_findings, cleared_findings, regressions}
@@ -32,8 +32,9 @@ def _host_summary(ib, gdr):
             'gpus': len((gdr or {}).get('gpus') or []), 'gdr_ready': (gdr or {}).get('gdr_ready')}
 
 
-def build(nodes, findings, bench=None, collective=None, unreachable=None, generated_at=None, options=None):
-    """``nodes``: {host: {'ib', 'gdr'}} of the hosts that answered; ``findings`` from _diagnose."""
+def build(nodes, findings, bench=None, collective=None, unreachable=None, generated_at=None, options=None, nccl=None):
+    """``nodes``: {host: {'ib', 'gdr'}} of the hosts that answered; ``findings`` from _diagnose;
+    ``nccl``: {host: _nccl_env.recommend(...)}."""
     hosts = {}
     by_id = dict((f['id'], f) for f in findings)
 
@@ -54,6 +55,8 @@ def build(nodes, findings, bench=None, collective=None, unreachable=None, genera
         entry['status'] = ('unreachable' if host in (unreachable or []) else
                            'error' if 'error' in severities else 'warning' if 'warning' in severities else 'ok')
         entry['roots'] = [f['id'] for f in mine if f['explained_by'] is None and f['severity'] != 'info']
+        if (nccl or {}).get(host) is not None:
+            entry['nccl'] = nccl[host]
         hosts[host] = entry
     roots = [f for f in findings if f['explained_by'] is None]
     summary = {'hosts': len(hosts), 'hosts_ok': sum(1 for h in hosts.values() if h['status'] == 'ok'),

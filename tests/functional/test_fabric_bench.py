@@ -92,10 +92,11 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists('/usr/sbin/sshd'),
                     reason='the SSH lab needs root and openssh-server')
 def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_path):
-    """Four nodes over real SSH (network namespaces): node n4 is killed in the middle of the
-    run, a foreign process holds n3's perftest port, n2's clients die mid-table. The run
-    completes, bench.json keeps every healthy pair, each failure has its kind, and no
-    perftest process is left anywhere."""
+    """Four nodes over real SSH (network namespaces), the whole validate_fabric.yml with the
+    benchmark: node n4 is killed in the middle of the run, a foreign process holds n3's
+    perftest port, n2's clients die mid-table. The run completes, bench.json keeps every
+    healthy pair, each failure has its kind, the report is written and names n4 as lost
+    mid-run (the cause of its pairs' failures), and no perftest process is left anywhere."""
     dest = str(tmp_path)
     lab = os.path.join(dest, 'lab')
     env = dict(os.environ, LAB_DIR=lab)
@@ -117,10 +118,13 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
                                      'time.sleep(900)' % hosts['n3']['ansible_host']])
         out = os.path.join(dest, 'out')
         os.makedirs(out)
-        cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
+        cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'validate_fabric.yml'),
                '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+               # 1 MiB messages: homelab's 8 MiB memlock (seed 002 before its setup) refuses 2 x 8 MiB buffers.
                '-e', json.dumps({'fabric_bench_memory': ['host'], 'fabric_bench_timeout': 8, 'fabric_bench_wait_for_server': 4,
-                                 'fabric_bench_dead_after': 3, 'fabric_bench_start_grace': 20})]
+                                 'fabric_bench_size': 1048576, 'fabric_bench_iterations': 20000,   # ~1.5 s per test
+                                 'fabric_bench_dead_after': 3, 'fabric_bench_start_grace': 20, 'gpu_fabric_benchmark': True,
+                                 'gpu_fabric_collective_enabled': False})]
         play = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
 
@@ -144,7 +148,9 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
         stdout = ''.join(lines)
         stats = recap(subprocess.CompletedProcess(cmd, play.returncode, stdout, ''))
         assert stats['n4']['unreachable'] >= 1, stdout[-3000:]
-        assert all(stats[h]['failed'] == 0 for h in ('n1', 'n2', 'n3', 'localhost')), stdout[-3000:]
+        assert all(stats[h]['failed'] == 0 for h in ('n1', 'n2', 'n3')), stdout[-3000:]
+        # The controller fails once, at the very end: the exit policy (the report is written before).
+        assert stats['localhost']['failed'] <= 1 and 'exit policy' in stdout, stdout[-3000:]
         with open(os.path.join(out, 'bench.json')) as handle:
             bench = json.load(handle)
         pairs = dict((frozenset((p['server'], p['client'])), p) for p in bench['pairs'])
@@ -152,7 +158,9 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
         # n2's clients die mid-table; n3 cannot serve (port taken); n4 is lost.
         for peer in ('n1', 'n2', 'n3'):
             lost = pairs[frozenset((peer, 'n4'))]
-            assert lost['verdict'] == 'failed' and lost['failure']['kind'] in ('peer_lost', 'node_lost', 'connect_failed'), lost
+            # n2's own clients crash (garbage) whenever they run: before n4 died that is what its pair shows.
+            kinds = ('peer_lost', 'node_lost', 'connect_failed') + (('unparsed',) if lost['client'] == 'n2' else ())
+            assert lost['verdict'] == 'failed' and lost['failure']['kind'] in kinds, lost
         for pair in bench['pairs']:
             assert pair['verdict'] == 'failed' or {'n2', 'n3', 'n4'}.isdisjoint((pair['server'], pair['client'])) or \
                 (pair['client'] != 'n2' and pair['server'] != 'n3' and 'n4' not in (pair['server'], pair['client'])), pair
@@ -163,6 +171,15 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
                 assert "Couldn't listen to port 18515" in pair['reasons'][-1], pair   # the cause, from the server side
         healthy = [p for p in bench['pairs'] if p['status'] == 'ok']
         assert healthy and all(p['bw_avg_gbps'] > 0 for p in healthy)
+        # The report names n4 as lost mid-run and blames its pairs on that, keeps the others' results.
+        with open(os.path.join(out, 'report.json')) as handle:
+            report = json.load(handle)
+        lost = [f for f in report['findings'] if f['code'] == 'HOST_LOST']
+        assert [f['host'] for f in lost] == ['n4'] and lost[0]['explained_by'] is None, lost
+        assert lost[0]['evidence']['missing'] == ['benchmark']
+        n4_pairs = [f for f in report['findings'] if f['code'] == 'BENCH_PAIR_FAILED' and 'n4' in f['hosts']]
+        assert n4_pairs and all(f['explained_by'] == lost[0]['id'] for f in n4_pairs), n4_pairs
+        assert len(report['bench']['pairs']) == 6 and os.path.getsize(os.path.join(out, 'report.html')) > 10000
         # This test's stand-ins only (other tests run in parallel): they carry its port.
         leftover = subprocess.run(['pgrep', '-f', r'tools_perftest\.py .* -p 18515( |$)'], capture_output=True, text=True,
                                   check=False)

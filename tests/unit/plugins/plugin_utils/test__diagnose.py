@@ -187,3 +187,20 @@ def test_gpu_memory_that_cannot_be_registered_is_an_ib_gpu_symptom():
     assert by_subject['m1->m4 rail 0 gpu']['explained_by'] == root['id']
     assert by_subject['m1->m4 rail 1 gpu']['code'] == by_subject['m1->m4 rail 1 host']['code'] == 'BENCH_PAIR_FAILED'
     assert by_subject['m1->m4 rail 1 host']['explained_by'] is None
+
+
+def test_a_node_lost_mid_run_is_named_and_explains_its_pairs():
+    nodes = {'a': diagnosis_accuracy.node_facts('metax_c500_cx7'), 'b': diagnosis_accuracy.node_facts('metax_c500_cx7'),
+             'c': diagnosis_accuracy.node_facts('metax_c500_cx7')}
+    lost = {'status': 'failed', 'verdict': 'failed', 'bw_avg_gbps': None, 'memory': 'host', 'rail': 0,
+            'failure': {'kind': 'node_lost', 'message': 'the client c returned no result'}, 'reasons': ['node_lost']}
+    bench = {'pairs': [dict(server='a', client='b', rail=0, memory='host', status='ok', verdict='ok', bw_avg_gbps=388.0),
+                       dict(lost, server='a', client='c')]}
+    stages = {'a': ['validate', 'benchmark'], 'b': ['validate', 'benchmark'], 'c': ['validate']}
+    found = _diagnose.diagnose(nodes, bench, None, [], stages)
+    gone = [f for f in found if f['code'] == 'HOST_LOST']
+    assert [f['host'] for f in gone] == ['c'] and gone[0]['evidence']['missing'] == ['benchmark']
+    pair = [f for f in found if f['code'] == 'BENCH_PAIR_FAILED'][0]
+    assert pair['explained_by'] == gone[0]['id']
+    # Without stage marks (facts from elsewhere) nothing is called lost.
+    assert not [f for f in _diagnose.diagnose(nodes, bench, None, [], None) if f['code'] == 'HOST_LOST']

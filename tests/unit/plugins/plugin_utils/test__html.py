@@ -56,7 +56,8 @@ def report():
                             'verdict': {'status': 'ok', 'ratio': 0.8, 'healthy_ratio': 0.8, 'reasons': []}},
                   'search': None}
     findings = _diagnose.diagnose(nodes, bench, collective, ['dead'])
-    built = _report.build(nodes, findings, bench, collective, ['dead'], '2026-11-22T00:00:00')
+    nccl = {'a': {'settings': {'NCCL_IB_HCA': '=mlx5_0:1'}, 'reasons': {'NCCL_IB_HCA': 'the ACTIVE port'}, 'notes': []}}
+    built = _report.build(nodes, findings, bench, collective, ['dead'], '2026-11-22T00:00:00', None, nccl)
     built['drift'] = {'baseline_generated_at': '2026-11-01', 'regression_pct': 10, 'new_findings': ['X@a/-'],
                       'cleared_findings': [], 'regressions': [{'what': 'pair', 'server': 'a', 'client': 'b', 'rail': 0,
                                                                'memory': 'host', 'before': 395.0, 'now': 300.0, 'change_pct': -24.1}]}
@@ -90,6 +91,7 @@ def test_hosts_findings_and_plots_are_there(report):
     # The failed pair is a grey cell with an x, and listed with its reason.
     assert 'timeout: no answer' in page and 'class="cell failed"' in page
     assert 'Drift since 2026-11-01' in page and '-24.1 %' in page
+    assert '<code>NCCL_IB_HCA==mlx5_0:1</code>' in page and 'the ACTIVE port' in page
 
 
 def test_names_are_escaped(report):

@@ -1,0 +1,179 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: fabric_capture
+short_description: Snapshot of the files the fabric facts read on a node, for offline analysis
+version_added: 0.1.0
+description:
+  - Runs the readers of M(hpc.gpu_fabric.ib_link_facts) and M(hpc.gpu_fabric.gdr_facts) on the node, notes every
+    file, directory listing and symlink they read below O(root), and packs exactly those into a gzip'ed tar at
+    O(dest) whose members are paths relative to the node root. Unpacked anywhere, the tree gives the same facts
+    when the facts modules read it with O(root) pointing at it (playbook C(hpc.gpu_fabric.offline)).
+  - Files are stored with the bytes the readers got, not the size C(stat) reports (sysfs attributes stat as
+    4096 bytes, C(/proc) files as 0). Symlinks such as C(/sys/class/infiniband/mlx5_0) are stored as symlinks
+    with their target; an absolute target is made relative to the node root.
+  - A file that cannot be read (permission, C(EINVAL)) is left out and listed in RV(skipped). Extended PCI
+    config space (ACS) is readable by root only; without root the snapshot holds what a user sees, as the
+    facts modules do.
+  - An entry of a listed directory that no reader opened is stored as an empty file of that name, so that the
+    listing is the same; RV(placeholders) counts them.
+  - The tarball also holds C(.gpu_fabric_capture.json) at its top - when, from which root, with which readers,
+    and everything this module returns - which no reader reads.
+  - Spawns no tool; reads only. The warnings of the readers (for example an unreadable file) come back as
+    warnings, as the facts modules give them.
+author:
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+extends_documentation_fragment:
+  - hpc.gpu_fabric.root
+attributes:
+  check_mode:
+    support: full
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    details: In check mode the readers run and everything is counted; no file is written.
+  diff_mode:
+    support: none
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+options:
+  dest:
+    description:
+      - Path of the tarball on the node (conventionally ending in C(.tar.gz)). Its directory must exist.
+        It is written atomically; an existing file is replaced and keeps its owner and mode.
+    type: path
+    required: true
+  readers:
+    description:
+      - Which facts to capture the files of - C(ib) (M(hpc.gpu_fabric.ib_link_facts)), C(gdr)
+        (M(hpc.gpu_fabric.gdr_facts)).
+    type: list
+    elements: str
+    choices: [ib, gdr]
+    default: [ib, gdr]
+notes:
+  - Modes and owners of the node's files are not kept (directories are stored 0755, files 0644), so that the
+    unpacked tree can be removed by the user who unpacked it.
+seealso:
+  - module: hpc.gpu_fabric.ib_link_facts
+  - module: hpc.gpu_fabric.gdr_facts
+'''
+
+EXAMPLES = r'''
+- name: Snapshot this node's fabric state
+  hpc.gpu_fabric.fabric_capture:
+    dest: /tmp/gpu017.tar.gz
+  become: true
+
+- name: Only the InfiniBand side, to see how large it would be
+  hpc.gpu_fabric.fabric_capture:
+    dest: /tmp/gpu017-ib.tar.gz
+    readers: [ib]
+  check_mode: true
+  register: size
+
+- name: Analyse the unpacked snapshot anywhere
+  hpc.gpu_fabric.gdr_facts:
+    root: /srv/snapshots/gpu017/root
+  delegate_to: localhost
+'''
+
+RETURN = r'''
+dest:
+  description: The tarball's path (not written in check mode).
+  returned: always
+  type: str
+  sample: /tmp/ansible.x1y2z3.tar.gz
+files:
+  description: Regular files in the tarball (placeholders included), not counting the manifest.
+  returned: always
+  type: int
+  sample: 8431
+links:
+  description: Symlinks in the tarball.
+  returned: always
+  type: int
+  sample: 212
+directories:
+  description: Directories in the tarball.
+  returned: always
+  type: int
+  sample: 1530
+placeholders:
+  description: Files stored empty because the readers only listed or tested them.
+  returned: always
+  type: int
+  sample: 40
+bytes:
+  description: Content bytes of the files, uncompressed.
+  returned: always
+  type: int
+  sample: 1182630
+archive_bytes:
+  description: Size of the tarball written; null in check mode.
+  returned: always
+  type: int
+  sample: 98304
+skipped:
+  description: Files the readers could not read (left out of the tarball), each with C(path) and C(reason).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: "/sys/devices/pci0000:00/0000:00:01.0/config", reason: Permission denied}]
+root:
+  description: The root the readers read below.
+  returned: always
+  type: str
+  sample: /
+'''
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type='path', default='/'),
+            dest=dict(type='path', required=True),
+            readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr']),
+        ),
+        supports_check_mode=True,
+    )
+    root, dest = module.params['root'], module.params['dest']
+    readers = list(dict.fromkeys(module.params['readers']))
+    if not os.path.isdir(root):
+        module.fail_json(msg='root %s is not a directory: give / or the path of a node tree' % root)
+    directory = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(directory):
+        module.fail_json(msg='the directory of dest (%s) does not exist' % directory)
+
+    _facts, members, notes, warnings = _capture.capture(root, readers)
+    counts = _capture.summary(members)
+    meta = _capture.manifest(root, readers, members, notes, warnings)
+    result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'], **counts)
+    if not module.check_mode:
+        fd, tmp = tempfile.mkstemp(prefix='.fabric_capture.', suffix='.tar.gz', dir=directory)
+        try:
+            with os.fdopen(fd, 'wb') as handle:
+                _capture.write_tar(handle, members, meta)
+            module.atomic_move(tmp, dest)
+        except (IOError, OSError) as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            module.fail_json(msg='cannot write %s: %s' % (dest, to_native(exc)))
+        result['archive_bytes'] = os.path.getsize(dest)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

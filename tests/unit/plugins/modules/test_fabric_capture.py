@@ -1,0 +1,322 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""fabric_capture: a snapshot reads back as the node it was taken from.
+
+The property: the facts modules (ib_link_facts, gdr_facts - the modules themselves, so
+that a reader added to them and not to the capture fails here) return the same facts
+and warnings on a simulated node and on its unpacked snapshot; and the tarball holds
+nothing the readers did not read (checked against an independent tracer, not against
+the recorder's own notes).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import tarfile
+
+import pytest
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture, gdr_facts, ib_link_facts
+from tests.functional.helpers import tree_hash
+from tests.sim import faults
+from tests.unit.plugins.modules.utils import run_module
+
+# Profiles with and without faults: every layer the readers see (IB, RoCE, PCI tree and
+# ACS, peer memory and the mm_kobj chain, OFED build, host settings where the sim has them).
+CASES = [
+    ('nvidia_h100_8x_ndr',),
+    ('nvidia_h100_8x_ndr', 'rate_degraded_1x', 'error_counters'),
+    ('nvidia_h100_8x_ndr', 'cross_numa', 'peermem_not_loaded'),
+    ('metax_c500_cx7', 'mm_kobj_not_exported'),
+    ('metax_c500_cx7', 'ofed_stale_build', 'port_down'),
+    ('amd_mi300x_roce', 'acs_enabled', 'roce_no_v2_gid'),
+    ('homelab_cx4', 'port_polling'),
+    ('no_rdma_vm',),
+    ('h200x2_no_rdma',),
+    ('nvidia_h100_8x_ndr', 'governor_powersave', 'memlock_limited', 'modules_not_persistent'),
+]
+CASES = [case for case in CASES if all(name in faults.CATALOG for name in case[1:])]
+
+
+def capture(root, dest, monkeypatch, **options):
+    result, failed = run_module(fabric_capture.main, dict(root=root, dest=dest, **options), monkeypatch)
+    assert not failed, result
+    return result
+
+
+def extract(tarball, dest):
+    os.makedirs(dest)
+    with tarfile.open(tarball) as tar:
+        # 'tar', not 'data': links into /dev are kept absolute on purpose (_capture._device_target).
+        tar.extractall(dest, filter='tar')
+        names = tar.getnames()
+    with open(os.path.join(dest, _capture.MANIFEST)) as handle:
+        return names, json.load(handle)
+
+
+def facts_of(root, monkeypatch):
+    """What both facts modules return for root, without the root itself."""
+    facts = {}
+    for name, main in (('ib', ib_link_facts.main), ('gdr', gdr_facts.main)):
+        result, failed = run_module(main, {'root': root}, monkeypatch)
+        assert not failed, result
+        value = dict(result['ansible_facts']['gpu_fabric_%s' % name])
+        assert value.pop('root') == root
+        facts[name] = (value, result['warnings'])
+    return facts
+
+
+class Tracer(SysRoot):
+    """Independent of the recorder: the real host path of every successful read."""
+
+    def __init__(self, root):
+        super(Tracer, self).__init__(root)
+        # Host paths read and listed (real paths); node paths asked for (their links count).
+        self.read, self.listed, self.touched = set(), set(), set()
+
+    def _real(self, rel):
+        self.touched.add(rel)
+        return os.path.realpath(self.path(rel))
+
+    def text(self, rel, quiet=False):
+        value = super(Tracer, self).text(rel, quiet)
+        if value is not None:
+            self.read.add(self._real(rel))
+        return value
+
+    def binary(self, rel, size=4096):
+        value = super(Tracer, self).binary(rel, size)
+        if value is not None:
+            self.read.add(self._real(rel))
+        return value
+
+    def cached(self, rel):
+        value = super(Tracer, self).cached(rel)
+        if value is not None:
+            self.read.add(self._real(rel))
+        return value
+
+    def listdir(self, rel):
+        names = super(Tracer, self).listdir(rel)
+        self.listed.add(self._real(rel))
+        return names
+
+    def exists(self, rel):
+        self.touched.add(rel)
+        return super(Tracer, self).exists(rel)
+
+    def isdir(self, rel):
+        self.touched.add(rel)
+        return super(Tracer, self).isdir(rel)
+
+    def resolve(self, rel):
+        self.touched.add(rel)
+        return super(Tracer, self).resolve(rel)
+
+
+def links_on_the_way(root, rel):
+    """Host paths of the symlinks met while following rel below root (absolute targets re-rooted)."""
+    found, parts, done = [], [p for p in rel.split('/') if p], root
+    for _hop in range(200):
+        if not parts:
+            break
+        name = parts.pop(0)
+        if name == '..':
+            done = os.path.dirname(done) if done != root else root
+            continue
+        path = os.path.join(done, name)
+        if not os.path.islink(path):
+            done = path
+            continue
+        found.append(path)
+        target = os.readlink(path)
+        if target.startswith('/dev/'):
+            break
+        if target.startswith('/'):
+            done = root
+        parts = [p for p in target.split('/') if p] + parts
+    return found
+
+
+def check_only_what_was_read(source, extracted, names, manifest):
+    tracer = Tracer(source)
+    for reader in _capture.READERS.values():
+        reader(tracer)
+    placeholders = set(manifest['placeholders'])
+    allowed_links = set()
+    for rel in tracer.touched:
+        allowed_links.update(links_on_the_way(source, rel))
+    for name in names:
+        if name == _capture.MANIFEST:
+            continue
+        path = os.path.join(extracted, name)
+        origin = os.path.join(source, name)
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode):
+            if '/' + name in placeholders:
+                # Only listed or tested, never opened: empty, and an entry of a listed directory or a tested path.
+                assert info.st_size == 0, name
+                assert os.path.dirname(origin) in tracer.listed or any(
+                    os.path.realpath(os.path.join(source, t.lstrip('/'))) == origin for t in tracer.touched), name
+            else:
+                assert origin in tracer.read, 'stored but never read: %s' % name
+                with open(origin, 'rb') as a, open(path, 'rb') as b:
+                    assert a.read() == b.read(), name
+        elif stat.S_ISLNK(info.st_mode):
+            assert origin in allowed_links or os.path.dirname(origin) in tracer.listed, 'link never followed: %s' % name
+            target = os.readlink(path)
+            assert not target.startswith('/') or target.startswith('/dev/'), (name, target)
+
+
+@pytest.mark.parametrize('case', CASES, ids=['+'.join(case) for case in CASES])
+def test_snapshot_gives_the_same_facts(case, sim_root, monkeypatch, tmp_path):
+    source, _contexts = sim_root(*case)
+    dest = str(tmp_path / 'node.tar.gz')
+    result = capture(source, dest, monkeypatch)
+    assert result['changed'] and result['dest'] == dest and result['archive_bytes'] == os.path.getsize(dest)
+    assert result['skipped'] == [] and result['warnings'] == []
+    extracted = str(tmp_path / 'root')
+    names, manifest = extract(dest, extracted)
+    assert manifest['schema'] == _capture.MANIFEST_SCHEMA and manifest['readers'] == ['ib', 'gdr']
+    regular = [n for n in names if n != _capture.MANIFEST and stat.S_ISREG(os.lstat(os.path.join(extracted, n)).st_mode)]
+    assert result['files'] == manifest['counts']['files'] == len(regular)
+    assert facts_of(extracted, monkeypatch) == facts_of(source, monkeypatch)
+    check_only_what_was_read(source, extracted, names, manifest)
+
+
+def test_check_mode_writes_nothing(sim_root, monkeypatch, tmp_path):
+    source, _contexts = sim_root('metax_c500_cx7', 'mm_kobj_not_exported')
+    before = tree_hash(str(tmp_path)), tree_hash(source)
+    checked = capture(source, str(tmp_path / 'node.tar.gz'), monkeypatch, _ansible_check_mode=True)
+    assert (tree_hash(str(tmp_path)), tree_hash(source)) == before
+    assert checked['changed'] is True and checked['archive_bytes'] is None
+    written = capture(source, str(tmp_path / 'node.tar.gz'), monkeypatch)
+    for key in ('files', 'links', 'directories', 'placeholders', 'bytes'):
+        assert checked[key] == written[key] > 0 or key == 'placeholders'
+
+
+def test_bad_arguments(monkeypatch, tmp_path):
+    result, failed = run_module(fabric_capture.main, {'root': str(tmp_path / 'nope'), 'dest': str(tmp_path / 'x.tar.gz')}, monkeypatch)
+    assert failed and 'not a directory' in result['msg']
+    result, failed = run_module(fabric_capture.main, {'dest': str(tmp_path / 'no' / 'x.tar.gz')}, monkeypatch)
+    assert failed and 'does not exist' in result['msg']
+    result, failed = run_module(fabric_capture.main, {'dest': str(tmp_path / 'x.tar.gz'), 'readers': ['ib', 'nccl']}, monkeypatch)
+    assert failed and 'nccl' in result['msg']
+
+
+def test_only_the_ib_reader(sim_root, monkeypatch, tmp_path):
+    source, _contexts = sim_root('nvidia_h100_8x_ndr')
+    result = capture(source, str(tmp_path / 'ib.tar.gz'), monkeypatch, readers=['ib'])
+    names, _manifest = extract(str(tmp_path / 'ib.tar.gz'), str(tmp_path / 'root'))
+    assert not any(n.startswith('proc/') or n.startswith('usr/') for n in names)
+    assert result['files'] > 1000   # 9 HCAs: GID tables and counters
+    ib, _warnings = facts_of(str(tmp_path / 'root'), monkeypatch)['ib']
+    assert ib == facts_of(source, monkeypatch)['ib'][0]
+
+
+def test_sysfs_corners(sim_root, monkeypatch, tmp_path):
+    """Short reads, unreadable files, absolute links and links into /dev."""
+    source = str(tmp_path / 'node')
+    shutil.copytree(sim_root('nvidia_h100_8x_ndr')[0], source, symlinks=True)
+    # A bridge on a GPU<->NIC path: its ACS is read.
+    on_path = _capture.READERS['gdr'](SysRoot(source))['acs'][0]['pci_address']
+    bridge = os.path.realpath(os.path.join(source, 'sys/bus/pci/devices', on_path))
+    # A user that is not root reads 64 bytes of a 4096-byte config space (drivers/pci/pci-sysfs.c).
+    with open(os.path.join(bridge, 'config'), 'r+b') as handle:
+        handle.truncate(64)
+    # A counter that does not read (EISDIR here; EINVAL/EACCES on a node): left out, noted.
+    counters = os.path.realpath(os.path.join(source, 'sys/class/infiniband/mlx5_0/ports/1/counters'))
+    os.unlink(os.path.join(counters, 'symbol_error'))
+    os.mkdir(os.path.join(counters, 'symbol_error'))
+    # An absolute symlink (only ever resolved): stored relative to the node root.
+    driver = os.path.join(os.path.realpath(os.path.join(source, 'sys/class/infiniband/mlx5_1/device')), 'driver')
+    os.unlink(driver)
+    os.symlink('/sys/bus/pci/drivers/mlx5_core', driver)
+    # A modules-load.d file masked by a link to /dev/null: the link's text is the fact.
+    os.makedirs(os.path.join(source, 'etc/modules-load.d'), exist_ok=True)
+    os.makedirs(os.path.join(source, 'usr/lib/modules-load.d'), exist_ok=True)
+    with open(os.path.join(source, 'usr/lib/modules-load.d/rdma.conf'), 'w') as handle:
+        handle.write('ib_srp\n')
+    os.symlink('/dev/null', os.path.join(source, 'etc/modules-load.d/rdma.conf'))
+
+    result = capture(source, str(tmp_path / 'node.tar.gz'), monkeypatch)
+    rel_counter = '/' + os.path.relpath(os.path.join(counters, 'symbol_error'), source)
+    assert result['skipped'] == [{'path': rel_counter, 'reason': 'Is a directory'}]
+    assert any('symbol_error' in w for w in result['warnings'])
+    extracted = str(tmp_path / 'root')
+    names, manifest = extract(str(tmp_path / 'node.tar.gz'), extracted)
+    assert os.path.getsize(os.path.join(extracted, os.path.relpath(bridge, source), 'config')) == 64
+    assert not os.path.lexists(os.path.join(extracted, rel_counter.lstrip('/')))
+    stored_driver = os.path.join(extracted, os.path.relpath(driver, source))
+    assert not os.readlink(stored_driver).startswith('/') and os.path.basename(os.readlink(stored_driver)) == 'mlx5_core'
+    assert manifest['rewritten_links'] == [{'path': '/' + os.path.relpath(driver, source),
+                                            'target': '/sys/bus/pci/drivers/mlx5_core', 'stored': os.readlink(stored_driver)}]
+    assert os.readlink(os.path.join(extracted, 'etc/modules-load.d/rdma.conf')) == '/dev/null'
+
+    live, offline = facts_of(source, monkeypatch), facts_of(extracted, monkeypatch)
+    assert offline['ib'][0] == live['ib'][0] and offline['gdr'] == live['gdr']
+    assert any('ACS unknown' in w for w in live['gdr'][1])
+    if 'host' in live['gdr'][0]:
+        assert 'ib_srp' not in live['gdr'][0]['host']['modules_persistent']
+    # What cannot be carried: the read error itself (the snapshot lacks the file, quietly).
+    assert [w for w in live['ib'][1] if 'symbol_error' not in w] == offline['ib'][1]
+
+
+def test_reads_that_bypass_sysroot_methods_are_captured(sim_root, monkeypatch, tmp_path):
+    """A reader that builds a host path with path() and opens it itself still ends up in the snapshot."""
+    source, _contexts = sim_root('homelab_cx4')
+
+    def reader(sysroot):
+        with open(sysroot.path('/proc/sys/kernel/osrelease')) as handle:
+            return handle.read()
+
+    monkeypatch.setitem(_capture.READERS, 'raw', reader)
+    facts, members, notes, _warnings = _capture.capture(source, ['raw'])
+    assert notes['raw_paths'] == ['/proc/sys/kernel/osrelease']
+    assert members['proc/sys/kernel/osrelease']['data'].decode() == facts['raw']
+
+
+def test_live_root_of_this_machine(monkeypatch, tmp_path):
+    """The real /sys and /proc: sysfs symlinks, /proc files that stat as 0 bytes, attributes
+    that stat as 4096. The facts the capture saw are exactly what its snapshot gives."""
+    facts, members, notes, warnings = _capture.capture('/', ['ib', 'gdr'])
+    dest = str(tmp_path / 'live.tar.gz')
+    with open(dest, 'wb') as handle:
+        _capture.write_tar(handle, members, _capture.manifest('/', ['ib', 'gdr'], members, notes, warnings))
+    extracted = str(tmp_path / 'root')
+    extract(dest, extracted)
+    snapshot = SysRoot(extracted)
+    assert dict((name, reader(snapshot)) for name, reader in _capture.READERS.items()) == facts
+    if 'proc/modules' in members and os.stat('/proc/modules').st_size == 0:
+        assert os.path.getsize(os.path.join(extracted, 'proc/modules')) == len(members['proc/modules']['data']) > 0
+
+
+def test_unreadable_file_is_noted_not_fatal(monkeypatch, tmp_path):
+    """EACCES (a 0400 file read by a user) as the recorder meets it."""
+    root = tmp_path / 'node'
+    (root / 'proc/sys/kernel').mkdir(parents=True)
+    (root / 'proc/sys/kernel/osrelease').write_text('6.8.0-45-generic\n')
+    (root / 'proc/modules').write_text('mlx5_ib 479232 0 - Live 0x0\n')
+    real_open = os.open
+
+    def deny(path, flags, *args, **kwargs):
+        if str(path).endswith('/proc/modules'):
+            raise OSError(errno.EACCES, 'Permission denied', path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, 'open', deny)
+    recorder = _capture.RecordingSysRoot(str(root))
+    assert recorder.text('/proc/modules') is None and recorder.text('/proc/sys/kernel/osrelease') == '6.8.0-45-generic'
+    assert recorder.text('/proc/nothing') is None
+    members, notes = _capture.plan(recorder)
+    assert notes['skipped'] == [{'path': '/proc/modules', 'reason': 'Permission denied'}]
+    assert 'proc/modules' not in members and members['proc/sys/kernel/osrelease']['data'] == b'6.8.0-45-generic\n'
+    assert recorder.warnings == ['cannot read /proc/modules: Permission denied']
