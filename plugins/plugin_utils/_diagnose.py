@@ -366,6 +366,20 @@ EXPLAINS = {
 }
 
 
+def _failure_kind(symptom):
+    return ((symptom.get('evidence') or {}).get('failure') or {}).get('kind')
+
+
+# Where a root explains a symptom only when the symptom looks like what that root causes: a
+# memlock limit makes ibv_reg_mr fail (mr_failed), not a peer vanish; a lost node makes its
+# pairs fail through it (lost peers, refused or hung connections), not a buffer refused.
+EXPLAINS_ONLY_IF = {
+    ('HOST_MEMLOCK_LIMITED', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
+    ('HOST_MEMLOCK_LIMITED', 'BENCH_GPU_MEMORY_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
+    ('HOST_LOST', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) != 'mr_failed',
+}
+
+
 def _hosts_of(item):
     return item.get('hosts') or ([item['host']] if item.get('host') else [])
 
@@ -380,6 +394,8 @@ def link_causes(findings):
     for symptom in findings:
         for root in findings:
             if root is symptom or symptom['code'] not in EXPLAINS.get(root['code'], ()):
+                continue
+            if not EXPLAINS_ONLY_IF.get((root['code'], symptom['code']), lambda _symptom: True)(symptom):
                 continue
             fleetwide = not _hosts_of(symptom)
             if fleetwide or set(_hosts_of(root)) & set(_hosts_of(symptom)):

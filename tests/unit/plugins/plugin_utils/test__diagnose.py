@@ -204,3 +204,16 @@ def test_a_node_lost_mid_run_is_named_and_explains_its_pairs():
     assert pair['explained_by'] == gone[0]['id']
     # Without stage marks (facts from elsewhere) nothing is called lost.
     assert not [f for f in _diagnose.diagnose(nodes, bench, None, [], None) if f['code'] == 'HOST_LOST']
+
+
+def test_a_lost_peer_is_not_blamed_on_the_other_nodes_memlock():
+    # n2 has a small memlock limit, n4 died: the pair n2<->n4 failed because n4 went away.
+    nodes = {'n2': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('memlock_limited',)),
+             'n4': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')}
+    pair = {'server': 'n2', 'client': 'n4', 'rail': 0, 'memory': 'host', 'status': 'failed', 'verdict': 'failed',
+            'bw_avg_gbps': None, 'failure': {'kind': 'node_lost', 'message': 'the client n4 returned no result'}, 'reasons': []}
+    refused = dict(pair, server='n2', client='n4', rail=1, failure={'kind': 'mr_failed', 'message': "Couldn't allocate MR"})
+    found = _diagnose.diagnose(nodes, {'pairs': [pair, refused]}, None, [], {'n2': ['validate', 'benchmark'], 'n4': ['validate']})
+    ids = dict((f['code'], f['id']) for f in found if f['code'] in ('HOST_LOST', 'HOST_MEMLOCK_LIMITED'))
+    by_rail = dict((f['subject'], f['explained_by']) for f in found if f['code'] == 'BENCH_PAIR_FAILED')
+    assert by_rail['n2->n4 rail 0 host'] == ids['HOST_LOST'] and by_rail['n2->n4 rail 1 host'] == ids['HOST_MEMLOCK_LIMITED']
