@@ -309,7 +309,7 @@ def bench_findings(bench):
     return found
 
 
-def collective_findings(collective):
+def collective_findings(collective, nodes=None):
     found = []
     skipped = (collective or {}).get('skipped')
     if skipped and skipped != 'None':
@@ -327,6 +327,18 @@ def collective_findings(collective):
                               'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total')},
                              '; '.join(verdict.get('reasons') or []), 'see the culprit nodes and their lower-layer findings'))
     transport = fleet.get('transport') or {}
+    ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in (nodes or {}).items()
+                 if (node.get('gdr') or {}).get('gpus'))
+    if transport.get('net') == 'IB' and transport.get('gdr') is False and ready and all(ready.values()):
+        # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
+        # settings or environment, not the nodes (NCCL_NET_GDR_LEVEL below the GPU<->NIC distance,
+        # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set).
+        found.append(finding('COLLECTIVE_GDR_NOT_USED', 'collective', 'error', None, 'transport',
+                             {'evidence': transport.get('evidence'), 'gdr_ready': ready},
+                             'the collective ran over IB without GPUDirect RDMA although gdr_facts finds every node '
+                             'GPUDirect-RDMA ready: data went through host memory',
+                             'compare the job\'s NCCL_* environment with the recommended settings (report hosts.*.nccl, '
+                             'role nccl_conf); check NCCL_NET_GDR_LEVEL and that containers see the peer-memory module'))
     if transport.get('net') == 'Socket' and fleet.get('hosts') and len(fleet['hosts']) > 1:
         found.append(finding('COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error', None, 'transport',
                              {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA',
@@ -367,7 +379,8 @@ EXPLAINS = {
 
 
 def _failure_kind(symptom):
-    return ((symptom.get('evidence') or {}).get('failure') or {}).get('kind')
+    failure = (symptom.get('evidence') or {}).get('failure')
+    return failure.get('kind') if isinstance(failure, dict) else None
 
 
 # Where a root explains a symptom only when the symptom looks like what that root causes: a
@@ -441,7 +454,7 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None):
     for host in sorted(nodes):
         findings.extend(gdr_findings(host, nodes[host].get('gdr'), nodes[host].get('ib')))
         findings.extend(host_findings(host, nodes[host].get('gdr')))
-    findings.extend(collective_findings(collective) if collective else [])
+    findings.extend(collective_findings(collective, nodes) if collective else [])
     findings.extend(lost_findings(stages))
     for host in sorted(unreachable or []):
         findings.append(finding('HOST_UNREACHABLE', 'host', 'error', host, 'node', {},

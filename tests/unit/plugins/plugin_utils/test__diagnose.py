@@ -217,3 +217,14 @@ def test_a_lost_peer_is_not_blamed_on_the_other_nodes_memlock():
     ids = dict((f['code'], f['id']) for f in found if f['code'] in ('HOST_LOST', 'HOST_MEMLOCK_LIMITED'))
     by_rail = dict((f['subject'], f['explained_by']) for f in found if f['code'] == 'BENCH_PAIR_FAILED')
     assert by_rail['n2->n4 rail 0 host'] == ids['HOST_LOST'] and by_rail['n2->n4 rail 1 host'] == ids['HOST_MEMLOCK_LIMITED']
+
+
+def test_gdr_not_used_although_every_node_is_ready():
+    nodes = {'a': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr'), 'b': diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')}
+    collective = {'fleet': {'benchmark': 'all_reduce_perf', 'hosts': ['a', 'b'], 'verdict': {'status': 'low', 'ratio': 0.45},
+                            'transport': {'net': 'IB', 'gdr': False, 'evidence': ['NET/IB : GPU Direct RDMA Disabled for HCA 0']}}}
+    found = _diagnose.diagnose(nodes, None, collective)
+    assert [f['code'] for f in found if f['code'] == 'COLLECTIVE_GDR_NOT_USED'] == ['COLLECTIVE_GDR_NOT_USED']
+    # A node that is not ready explains it instead: no such finding then.
+    nodes['b'] = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('acs_enabled',))
+    assert not [f for f in _diagnose.diagnose(nodes, None, collective) if f['code'] == 'COLLECTIVE_GDR_NOT_USED']
