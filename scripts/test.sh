@@ -54,7 +54,7 @@ step_sanity() {
 step_lint() { (cd "$REPO" && ansible-lint --offline -q); }
 # Two workers: the tests are ansible-playbook runs, one per simulated cluster, each in its own tmp dir.
 # Artefacts (the report's screenshot) go to the checkout's out/artifacts, not to the copy.
-step_functional() { (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs -n 2 tests/functional); }
+step_functional() { (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs -n 2 --durations=15 tests/functional); }
 step_molecule() {
     local scenario scenarios
     scenarios=${GF_MOLECULE_SCENARIOS:-$( ((EUID == 0)) && echo netns || echo localhost)}

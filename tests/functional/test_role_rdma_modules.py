@@ -133,7 +133,9 @@ def test_quartet(tmp_path):
     stats = recap(apply)
     assert apply.returncode == 2, apply.stdout[-3000:] + apply.stderr[-3000:]
     assert stats['n1']['failed'] == 0 and stats['n2']['failed'] == 0 and stats['n3']['failed'] == 1, stats
-    assert all(stats[host]['changed'] >= 3 for host in roots), stats
+    # The role's file and the modules loaded now (modules-load.d itself exists: the simulated
+    # nodes list their vendor modules in modules-load.d/hpc.conf, as seed 002 does).
+    assert all(stats[host]['changed'] >= 2 for host in roots), stats
     msg = failure(apply, 'n3')['msg']
     assert msg.startswith('1 module(s) did not load: ' + EINVAL), msg
     assert 'no MLNX OFED' in msg and 'rdma_modules_peermem: false' in msg
