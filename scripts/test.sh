@@ -52,9 +52,17 @@ step_sanity() {
     (cd "$tree" && ansible-test sanity --local --python "$pyver" --color no)
 }
 step_lint() { (cd "$REPO" && ansible-lint --offline -q); }
-# Two workers: the tests are ansible-playbook runs, one per simulated cluster, each in its own tmp dir.
+# One worker per core, two to four: the tests are ansible-playbook runs, one per simulated
+# cluster, each in its own tmp dir, and CPU-bound (two workers on a 2-core machine: ~16 min).
 # Artefacts (the report's screenshot) go to the checkout's out/artifacts, not to the copy.
-step_functional() { (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs -n 2 --durations=15 tests/functional); }
+step_functional() {
+    local workers
+    workers=$(nproc 2>/dev/null || echo 2)
+    ((workers < 2)) && workers=2
+    ((workers > 4)) && workers=4
+    (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs \
+        -n "$workers" --durations=15 tests/functional)
+}
 step_molecule() {
     local scenario scenarios
     scenarios=${GF_MOLECULE_SCENARIOS:-$( ((EUID == 0)) && echo netns || echo localhost)}
