@@ -16,11 +16,15 @@ spec=${1:-demo}
 out=${GF_DEMO_DIR:-$REPO/out/demo}
 
 gf_venv
-# Ansible wants a writable home for its temp files; a service user may have none.
-[[ -w ${HOME:-/nonexistent} ]] || export ANSIBLE_REMOTE_TMP=${TMPDIR:-/tmp}/gf-ansible-tmp ANSIBLE_LOCAL_TEMP=${TMPDIR:-/tmp}/gf-ansible-tmp
 
 rm -rf "$out"
 mkdir -p "$out"
+# Ansible's temp files and async job files: below the demo's own directory unless set. Both
+# default below the account's home from the password database (~), not $HOME: a service
+# user such as nobody (/nonexistent) has none - every local node would be 'unreachable', and
+# the benchmark's async jobs 'could not find job'.
+export ANSIBLE_REMOTE_TMP=${ANSIBLE_REMOTE_TMP:-$out/.ansible-tmp} ANSIBLE_LOCAL_TEMP=${ANSIBLE_LOCAL_TEMP:-$out/.ansible-tmp}
+export ANSIBLE_ASYNC_DIR=${ANSIBLE_ASYNC_DIR:-$out/.ansible-async}
 gf_log "rendering the simulated cluster '$spec' into $out"
 (cd "$REPO" && python -m tests.sim.cluster "$spec" "$out" --mode local --python "$(command -v python)")
 
