@@ -38,6 +38,7 @@ _value:
 '''
 
 from ansible.errors import AnsibleFilterError
+from ansible.plugins.filter.core import to_nice_json
 
 
 def _port_line(device, port):
@@ -96,7 +97,19 @@ def fabric_summary(hostvars, hosts):
     return lines
 
 
+def fabric_facts_files(hostvars, hosts):
+    """{'<host>.json': its facts as JSON text}: validate.yml's facts/ directory, written in one
+    task (hpc.gpu_fabric.fabric_output) instead of one copy per node."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('fabric_facts_files: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    files = {}
+    for host in hosts:
+        facts = hostvars[host] if host in hostvars else {}
+        files['%s.json' % host] = to_nice_json({'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}) + '\n'
+    return files
+
+
 class FilterModule(object):
 
     def filters(self):
-        return {'fabric_summary': fabric_summary}
+        return {'fabric_summary': fabric_summary, 'fabric_facts_files': fabric_facts_files}

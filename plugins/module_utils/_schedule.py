@@ -170,6 +170,7 @@ class _Circle(object):
         self.ring = ring
         self.m = len(ring)
         self.h = (self.m - 1) // 2
+        self.position = None
         # Three copies, so that positions r +- k (mod m) are one slice starting in the middle copy.
         self.ring3 = ring * 3
 
@@ -194,6 +195,27 @@ class _Circle(object):
             servers.append(node)
             clients.append(self.fixed)
         return servers, clients, []
+
+    def node_round(self, index, node):
+        """(servers, clients, idle) of round ``index`` cut down to ``node``'s pair, in O(1):
+        what round() + _only() give, without building the round (O(N) per round made one
+        node's plan O(N^2): 0.65 s for 4,096 nodes, on every one of the 4,096 hosts)."""
+        if self.position is None:
+            self.position = dict((name, at) for at, name in enumerate(self.ring))
+        m, r = self.m, index
+        if node == self.fixed:
+            partner = self.ring[r]
+            return ([node], [partner], []) if r % 2 else ([partner], [node], [])
+        offset = (self.position[node] - r) % m
+        if offset == 0:
+            if self.fixed is None:
+                return [], [], [node]
+            return ([self.fixed], [node], []) if r % 2 else ([node], [self.fixed], [])
+        # node = r + k (offset k <= h) or r - k (offset m - k); pair {r + k, r - k}: r + k serves when k is odd.
+        k, above = (offset, True) if offset <= self.h else (m - offset, False)
+        partner = self.ring[(r - k) % m] if above else self.ring[(r + k) % m]
+        serves = (k % 2 == 1) == above
+        return ([node], [partner], []) if serves else ([partner], [node], [])
 
     def pairs_within(self, present):
         """For each round, how many of its pairs have both nodes in the set ``present``.
@@ -279,6 +301,15 @@ class _Plan(object):
             servers, clients, idle = self.circle.round(self.chosen[base])
         else:
             servers, clients, idle = (list(part) for part in self.lists[base])
+        return (clients, servers, idle) if index >= self.base else (servers, clients, idle)
+
+    def node_round(self, index, node):
+        """round(index) cut down to ``node``'s pair (or its idleness)."""
+        base = index % self.base
+        if self.circle:
+            servers, clients, idle = self.circle.node_round(self.chosen[base], node)
+        else:
+            servers, clients, idle = _only(node, *self.lists[base])
         return (clients, servers, idle) if index >= self.base else (servers, clients, idle)
 
     def pairs_per_round(self):
@@ -426,9 +457,10 @@ def schedule(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate',
     rounds = []
     with _gc_paused():
         for number in numbers:
-            servers, clients, idle = plan.round(number - 1)
             if node is not None:
-                servers, clients, idle = _only(node, servers, clients, idle)
+                servers, clients, idle = plan.node_round(number - 1, node)
+            else:
+                servers, clients, idle = plan.round(number - 1)
             entry = {'round': number, 'servers': servers, 'clients': clients, 'idle': idle}
             if position is not None:
                 entry['tests'], entry['skipped'] = expand_round(servers, clients, table, position)

@@ -37,9 +37,10 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
 
 BEACON_TAG = 'gf-fabric-bench'
 TICK_S = 0.02
-# A test waiting for its peer asks its beacon every PROBE_EVERY_S; a running test only
-# checks that the peer is alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
-PROBE_EVERY_S = 0.1
+# A test waiting for its peer asks its beacon every PROBE_EVERY_S (half of it is, on
+# average, added to every round: 0.1 s cost 15 rounds x 0.05 s on 16 nodes); a running test
+# only checks that the peer is alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
+PROBE_EVERY_S = 0.03
 ALIVE_EVERY_S = 1.0
 # A server whose client has moved past the step gets this long to print and exit
 # (the client ends first: the server writes its last line after the client's).
@@ -49,6 +50,13 @@ MOVED_ON_GRACE_S = 5.0
 READY_GRACE_S = 3.0
 # What the beacon says once every step is done (past any step a peer may be waiting in).
 FINISHED = 999999999
+# How long a finished node keeps its beacon up: a peer still finishing its last test sees
+# it moved on rather than silent. Short, because the node's async job (and the play's wait
+# for it) ends only after it.
+LINGER_S = 0.2
+# watch() polls the followed node this often (a module run per step on the controller's
+# side, so the poll is cheap; the play learns of the end within it).
+WATCH_EVERY_S = 0.05
 
 
 class BeaconError(Exception):
@@ -137,6 +145,8 @@ def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
     one call per step, blocking on the node itself. A beacon that was answering and stops
     (for ``gone_after`` s) means the run ended there (finished, or the node died); before
     the first step it may not be up yet (``start_grace``); after that, silence is the end.
+    A finished node is waited for until its beacon closes (LINGER_S): its job has then
+    ended too, and the play's wait for the jobs finds it done at the first look.
     """
     started = time.time()
     seen = None
@@ -146,15 +156,21 @@ def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
         current = probe(address, port, run_id)
         if current is not None:
             seen, last = now, current
+            if current == FINISHED:
+                closing = now + LINGER_S + 1.0
+                while probe(address, port, run_id) == FINISHED and time.time() < closing:
+                    time.sleep(WATCH_EVERY_S)
+                return {'step': None, 'finished': True, 'gone': False, 'timed_out': False,
+                        'waited_s': round(time.time() - started, 3)}
             if current > step:
-                return {'step': current if current != FINISHED else None, 'finished': current == FINISHED,
-                        'gone': False, 'timed_out': False, 'waited_s': round(now - started, 3)}
+                return {'step': current, 'finished': False, 'gone': False, 'timed_out': False,
+                        'waited_s': round(now - started, 3)}
         elif (seen is not None and now - seen > gone_after) or (seen is None and (
                 step > 1 and now - started > gone_after or now - started > start_grace)):
             return {'step': last, 'finished': False, 'gone': True, 'timed_out': False, 'waited_s': round(now - started, 3)}
         if now - started > timeout:
             return {'step': last, 'finished': False, 'gone': False, 'timed_out': True, 'waited_s': round(now - started, 3)}
-        time.sleep(0.2)
+        time.sleep(WATCH_EVERY_S)
 
 
 class Peer(object):
@@ -390,7 +406,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
             # Stay reachable a moment so that a peer still finishing its last test sees
             # this node moved on rather than lost.
             beacon.step = FINISHED
-            linger_end = time.time() + min(0.5, options['dead_after'])
+            linger_end = time.time() + min(LINGER_S, options['dead_after'])
             while time.time() < linger_end:
                 beacon.serve()
                 time.sleep(TICK_S)

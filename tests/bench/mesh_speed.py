@@ -16,7 +16,8 @@ and prints ratio = bench_s / (rounds x per_test_s + empty_play_s) and
 ratio_fixed = bench_s / (rounds x per_test_s + fixed_s). It also runs the ring (2 rounds
 for an even N) and reports the cost of one more round, per_round_s = (bench_s - ring_s) /
 (rounds - 2), against per_test_s (round_ratio): what the engine adds per round, apart from
-the play's fixed costs.
+the play's fixed costs. slowest_tasks lists the full run's slowest tasks (wall time from a
+task's start to the next one's, callbacks/gf_task_times.py).
 
 --test-seconds S sets how long one simulated test runs (GF_SIM_PERFTEST_MAX_S; the
 stand-ins' default 0.5 s is shorter than a real 8 MiB ib_write_bw with its 1 s pause after
@@ -41,6 +42,9 @@ from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EMPTY = '- hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug:\n        msg: hi\n'
+
+
+CALLBACKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'callbacks')
 
 
 def _playbook(args, env=None):
@@ -71,7 +75,13 @@ def measure(nodes, test_seconds=None, engine='sequence'):
     env = {'GF_SIM_PERFTEST_MAX_S': str(test_seconds)} if test_seconds else {}
     fixed = _playbook(args + ['--check'], env)
     ring = _playbook(args + ['-e', 'fabric_bench_mode=ring'], env)
-    bench = _playbook(args, env)
+    # The full run again with every task's wall time (callbacks/gf_task_times.py): where the time
+    # that is not tests goes.
+    times = os.path.join(work, 'task_times.jsonl')
+    bench = _playbook(args, dict(env, GF_TASK_TIMES=times, ANSIBLE_CALLBACK_PLUGINS=CALLBACKS,
+                                 ANSIBLE_CALLBACKS_ENABLED='gf_task_times'))
+    with open(times) as handle:
+        tasks = [json.loads(line) for line in handle]
     with open(os.path.join(out, 'bench.json')) as handle:
         report = json.load(handle)
     rounds = nodes - 1 if nodes % 2 == 0 else nodes
@@ -86,7 +96,8 @@ def measure(nodes, test_seconds=None, engine='sequence'):
             'floor_fixed_s': round(floor_fixed, 2) if floor_fixed else None,
             'ratio_fixed': round(bench / floor_fixed, 2) if floor_fixed else None,
             'ring_s': round(ring, 2), 'per_round_s': round((bench - ring) / (rounds - 2), 3) if rounds > 2 else None,
-            'round_ratio': round((bench - ring) / (rounds - 2) / per_test, 2) if rounds > 2 and per_test else None}
+            'round_ratio': round((bench - ring) / (rounds - 2) / per_test, 2) if rounds > 2 and per_test else None,
+            'slowest_tasks': sorted(tasks, key=lambda row: -row['s'])[:8]}
 
 
 def main(argv=None):

@@ -16,7 +16,9 @@ not counted; that is reported separately for the largest case):
               16,384 dicts for 4,096 nodes), as a play asks for round k of N;
   summary   - pair_schedule_summary, the counts without the rounds;
   hetero    - full and summary again where half the nodes have 4 HCAs and half 8
-              (per-round counts then come from the convolution in _schedule).
+              (per-round counts then come from the convolution in _schedule);
+  one_node  - one node's whole plan expanded (node=..., every round): what the
+              sequence engine computes for each host of the play.
 Also full expanded schedules (every test entry) for 8 and 16 nodes.
 
 Usage: python -m tests.bench.schedule_speed [--runs N] [--nodes N ...]
@@ -73,6 +75,7 @@ def main(argv=None):
             'full_compact': full_time, 'one_round_expanded': round_time, 'summary_only': summary_time,
             'hetero_full_compact': _timed(lambda: pair_schedule(nodes, hetero), args.runs)[0],
             'hetero_summary_only': _timed(lambda: pair_schedule_summary(nodes, hetero), args.runs)[0],
+            'one_node_expanded': _timed(lambda: pair_schedule(nodes, rails, expand=True, node=nodes[count // 3]), args.runs)[0],
         }
         if counts['tests'] <= 100000:
             case['full_expanded'] = _timed(lambda: pair_schedule(nodes, rails, expand=True), args.runs)[0]

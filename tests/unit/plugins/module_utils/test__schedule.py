@@ -365,3 +365,21 @@ def test_collector_state_is_restored(enabled):
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize('count', list(range(1, 20)) + [32, 65])
+@pytest.mark.parametrize('mode, k, direction', [('full', 1, 'alternate'), ('full', 1, 'both'), ('random', 3, 'alternate'),
+                                                ('random', 50, 'both'), ('ring', 1, 'alternate'), ('loopback', 1, 'alternate')])
+def test_one_nodes_rounds_are_its_part_of_the_whole_schedule(count, mode, k, direction):
+    # node= takes the O(1)-per-round path (_Circle.node_round); it must give exactly the
+    # node's pair of each round of the whole schedule, roles included.
+    nodes = ['n%02d' % i for i in range(count)]
+    whole = _schedule.schedule(nodes, ['mlx5_0', 'mlx5_1'], mode=mode, k=k, seed=7, direction=direction, expand=True)
+    for node in nodes:
+        mine = _schedule.schedule(nodes, ['mlx5_0', 'mlx5_1'], mode=mode, k=k, seed=7, direction=direction, expand=True,
+                                  node=node)
+        assert len(mine['rounds']) == len(whole['rounds'])
+        for own, full in zip(mine['rounds'], whole['rounds']):
+            expected = [t for t in full['tests'] if node in (t['server'], t['client'])]
+            assert own['tests'] == expected, (node, own['round'])
+            assert own['idle'] == ([node] if node in full['idle'] else [])

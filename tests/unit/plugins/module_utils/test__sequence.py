@@ -71,17 +71,25 @@ def _node(address, root, steps, options, queue):
         queue.put(json.dumps({'error': repr(exc)}))
 
 
-def _run(nodes, options):
+def _start(nodes, options):
     ctx = multiprocessing.get_context('fork')
     queues, procs = {}, {}
     for name, (address, root, steps) in nodes.items():
         queues[name] = ctx.Queue()
         procs[name] = ctx.Process(target=_node, args=(address, root, steps, options, queues[name]))
         procs[name].start()
-    results = dict((name, json.loads(queues[name].get(timeout=60))) for name in nodes)
+    return queues, procs
+
+
+def _collect(queues, procs):
+    results = dict((name, json.loads(queue.get(timeout=60))) for name, queue in queues.items())
     for proc in procs.values():
         proc.join(10)
     return results
+
+
+def _run(nodes, options):
+    return _collect(*_start(nodes, options))
 
 
 def _test(side, peer, port, **extra):
@@ -172,3 +180,34 @@ def test_a_probe_keeps_serving_its_own_beacon_while_it_waits():
     finally:
         a.close()
         b.close()
+
+
+def test_watch_follows_a_node_step_by_step_and_returns_once_its_job_can_end(sim_root):
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.6', '127.0.1.7'
+    steps_a = [{'tests': [_test('server', b, port)]}, {'tests': [_test('client', b, port)]}]
+    steps_b = [{'tests': [_test('client', a, port)]}, {'tests': [_test('server', a, port)]}]
+    options = _options()
+    started = _start({'a': (a, root, steps_a), 'b': (b, root, steps_b)}, options)
+    try:
+        first = _sequence.watch(a, options['beacon_port'], options['run_id'], 1, timeout=30, start_grace=10)
+        second = _sequence.watch(a, options['beacon_port'], options['run_id'], 2, timeout=30, start_grace=10)
+        closed = _sequence.probe(a, options['beacon_port'], options['run_id'], timeout=0.2)
+    finally:
+        results = _collect(*started)
+    assert first['gone'] is False and first['timed_out'] is False
+    # Past step 1: at step 2, or already finished when step 2 was quick.
+    assert first['step'] == 2 or first['finished'], first
+    assert second == dict(second, step=None, finished=True, gone=False, timed_out=False), second
+    # watch returned only once the finished node's beacon had closed: its job is at its end.
+    assert closed is None
+    assert all(t['status'] == 'ok' for step in results['a']['steps'] for t in step['tests']), results['a']
+
+
+def test_watch_of_a_node_that_never_comes_says_gone_after_the_grace():
+    port = _free_port()
+    start = time.time()
+    seen = _sequence.watch('127.0.1.8', port, 'nobody', 1, timeout=30, start_grace=1)
+    assert seen['gone'] is True and seen['finished'] is False and seen['step'] is None
+    assert 0.9 < time.time() - start < 5
