@@ -48,6 +48,9 @@ MOVED_ON_GRACE_S = 5.0
 # How long a step waits for its servers to listen before telling its clients to come anyway
 # (perftest binds and listens within milliseconds of its start; a rdma_cm listener is no TCP socket).
 READY_GRACE_S = 3.0
+# A peer whose beacon accepts connections but does not answer is busy, not gone - for up
+# to this many times dead_after (a process that holds its socket but never serves is stuck).
+STUCK_AFTER = 6
 # What the beacon says once every step is done (past any step a peer may be waiting in).
 FINISHED = 999999999
 # How long a finished node keeps its beacon up: a peer still finishing its last test sees
@@ -99,8 +102,11 @@ class Beacon(object):
         self.sock.close()
 
 
-def probe(address, port, run_id, timeout=0.5, serve=None):
-    """The step a peer's beacon reports, or None when no beacon of this run answers.
+def probe_state(address, port, run_id, timeout=0.5, serve=None):
+    """(step, reached): the step a peer's beacon reports (None when no beacon of this run
+    answered), and whether its beacon was reached - the connection accepted and either
+    this run's answer or no answer in time (a node too busy to answer within ``timeout``:
+    its process still holds the socket, a dead one's socket is closed and refuses).
 
     ``serve`` (this node's Beacon.serve) runs while the answer is awaited: the peer may be
     probing this node at the same moment, and two single-threaded nodes that wait for each
@@ -109,7 +115,7 @@ def probe(address, port, run_id, timeout=0.5, serve=None):
     try:
         sock = socket.create_connection((address, port), timeout)
     except (OSError, ValueError):
-        return None
+        return None, False
     data = b''
     deadline = time.time() + timeout
     try:
@@ -125,16 +131,23 @@ def probe(address, port, run_id, timeout=0.5, serve=None):
                 break
             data += chunk
     except OSError:
-        return None
+        return None, False
     finally:
         sock.close()
+    if not data:
+        return None, time.time() >= deadline
     parts = data.decode('ascii', 'replace').split()
     if len(parts) == 3 and parts[0] == BEACON_TAG and parts[1] == run_id:
         try:
-            return int(parts[2])
+            return int(parts[2]), True
         except ValueError:
-            return None
-    return None
+            pass
+    return None, False   # another run's beacon, or another service on the port
+
+
+def probe(address, port, run_id, timeout=0.5, serve=None):
+    """The step a peer's beacon reports, or None when no beacon of this run answers."""
+    return probe_state(address, port, run_id, timeout, serve)[0]
 
 
 def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
@@ -181,25 +194,38 @@ class Peer(object):
         self.dead_after, self.start_grace = dead_after, start_grace
         self.started = started
         self.step = None
-        self.seen = None
+        self.seen = None      # last answer of this run's beacon
+        self.reached = None   # last time its beacon was there (answered, or accepted and busy)
         self.checked = 0.0
 
     def poll(self, now, every=PROBE_EVERY_S):
         if now - self.checked >= every:
             self.checked = now
-            step = probe(self.address, self.port, self.run_id, serve=self.serve)
+            step, reached = probe_state(self.address, self.port, self.run_id, serve=self.serve)
             if step is not None:
                 self.step, self.seen = step, time.time()
+            if reached and self.seen is not None:
+                self.reached = time.time()
         return self.step
 
     def lost(self, now):
-        """A reason when the peer counts as gone, else None."""
+        """A reason when the peer counts as gone, else None.
+
+        Gone is a beacon that refuses or cannot be reached for ``dead_after`` s: its process
+        or its node is gone. A beacon that accepts but answers late belongs to a node busy
+        starting its tests (seen on a 2-core host running 36 stand-ins at once: a healthy
+        peer declared lost after 10 s of late answers); it is waited for, up to
+        STUCK_AFTER x ``dead_after`` s without one answer.
+        """
         if self.seen is None:
             if now - self.started > self.start_grace:
                 return 'no beacon of this run answered at %s:%d for %d s' % (self.address, self.port, self.start_grace)
             return None
-        if now - self.seen > self.dead_after:
+        if now - max(self.seen, self.reached or 0) > self.dead_after:
             return 'its beacon at %s:%d stopped answering (%d s)' % (self.address, self.port, self.dead_after)
+        if now - self.seen > STUCK_AFTER * self.dead_after:
+            return ('its beacon at %s:%d accepts connections but has not answered for %d s (the node is stuck)'
+                    % (self.address, self.port, STUCK_AFTER * self.dead_after))
         return None
 
 

@@ -211,3 +211,42 @@ def test_watch_of_a_node_that_never_comes_says_gone_after_the_grace():
     seen = _sequence.watch('127.0.1.8', port, 'nobody', 1, timeout=30, start_grace=1)
     assert seen['gone'] is True and seen['finished'] is False and seen['step'] is None
     assert 0.9 < time.time() - start < 5
+
+
+def test_a_busy_peer_is_waited_for_a_closed_one_is_lost(monkeypatch):
+    # A beacon that accepts but answers late is a node busy starting its tests, not a lost
+    # one (seen on a loaded 2-core host); a closed beacon refuses: that node is gone.
+    monkeypatch.setattr(_sequence, 'STUCK_AFTER', 4)
+    port = _free_port()
+    beacon = _sequence.Beacon('127.0.0.1', port, 'run-b')
+    peer = _sequence.Peer('127.0.0.1', port, 'run-b', time.time(), dead_after=0.5, start_grace=5)
+    try:
+        beacon.step = 3
+        # The first answer (served between the probe's connect and its read).
+        peer.poll(time.time(), every=0)
+        assert peer.step is None     # not served yet: no answer in time
+        sock = socket.create_connection(('127.0.0.1', port), 1)
+        sock.close()
+        started = time.time()
+        while peer.step is None and time.time() - started < 5:
+            assert peer.lost(time.time()) is None
+            # serve() while the probe waits: the probe's own serve hook stands for it here.
+            peer.serve = beacon.serve
+            peer.poll(time.time(), every=0)
+            peer.serve = None
+        assert peer.step == 3
+        # Now silent but holding its socket: busy, well past dead_after, not lost ...
+        deadline = time.time() + 1.5
+        while time.time() < deadline:
+            peer.poll(time.time(), every=0)
+            assert peer.lost(time.time()) is None
+        # ... until it has not answered for STUCK_AFTER x dead_after.
+        while time.time() - peer.seen < 2.1:
+            peer.poll(time.time(), every=0)
+        assert 'has not answered for 2 s (the node is stuck)' in peer.lost(time.time())
+    finally:
+        beacon.close()
+    peer.seen = time.time()   # answered just now, then its beacon closes: refused from here on
+    peer.poll(time.time() + 1, every=0)
+    time.sleep(0.6)
+    assert 'stopped answering' in peer.lost(time.time())
