@@ -24,23 +24,31 @@ How the pairs meet without a controller:
 The run id keeps a beacon of another run (or another service on the port) from counting.
 
 Everything runs in one thread (processes are started from the main thread only: fork
-with threads is unsafe), polling every 20 ms; each perftest is a ``Launched`` (own
-session, killed with the module) and is reaped whatever happens.
+with threads is unsafe). The loop sleeps in select() on the beacon's socket and on a
+SIGCHLD wake-up pipe, at most TICK_S: a probe is answered and a perftest's exit seen the
+moment they happen, not at the next tick (each tick of delay is paid in every round). Each
+perftest is a ``Launched`` (own session, killed with the module) and is reaped whatever
+happens.
 """
 
 from __future__ import annotations
 
+import select
+import signal
 import socket
 import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
 
 BEACON_TAG = 'gf-fabric-bench'
-TICK_S = 0.02
+TICK_S = 0.01
+# How often a step's new servers are looked for among the listening sockets (/proc/net/tcp).
+LISTEN_POLL_S = 0.005
 # A test waiting for its peer asks its beacon every PROBE_EVERY_S (half of it is, on
-# average, added to every round: 0.1 s cost 15 rounds x 0.05 s on 16 nodes); a running test
+# average, added to every round: 0.1 s cost 15 rounds x 0.05 s on 16 nodes; a probe is a
+# local-network connect answered at once); a running test
 # only checks that the peer is alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
-PROBE_EVERY_S = 0.03
+PROBE_EVERY_S = 0.01
 ALIVE_EVERY_S = 1.0
 # A server whose client has moved past the step gets this long to print and exit
 # (the client ends first: the server writes its last line after the client's).
@@ -98,8 +106,63 @@ class Beacon(object):
             finally:
                 conn.close()
 
+    def wait(self, timeout, wakeup=None):
+        """Sleep until a peer connects, a child exits (``wakeup``) or ``timeout`` passes;
+        then answer whoever is waiting."""
+        fds = [self.sock] + ([wakeup.fd] if wakeup is not None else [])
+        try:
+            ready = select.select(fds, [], [], timeout)[0]
+        except (OSError, ValueError):
+            time.sleep(timeout)
+            ready = []
+        if wakeup is not None and wakeup.fd in ready:
+            wakeup.drain()
+        self.serve()
+
     def close(self):
         self.sock.close()
+
+
+class ChildWakeup(object):
+    """A file descriptor that becomes readable when a child process exits (SIGCHLD through
+    signal.set_wakeup_fd), so that the loop's select() returns at once. Main thread only;
+    where it cannot be set up (not the main thread), ``fd`` is None and ticks do the work."""
+
+    def __init__(self):
+        self.fd = None
+        self._pair = None
+        self._saved = None
+        try:
+            pair = socket.socketpair()
+            for end in pair:
+                end.setblocking(False)
+            old_fd = signal.set_wakeup_fd(pair[1].fileno(), warn_on_full_buffer=False)
+            old_handler = signal.signal(signal.SIGCHLD, _on_child)
+        except (ValueError, OSError):
+            return
+        self._pair, self._saved, self.fd = pair, (old_fd, old_handler), pair[0].fileno()
+
+    def drain(self):
+        try:
+            while self._pair[0].recv(512):
+                pass
+        except (BlockingIOError, InterruptedError, OSError):
+            pass
+
+    def close(self):
+        if self._pair is None:
+            return
+        old_fd, old_handler = self._saved
+        signal.signal(signal.SIGCHLD, old_handler if old_handler is not None else signal.SIG_DFL)
+        signal.set_wakeup_fd(old_fd)
+        for end in self._pair:
+            end.close()
+        self._pair, self.fd = None, None
+
+
+def _on_child(signum, frame):
+    # Nothing to do: the signal's byte on the wake-up fd is what select() sees.
+    return None
 
 
 def probe_state(address, port, run_id, timeout=0.5, serve=None):
@@ -119,7 +182,9 @@ def probe_state(address, port, run_id, timeout=0.5, serve=None):
     data = b''
     deadline = time.time() + timeout
     try:
-        sock.settimeout(TICK_S)
+        # Short waits: the answer comes at once from a peer sleeping in select(); between
+        # them this node's own beacon is served.
+        sock.settimeout(TICK_S / 2)
         while b'\n' not in data and len(data) < 256 and time.time() < deadline:
             try:
                 chunk = sock.recv(256)
@@ -333,7 +398,7 @@ def _step_tick(test, peer, step, env, now):
         test.report = test.launched.report('server')
 
 
-def _wait_listening(servers, beacon):
+def _wait_listening(servers, beacon, wakeup=None):
     """Until every server of the step listens on its TCP port (read from /proc, never by
     connecting: the server takes the first connection for its client), has exited, or
     READY_GRACE_S passed (rdma_cm listens on no TCP socket; /proc may be unreadable)."""
@@ -348,8 +413,7 @@ def _wait_listening(servers, beacon):
                 pending.append(test)
         if not pending:
             return
-        beacon.serve()
-        time.sleep(TICK_S)
+        beacon.wait(LISTEN_POLL_S, wakeup)
 
 
 def _tcp_port(argv):
@@ -392,8 +456,10 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     results = []
     start_counters = counters() if counters else None
     live = []
+    wakeup = None
     try:
         with _perftest._Guard():
+            wakeup = ChildWakeup()
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()
                 tests = []
@@ -408,7 +474,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                 servers = [test for test in tests if test.side == 'server']
                 for test in servers:
                     test.launch(env, now)
-                _wait_listening(servers, beacon)
+                _wait_listening(servers, beacon, wakeup)
                 # Only now may clients of this step connect: their first start finds the
                 # server listening (perftest clients try once), so none is started twice.
                 beacon.step = index
@@ -418,7 +484,8 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                     for test in tests:
                         if not test.done:
                             _step_tick(test, peers[test.entry['peer']], index, env, now)
-                    time.sleep(TICK_S)
+                    if not all(test.done for test in tests):
+                        beacon.wait(TICK_S, wakeup)
                 beacon.serve()
                 record = {'step': index, 'started': round(step_started - started, 3),
                           'elapsed_s': round(time.time() - step_started, 3),
@@ -434,10 +501,11 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
             beacon.step = FINISHED
             linger_end = time.time() + min(LINGER_S, options['dead_after'])
             while time.time() < linger_end:
-                beacon.serve()
-                time.sleep(TICK_S)
+                beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
     finally:
         for test in live:
             test.stop()
+        if wakeup is not None:
+            wakeup.close()
         beacon.close()
     return {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
