@@ -224,6 +224,31 @@ def read_dmabuf(sysroot, kernel, vendors, nvidia_version_text):
     return {'possible': possible, 'kernel_supports': kernel_ok, 'gpu_driver_supports': gpu_ok, 'reasons': reasons}
 
 
+def natural_key(name):
+    """Sort key putting mlx5_2 before mlx5_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name or '')]
+
+
+def nic_rank(distance, bridges, nic):
+    """How near a NIC is to a GPU, smaller is nearer: the distance class, then the bridges
+    between them, then the NIC's name in natural order - so that a tie (two NICs under one
+    switch) falls the same way in the facts, the NCCL settings and the diagnosis."""
+    return (_pci.DISTANCE_CLASSES.index(distance), len(bridges or []), natural_key(nic))
+
+
+def nearest_nics(topology, among=None):
+    """{GPU name: (distance class, NIC name)}: each GPU's nearest NIC in ``topology`` (the
+    facts' pairs), only among the NIC names ``among`` when given (e.g. NICs with an ACTIVE port)."""
+    best = {}
+    for pair in topology or []:
+        if (among is not None and pair.get('nic') not in among) or pair.get('distance') not in _pci.DISTANCE_CLASSES:
+            continue
+        rank = nic_rank(pair['distance'], pair.get('bridges'), pair['nic'])
+        if pair['gpu'] not in best or rank < best[pair['gpu']][0]:
+            best[pair['gpu']] = (rank, pair['distance'], pair['nic'])
+    return dict((gpu, (value[1], value[2])) for gpu, value in best.items())
+
+
 def build_topology(pci, gpus, nics):
     """Distance of every GPU x NIC pair, the bridges between them, and each GPU's nearest NIC."""
     pairs = []
@@ -234,7 +259,7 @@ def build_topology(pci, gpus, nics):
                 continue
             cls, bridges = _pci.distance(pci[gpu['pci_address']], pci[nic['pci_address']])
             pairs.append({'gpu': gpu['name'], 'nic': nic['name'], 'distance': cls, 'bridges': bridges})
-            rank = (_pci.DISTANCE_CLASSES.index(cls), len(bridges), nic['name'])
+            rank = nic_rank(cls, bridges, nic['name'])
             if best is None or rank < best[0]:
                 best = (rank, nic['name'], cls)
         gpu['nearest_nic'] = best[1] if best else None

@@ -312,7 +312,7 @@ def bench_findings(bench):
 def collective_findings(collective, nodes=None):
     found = []
     skipped = (collective or {}).get('skipped')
-    if skipped and skipped != 'None':
+    if skipped:
         # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
         found.append(finding('COLLECTIVE_NOT_RUN', 'collective', 'info', None, 'collective', {'skipped': skipped},
                              'the collective benchmark did not run: %s' % skipped,

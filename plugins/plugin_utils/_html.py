@@ -341,7 +341,7 @@ def _collective(collective):
     expected = (collective.get('expected') or {})
     verdict = fleet.get('verdict') or {}
     out = ['<section id="collective"><h2>Collective</h2>']
-    if collective.get('skipped') and collective['skipped'] != 'None':
+    if collective.get('skipped'):
         out.append('<p>Not run: %s.</p>' % _e(collective['skipped']))
     out.append('<p>%s %s over %s: peak bus bandwidth %s GB/s, expected %s GB/s (%s).%s</p>' % (
         _badge(verdict.get('status', 'unknown')), _e(fleet.get('benchmark') or 'collective'),

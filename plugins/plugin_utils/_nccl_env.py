@@ -24,8 +24,7 @@ How NCCL reads these values (NVIDIA/nccl sources, and env.html of the NCCL user 
 
 from __future__ import annotations
 
-import re
-
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 
@@ -37,9 +36,7 @@ NCCL_GDR_LEVELS = {'PIX': 'PIX', 'PXB': 'PXB', 'PHB': 'PHB', 'NODE': 'PHB', 'SYS
 ROCE_V2 = 'RoCE v2'
 
 
-def _natural(name):
-    """mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name or '')]
+_natural = _gdr.natural_key
 
 
 def _port_id(device, port):
@@ -51,19 +48,9 @@ def _rate(port):
 
 
 def _nearest(gdr, nic_names):
-    """{GPU name: (distance class, NIC name)} of each GPU's nearest NIC among ``nic_names``.
-
-    Ranked as gdr_facts ranks them (module_utils/_gdr.py build_topology): distance class,
-    then the number of bridges between them, then the NIC name.
-    """
-    best = {}
-    for pair in (gdr or {}).get('topology') or []:
-        if pair.get('nic') not in nic_names or pair.get('distance') not in DISTANCE_CLASSES:
-            continue
-        rank = (DISTANCE_CLASSES.index(pair['distance']), len(pair.get('bridges') or []), _natural(pair['nic']))
-        if pair['gpu'] not in best or rank < best[pair['gpu']][0]:
-            best[pair['gpu']] = (rank, pair['distance'], pair['nic'])
-    return dict((gpu, (value[1], value[2])) for gpu, value in best.items())
+    """{GPU name: (distance class, NIC name)} of each GPU's nearest NIC among ``nic_names``,
+    ranked as gdr_facts ranks them (module_utils/_gdr.py nic_rank)."""
+    return _gdr.nearest_nics((gdr or {}).get('topology'), nic_names)
 
 
 def select_ports(ib, gdr):

@@ -14,18 +14,14 @@ Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv activ
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import sys
 import tempfile
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
-from tests.sim import faults, render
+from tests.sim import render
+from tests.sim import node_facts as _node_facts
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -53,21 +49,16 @@ HEALTHY = ('nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_c
 
 
 def node_facts(profile_name, fault_names=()):
-    profile = copy.deepcopy(render.load_profile(profile_name))
-    hcas = [h['name'] for h in profile.get('hcas', []) if h['ports']]
-    on_hca = 0
+    hcas = [h['name'] for h in render.load_profile(profile_name).get('hcas', []) if h['ports']]
+    # Each fault that strikes an HCA takes the next one (two link faults: two HCAs).
+    targets, on_hca = [], 0
     for name in fault_names:
         target = None
         if name in ON_HCA:
             target = hcas[on_hca] if on_hca < len(hcas) else None
             on_hca += 1
-        faults.apply(profile, name, target)
-    root = tempfile.mkdtemp(prefix='gf-acc-')
-    render.render(profile, root)
-    sysroot = SysRoot(root)
-    gdr = read_gdr(sysroot, list_rdma_devices(sysroot))
-    gdr['host'] = read_host(sysroot)      # as gdr_facts returns it
-    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}
+        targets.append(target)
+    return _node_facts.read(tempfile.mkdtemp(prefix='gf-acc-'), profile_name, fault_names, targets=targets)
 
 
 def case(profile_name, fault_names):

@@ -55,6 +55,7 @@ def test_seed000_node_without_gdr_and_a_corrupting_node_are_named(tmp_path):
         outcome = json.load(handle)
     # Three 200 Gb/s... the metax node's ACTIVE ports / 8, the same on every node.
     assert outcome['expected']['gbs'] > 0 and outcome['expected']['below_median'] == []
+    assert outcome['skipped'] is None   # a real null, not the text 'None'
     fleet = outcome['fleet']
     assert fleet['verdict']['status'] == 'corrupt' and fleet['wrong_total'] > 0
     assert fleet['transport']['gdr'] is False            # "GPU Direct RDMA Disabled" printed for m4

@@ -9,21 +9,11 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.peermem_verdict import peermem_verdict
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from tests.sim import faults, render
+from tests.sim import node_facts
 
 
 def gdr_of(tmp_path, profile_name, *fault_names, **changes):
-    profile = render.load_profile(profile_name)
-    for section, values in changes.items():
-        profile[section].update(values)
-    for name in fault_names:
-        faults.apply(profile, name)
-    render.render(profile, str(tmp_path))
-    sysroot = SysRoot(str(tmp_path))
-    return read_gdr(sysroot, list_rdma_devices(sysroot))
+    return node_facts.read(tmp_path, profile_name, fault_names, changes, host=False)['gdr']
 
 
 @pytest.mark.parametrize('profile, fault_names, changes, outcome, vendors', [

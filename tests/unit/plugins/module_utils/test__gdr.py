@@ -250,3 +250,21 @@ def test_corrupt_boot_symvers_warns_and_falls_back(tmp_path):
                                       '/proc/kallsyms': '0 r __ksymtab_mm_kobj\n'})
     assert _gdr.read_kernel(sysroot)['mm_kobj_source'] == '/proc/kallsyms'
     assert any('symvers-6.1.0.gz' in w for w in sysroot.warnings)
+
+
+def test_nearest_nic_ties_fall_in_natural_order_everywhere():
+    # Two NICs under the GPU's switch (same class, same bridges): mlx5_2 before mlx5_10, in
+    # the facts (build_topology) as in the NCCL settings (nearest_nics) - string order would
+    # have picked mlx5_10 in one place and mlx5_2 in the other.
+    assert _gdr.natural_key('mlx5_2') < _gdr.natural_key('mlx5_10')
+    assert _gdr.nic_rank('PIX', ['b1'], 'mlx5_2') < _gdr.nic_rank('PIX', ['b1'], 'mlx5_10')
+    assert _gdr.nic_rank('PIX', ['b1', 'b2'], 'mlx5_0') > _gdr.nic_rank('PIX', ['b1'], 'mlx5_9')
+    assert _gdr.nic_rank('PXB', [], 'mlx5_0') > _gdr.nic_rank('PIX', ['b1', 'b2'], 'mlx5_9')
+    topology = [{'gpu': 'gpu0', 'nic': 'mlx5_10', 'distance': 'PIX', 'bridges': ['b1']},
+                {'gpu': 'gpu0', 'nic': 'mlx5_2', 'distance': 'PIX', 'bridges': ['b1']},
+                {'gpu': 'gpu0', 'nic': 'mlx5_0', 'distance': 'SYS', 'bridges': []},
+                {'gpu': 'gpu1', 'nic': 'mlx5_0', 'distance': 'SYS', 'bridges': []},
+                {'gpu': 'gpu1', 'nic': 'mlx5_2', 'distance': 'unknown', 'bridges': []}]
+    assert _gdr.nearest_nics(topology) == {'gpu0': ('PIX', 'mlx5_2'), 'gpu1': ('SYS', 'mlx5_0')}
+    assert _gdr.nearest_nics(topology, among={'mlx5_10', 'mlx5_0'}) == {'gpu0': ('PIX', 'mlx5_10'), 'gpu1': ('SYS', 'mlx5_0')}
+    assert _gdr.nearest_nics(None) == {}

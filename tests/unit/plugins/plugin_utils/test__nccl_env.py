@@ -17,11 +17,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.nccl_settings import nccl_settings
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._nccl_env import recommend
-from tests.sim import faults, render
+from tests.sim import node_facts
 
 H100_HCA = '=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'
 NO_ROUTE = 'NCCL_SOCKET_IFNAME not set: gpu_fabric_gdr.host.default_route_interface is not in the facts'
@@ -31,26 +28,16 @@ def node(tmp_path, profile_name, *fault_names, **changes):
     """(gpu_fabric_ib, gpu_fabric_gdr) of a simulated node, as the readers of the facts modules
     return them: without ``gdr.host``, which gdr_facts adds from its own reader; a test that
     needs it says so."""
-    profile = copy.deepcopy(render.load_profile(profile_name))
-    for section, values in changes.items():
-        profile[section].update(values)
-    for name in fault_names:
-        faults.apply(profile, name)
-    render.render(profile, str(tmp_path))
-    sysroot = SysRoot(str(tmp_path))
-    gdr = read_gdr(sysroot, list_rdma_devices(sysroot))
-    gdr.pop('host', None)
-    return {'devices': read_ib(sysroot)}, gdr
+    facts = node_facts.read(tmp_path, profile_name, fault_names, changes, host=False)
+    return facts['ib'], facts['gdr']
 
 
 @pytest.mark.parametrize('profile, iface', [('nvidia_h100_8x_ndr', 'enp209s0f0np0'), ('amd_mi300x_roce', 'eno8303')])
 def test_default_route_from_the_host_reader(tmp_path, profile, iface):
     # gdr_facts' host layer (module_utils/_host.py) reads /proc/net/route below the root. The H100's
     # default route leaves through the BlueField-3 front-end port: sockets there, RDMA on the rails.
-    host = pytest.importorskip('ansible_collections.hpc.gpu_fabric.plugins.module_utils._host')
-    ib, gdr = node(tmp_path, profile)
-    gdr['host'] = host.read_host(SysRoot(str(tmp_path)))
-    result = recommend(ib, gdr)
+    facts = node_facts.read(tmp_path, profile)
+    result = recommend(facts['ib'], facts['gdr'])
     assert result['settings']['NCCL_SOCKET_IFNAME'] == '=' + iface
     assert result['reasons']['NCCL_SOCKET_IFNAME'].startswith(
         'the default route leaves through %s (gpu_fabric_gdr.host.default_route_interface)' % iface)

@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The facts of a simulated node as the facts modules return them, without Ansible: a
+profile (plus faults and changes) rendered into a directory and read there by the same
+readers ib_link_facts and gdr_facts use. Needs ansible_collections.hpc.gpu_fabric importable."""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from tests.sim import faults, render
+
+
+def read(root, profile_name, fault_names=(), changes=None, targets=None, host=True):
+    """{'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr} of ``profile_name`` rendered at ``root``.
+
+    ``changes`` {section: {key: value}} updates the profile's sections before the faults;
+    ``targets`` gives each fault its target (an HCA name, ...) in the same order;
+    ``host`` False leaves out gdr['host'] (gdr_facts adds it from its own reader).
+    """
+    profile = copy.deepcopy(render.load_profile(profile_name))
+    for section, values in (changes or {}).items():
+        profile[section].update(values)
+    for index, name in enumerate(fault_names):
+        faults.apply(profile, name, (targets or [None] * len(fault_names))[index])
+    render.render(profile, str(root))
+    sysroot = SysRoot(str(root))
+    gdr = read_gdr(sysroot, list_rdma_devices(sysroot))
+    gdr.pop('host', None)
+    if host:
+        gdr['host'] = read_host(sysroot)
+    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}
