@@ -64,20 +64,25 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
            '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
            # The pairwise benchmark alone (the collective has its own tests).
-           '-e', json.dumps(dict(OPTIONS, fabric_bench_engine=engine, gpu_fabric_collective_enabled=False, **PORTS[engine]))]
+           '-e', json.dumps(dict(OPTIONS, fabric_bench_engine=engine, gpu_fabric_collective_enabled=False, **PORTS[engine])),
+           # The older per-round engine in host memory only (its mechanics: rounds, timeouts, a dead
+           # node); GPU memory is the sequence engine's case. Saves a minute of CI.
+           '-e', json.dumps({'fabric_bench_memory': ['host', 'gpu'] if engine == 'sequence' else ['host']})]
+    memories = ('host', 'gpu') if engine == 'sequence' else ('host',)
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
     stats = recap(result)
     assert stats['dead1']['unreachable'] == 1, result.stdout[-3000:]
     assert all(stats[h]['failed'] == 0 for h in ('n1', 'n2', 'n3', 'hang', 'localhost')), result.stdout[-3000:]
     if engine == 'rounds':
-        assert 'host memory: round 3 of 3' in result.stdout and 'gpu memory: round 3 of 3' in result.stdout   # progress
+        assert 'host memory: round 3 of 3' in result.stdout and 'gpu memory' not in result.stdout   # progress
 
     with open(os.path.join(out, 'bench.json')) as handle:
         bench = json.load(handle)
     pairs = dict(((p['memory'], frozenset((p['server'], p['client']))), p) for p in bench['pairs'])
-    # 4 live nodes: 6 pairs on one rail, in both memory kinds; the dead node is in none.
-    assert len(bench['pairs']) == 12 and not any('dead1' in key for _m, key in pairs)
+    # 4 live nodes: 6 pairs on one rail, in each memory kind; the dead node is in none.
+    assert len(bench['pairs']) == 6 * len(memories) and not any('dead1' in key for _m, key in pairs)
+    assert set(p['memory'] for p in bench['pairs']) == set(memories)
     hung_servers = [p for p in bench['pairs'] if p['server'] == 'hang']
     assert hung_servers
     for pair in hung_servers:
@@ -88,8 +93,9 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     assert unhealthy == []
     healthy = pairs[('host', frozenset(('n1', 'n3')))]
     assert healthy['verdict'] == 'ok' and healthy['bw_avg_gbps'] > 0.9 * 400
-    far = [pairs[('gpu', frozenset((peer, 'n2')))] for peer in ('n1', 'n3')]
-    assert all(p['verdict'] == 'low' and p['gpu_vs_host'] < 0.9 for p in far), far
+    if 'gpu' in memories:
+        far = [pairs[('gpu', frozenset((peer, 'n2')))] for peer in ('n1', 'n3')]
+        assert all(p['verdict'] == 'low' and p['gpu_vs_host'] < 0.9 for p in far), far
     assert bench['matrix']['host']['0']
     # Nothing of the benchmark outlives it, on any node (they all share this machine).
     # This test's stand-ins only (other tests run in parallel): they carry its port.
