@@ -89,9 +89,13 @@ def kernel_version(release):
 
 
 def symvers_exports(text, symbol):
-    """Module.symvers: '0xcrc<TAB>symbol<TAB>module<TAB>EXPORT_...'."""
-    needle = '\t%s\t' % symbol
-    return any(needle in line for line in (text or '').splitlines())
+    """Module.symvers: '0xcrc<TAB>symbol<TAB>module<TAB>EXPORT_...' (text or bytes).
+
+    The symbol is the second field, so it sits between two tabs wherever the line is: one
+    find() over the whole file (1-2 MB on a distribution kernel) instead of a line split."""
+    if isinstance(text, bytes):
+        return (b'\t%s\t' % symbol.encode()) in text
+    return ('\t%s\t' % symbol) in (text or '')
 
 
 def kallsyms_has(sysroot, symbol):
@@ -123,8 +127,12 @@ def read_kernel(sysroot):
     if release:
         for rel in ('/usr/src/kernels/%s/Module.symvers', '/lib/modules/%s/build/Module.symvers'):
             rel = rel % release
-            if sysroot.exists(rel):
-                result.update(mm_kobj_exported=symvers_exports(sysroot.text(rel), 'mm_kobj'), mm_kobj_source=rel)
+            # Read whole: a distribution kernel's Module.symvers is 1-2 MB, and a symbol past
+            # the first MiB (text()'s limit for sysfs attributes) read as "not exported" -
+            # the wrong root cause on a healthy kernel. Unreadable: the next source decides.
+            data = sysroot.cached(rel) if sysroot.exists(rel) else None
+            if data is not None:
+                result.update(mm_kobj_exported=symvers_exports(data, 'mm_kobj'), mm_kobj_source=rel)
                 return result
         rel = '/boot/symvers-%s.gz' % release
         content = sysroot.binary(rel, size=64 << 20) if sysroot.exists(rel) else None

@@ -268,3 +268,33 @@ def test_nearest_nic_ties_fall_in_natural_order_everywhere():
     assert _gdr.nearest_nics(topology) == {'gpu0': ('PIX', 'mlx5_2'), 'gpu1': ('SYS', 'mlx5_0')}
     assert _gdr.nearest_nics(topology, among={'mlx5_10', 'mlx5_0'}) == {'gpu0': ('PIX', 'mlx5_10'), 'gpu1': ('SYS', 'mlx5_0')}
     assert _gdr.nearest_nics(None) == {}
+
+
+def test_mm_kobj_export_found_past_the_first_mib_of_module_symvers(tmp_path):
+    # A distribution kernel's Module.symvers is 1-2 MB; mm_kobj may sit anywhere in it.
+    release = '5.15.0-105-generic'
+    (tmp_path / 'proc/sys/kernel').mkdir(parents=True)
+    (tmp_path / 'proc/sys/kernel/osrelease').write_text(release + '\n')
+    build = tmp_path / ('lib/modules/%s/build' % release)
+    build.mkdir(parents=True)
+    filler = ''.join('0x%08x\tsym_%06d\tvmlinux\tEXPORT_SYMBOL\t\n' % (i, i) for i in range(40000))
+    assert len(filler) > 1 << 20
+    (build / 'Module.symvers').write_text(filler + '0x1234abcd\tmm_kobj\tvmlinux\tEXPORT_SYMBOL_GPL\t\n')
+    kernel = _gdr.read_kernel(SysRoot(str(tmp_path)))
+    assert kernel['mm_kobj_exported'] is True
+    assert kernel['mm_kobj_source'] == '/lib/modules/%s/build/Module.symvers' % release
+    (build / 'Module.symvers').write_text(filler)
+    assert _gdr.read_kernel(SysRoot(str(tmp_path)))['mm_kobj_exported'] is False
+
+
+def test_unreadable_module_symvers_is_not_read_as_not_exported(tmp_path):
+    release = '5.15.0-105-generic'
+    (tmp_path / 'proc/sys/kernel').mkdir(parents=True)
+    (tmp_path / 'proc/sys/kernel/osrelease').write_text(release + '\n')
+    # A Module.symvers that exists but cannot be read (a directory: EISDIR, for root too).
+    (tmp_path / ('lib/modules/%s/build/Module.symvers' % release)).mkdir(parents=True)
+    sysroot = SysRoot(str(tmp_path))
+    kernel = _gdr.read_kernel(sysroot)
+    # No other source here: unknown, with the reason in the warnings - never False.
+    assert kernel['mm_kobj_exported'] is None and kernel['mm_kobj_source'] is None
+    assert any('Module.symvers' in w for w in sysroot.warnings)
