@@ -19,15 +19,16 @@ options:
     default: /
 '''
 
+    # The attributes of the facts modules; their descriptions come from
+    # ansible.builtin.action_common_attributes (and its .facts), which the modules extend too.
     FACTS = r'''
 attributes:
   check_mode:
     support: full
-    description: Can run in check_mode and return changed status prediction without modifying target.
   diff_mode:
     support: none
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
   facts:
     support: full
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+  platform:
+    platforms: posix
 '''

@@ -24,14 +24,16 @@ description:
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - hpc.gpu_fabric.root
 attributes:
   check_mode:
     support: full
-    description: Can run in check_mode and return changed status prediction without modifying target.
   diff_mode:
     support: full
     description: Shows the ACSCtl bits of each bridge before and after.
+  platform:
+    platforms: posix
 options:
   scope:
     description:

@@ -29,15 +29,16 @@ description:
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - hpc.gpu_fabric.root
 attributes:
   check_mode:
     support: full
-    description: Can run in check_mode and return changed status prediction without modifying target.
     details: In check mode the readers run and everything is counted; no file is written.
   diff_mode:
     support: none
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+  platform:
+    platforms: posix
 options:
   dest:
     description:

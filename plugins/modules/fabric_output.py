@@ -22,13 +22,15 @@ description:
   - One file that cannot be written does not stop the others; the task fails afterwards and names it.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    description: Can run in check_mode and return changed status prediction without modifying target.
   diff_mode:
     support: full
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+  platform:
+    platforms: posix
 options:
   dest:
     description:

@@ -21,6 +21,8 @@ description:
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
   - hpc.gpu_fabric.root
   - hpc.gpu_fabric.root.facts
 options:

@@ -16,13 +16,15 @@ description:
   - Runs on the controller through its action plugin; it never connects to the host.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    description: Can run in check_mode and return changed status prediction without modifying target.
   diff_mode:
     support: none
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+  platform:
+    platforms: posix
 options:
   msg:
     description: Why the host is unreachable, as the run shows it.

@@ -27,14 +27,16 @@ description:
   - Running a benchmark changes nothing on the node, so C(changed) is always false.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: partial
     details: In check mode no tool is run; the task is skipped and returns the commands it would run. O(from_log) is parsed.
-    description: Can run in check_mode and return changed status prediction without modifying target.
   diff_mode:
     support: none
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+  platform:
+    platforms: posix
 options:
   test:
     description:
