@@ -44,10 +44,10 @@ BEACON_TAG = 'gf-fabric-bench'
 TICK_S = 0.01
 # How often a step's new servers are looked for among the listening sockets (/proc/net/tcp).
 LISTEN_POLL_S = 0.005
-# A test waiting for its peer asks its beacon every PROBE_EVERY_S (half of it is, on
-# average, added to every round: 0.1 s cost 15 rounds x 0.05 s on 16 nodes; a probe is a
-# local-network connect answered at once); a running test
-# only checks that the peer is alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
+# A test waiting for its peer asks its beacon every PROBE_EVERY_S: half of it is, on
+# average, added to every round (0.1 s cost 15 rounds x 0.05 s on 16 nodes), and a probe is
+# a local-network connect answered at once. A running test only checks that the peer is
+# alive, every ALIVE_EVERY_S (each probe wakes the peer's process).
 PROBE_EVERY_S = 0.01
 ALIVE_EVERY_S = 1.0
 # A server whose client has moved past the step gets this long to print and exit
