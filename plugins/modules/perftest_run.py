@@ -204,7 +204,10 @@ options:
         previous run, another service) does not count.
     type: str
   dead_after:
-    description: With O(sequence), seconds without an answer from a peer's beacon, once seen, after which the peer is lost.
+    description:
+      - With O(sequence), seconds a peer's beacon, once seen, may refuse or be unreachable before the peer is lost.
+      - A beacon that accepts the connection but answers late belongs to a busy node (its process holds the socket)
+        and is waited for up to 6 x O(dead_after) seconds without an answer.
     type: int
     default: 10
   start_grace:

@@ -196,11 +196,9 @@ def test_quartet(tmp_path):
 
 FACTS_PLAY = PLAY + '''
     - name: Hand the host facts the role used to the test
-      ansible.builtin.copy:
-        content: "{{ ansible_facts.gpu_fabric_gdr.host | default({}) | to_json }}"
-        dest: "{{ results_dir }}/{{ inventory_hostname }}.json"
-        mode: "0644"
-      delegate_to: localhost
+      hpc.gpu_fabric.fabric_output:
+        dest: "{{ results_dir }}"
+        files: "{{ {inventory_hostname ~ '.json': ansible_facts.gpu_fabric_gdr.host | default({}) | to_json} }}"
       changed_when: false
 '''
 

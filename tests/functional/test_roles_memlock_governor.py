@@ -56,12 +56,11 @@ PLAY = '''
       ansible.builtin.import_role:
         name: hpc.gpu_fabric.cpu_governor
       tags: [cpu_governor, configure]
+    # Written by the controller itself (no module per host and run).
     - name: Hand the cpu_governor_result fact to the test
-      ansible.builtin.copy:
-        content: "{{ cpu_governor_result | default({}) | to_json }}"
-        dest: "{{ results_dir }}/{{ inventory_hostname }}.json"
-        mode: "0644"
-      delegate_to: localhost
+      hpc.gpu_fabric.fabric_output:
+        dest: "{{ results_dir }}"
+        files: "{{ {inventory_hostname ~ '.json': cpu_governor_result | default({}) | to_json} }}"
       check_mode: false
       changed_when: false
       tags: [cpu_governor]
