@@ -24,9 +24,12 @@ stand-ins' default 0.5 s is shorter than a real 8 MiB ib_write_bw with its 1 s p
 connecting). --engine rounds measures the per-round engine instead of the sequence one.
 --profile P --role-defaults measures what a user runs on such nodes: the role's defaults
 (every rail, host and GPU memory, 8 MiB) instead of one rail, host memory, 1 MiB; a round
-is then one step per memory kind ('rounds' counts the steps).
+is then one step per memory kind ('rounds' counts the steps). --iterations N sets perftest's
+iterations (fabric_bench_iterations; perftest's default is 5,000): longer tests, as a slower
+fabric or a larger message gives them, for a real test length of S seconds or less.
 
-Usage: python -m tests.bench.mesh_speed [--test-seconds S] [--engine E] [--profile P --role-defaults] [N ...]
+Usage: python -m tests.bench.mesh_speed [--test-seconds S] [--engine E] [--profile P --role-defaults]
+       [--iterations N] [N ...]
 (run from the checkout, venv active)
 """
 
@@ -57,7 +60,7 @@ def _playbook(args, env=None):
     return time.perf_counter() - start
 
 
-def measure(nodes, test_seconds=None, engine='sequence', profile='homelab_cx4', role_defaults=False):
+def measure(nodes, test_seconds=None, engine='sequence', profile='homelab_cx4', role_defaults=False, iterations=None):
     work = tempfile.mkdtemp(prefix='gf-mesh-')
     spec = {'nodes': [{'name': 'n%02d' % i, 'profile': profile} for i in range(1, nodes + 1)]}
     cluster.build(spec, work, 'local', python=sys.executable)
@@ -73,6 +76,8 @@ def measure(nodes, test_seconds=None, engine='sequence', profile='homelab_cx4', 
         # One rail, host memory, 1 MiB: the homelab nodes' memlock is 8 MiB (seed 002 before
         # its setup) and perftest registers 2 x the message size (the stand-in refuses beyond it).
         options.update(fabric_bench_memory=['host'], fabric_bench_size=1048576)
+    if iterations:
+        options['fabric_bench_iterations'] = iterations
     memory_kinds = len(options.get('fabric_bench_memory', ['host', 'gpu']))
     args = [os.path.join(REPO, 'playbooks', 'benchmark.yml'), '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes',
             '-e', 'gpu_fabric_output_dir=' + out, '-e', json.dumps(options)]
@@ -114,9 +119,11 @@ def main(argv=None):
     parser.add_argument('--engine', choices=['sequence', 'rounds'], default='sequence')
     parser.add_argument('--profile', default='homelab_cx4')
     parser.add_argument('--role-defaults', action='store_true')
+    parser.add_argument('--iterations', type=int, default=None)
     parser.add_argument('nodes', type=int, nargs='*', default=[8, 16])
     args = parser.parse_args(argv)
-    print(json.dumps([measure(n, args.test_seconds, args.engine, args.profile, args.role_defaults) for n in args.nodes],
+    print(json.dumps([measure(n, args.test_seconds, args.engine, args.profile, args.role_defaults, args.iterations)
+                      for n in args.nodes],
                      indent=2))
     return 0
 
