@@ -261,17 +261,15 @@ def build_topology(pci, gpus, nics):
     """Distance of every GPU x NIC pair, the bridges between them, and each GPU's nearest NIC."""
     pairs = []
     for gpu in gpus:
-        best = None
         for nic in nics:
             if nic['pci_address'] not in pci:
                 continue
             cls, bridges = _pci.distance(pci[gpu['pci_address']], pci[nic['pci_address']])
             pairs.append({'gpu': gpu['name'], 'nic': nic['name'], 'distance': cls, 'bridges': bridges})
-            rank = nic_rank(cls, bridges, nic['name'])
-            if best is None or rank < best[0]:
-                best = (rank, nic['name'], cls)
-        gpu['nearest_nic'] = best[1] if best else None
-        gpu['nearest_nic_distance'] = best[2] if best else None
+    nearest = nearest_nics(pairs)
+    for gpu in gpus:
+        distance, nic = nearest.get(gpu['name'], (None, None))
+        gpu['nearest_nic'], gpu['nearest_nic_distance'] = nic, distance
     return pairs
 
 

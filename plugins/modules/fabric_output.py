@@ -11,8 +11,8 @@ short_description: Write a run's output files (bench.json, report.json, ...) on 
 version_added: 0.1.0
 description:
   - Writes text files into a directory of the controller, the machine running C(ansible-playbook), whichever host
-    the task runs for. The playbooks use it for C(bench.json), C(collective.json), C(validate.json) and the report
-    files.
+    the task runs for. The playbooks use it for C(bench.json), C(collective.json), C(facts/<host>.json),
+    C(capture.json) and the report files.
   - Each file is written atomically - a temporary file in the same directory renamed over the old one - so a
     reader (a dashboard, a CI job collecting C(junit.xml)) never sees half a file. A file whose content and mode
     are already right is left alone.

@@ -25,7 +25,7 @@ How NCCL reads these values (NVIDIA/nccl sources, and env.html of the NCCL user 
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 
 # gdr_facts distance class -> NCCL path type. NCCL has no NODE: its topology has one CPU node
@@ -34,9 +34,6 @@ NCCL_GDR_LEVELS = {'PIX': 'PIX', 'PXB': 'PXB', 'PHB': 'PHB', 'NODE': 'PHB', 'SYS
 # gid_attrs/types of a RoCE v2 GID (kernel drivers/infiniband/core/cache.c gid_type_str);
 # v1 entries read 'IB/RoCE v1' and are not routable over IP.
 ROCE_V2 = 'RoCE v2'
-
-
-_natural = _gdr.natural_key
 
 
 def _port_id(device, port):
@@ -56,7 +53,7 @@ def _nearest(gdr, nic_names):
 def select_ports(ib, gdr):
     """The RDMA ports NCCL should use: ([(device, port)], {port id: why it is left out}, notes)."""
     active, left_out, notes = [], {}, []
-    for device in sorted((ib or {}).get('devices') or [], key=lambda d: _natural(d.get('name'))):
+    for device in sorted((ib or {}).get('devices') or [], key=lambda d: natural_key(d.get('name'))):
         for port in device.get('ports') or []:
             if port.get('state') != 'ACTIVE':
                 left_out[_port_id(device, port)] = 'state %s, physical state %s' % (port.get('state'), port.get('phys_state'))
@@ -81,7 +78,7 @@ def select_ports(ib, gdr):
         if (device['name'] not in serving and compute_rate and port.get('rate_gbps')
                 and port['rate_gbps'] < compute_rate):
             distances = [v for v in ((gdr.get('matrix') or {}).get(gpu, {}).get(device['name'])
-                                     for gpu in sorted(gdr.get('matrix') or {}, key=_natural)) if v in DISTANCE_CLASSES]
+                                     for gpu in sorted(gdr.get('matrix') or {}, key=natural_key)) if v in DISTANCE_CLASSES]
             closest = min(distances, key=DISTANCE_CLASSES.index) if distances else 'unknown'
             left_out[_port_id(device, port)] = (
                 '%s %s, the nearest NIC of no GPU - the closest is %s away - and slower than the %g Gb/s NICs '
@@ -107,9 +104,9 @@ def ib_hca(chosen, left_out, gdr):
     text = 'the %d ACTIVE port(s) in gpu_fabric_ib' % len(chosen)
     if nearest:
         text += ' of the NICs next to the GPUs (nearest NIC of %s)' % ', '.join(
-            '%s: %s %s' % (gpu, nearest[gpu][1], nearest[gpu][0]) for gpu in sorted(nearest, key=_natural))
+            '%s: %s %s' % (gpu, nearest[gpu][1], nearest[gpu][0]) for gpu in sorted(nearest, key=natural_key))
     if left_out:
-        text += '. Left out: %s' % '; '.join('%s (%s)' % (pid, left_out[pid]) for pid in sorted(left_out, key=_natural))
+        text += '. Left out: %s' % '; '.join('%s (%s)' % (pid, left_out[pid]) for pid in sorted(left_out, key=natural_key))
     return value, text + ". '=' makes each entry an exact device name, so mlx5_1 does not also select mlx5_10."
 
 
@@ -122,7 +119,7 @@ def gid_index(chosen):
     for device, port in roce:
         candidates[_port_id(device, port)] = dict((gid['index'], gid['ipv4']) for gid in port.get('gids') or []
                                                   if gid.get('type') == ROCE_V2 and gid.get('ipv4'))
-    order = sorted(candidates, key=_natural)
+    order = sorted(candidates, key=natural_key)
     missing = [pid for pid in order if not candidates[pid]]
     if missing:
         return None, None, ['NCCL_IB_GID_INDEX not set: RoCE port(s) %s have no RoCE v2 GID with an IPv4 address (no '
@@ -187,7 +184,7 @@ def gdr_level(gdr, chosen):
     if not nearest:
         return None, None, ['NCCL_NET_GDR_LEVEL not set: gpu_fabric_gdr has no GPU<->NIC distance for the ports in '
                             'NCCL_IB_HCA']
-    gpus = sorted(nearest, key=_natural)
+    gpus = sorted(nearest, key=natural_key)
     worst = max((nearest[gpu][0] for gpu in gpus), key=DISTANCE_CLASSES.index)
     level = NCCL_GDR_LEVELS[worst]
     reason = ('GPUDirect RDMA is ready (gpu_fabric_gdr.gdr_ready) and every GPU has a NIC of NCCL_IB_HCA within %s '
@@ -249,7 +246,7 @@ def recommend(ib, gdr):
             settings['NCCL_IB_HCA'], reasons['NCCL_IB_HCA'] = ib_hca(chosen, left_out, gdr)
         else:
             notes.append('NCCL_IB_HCA not set: no RDMA port is ACTIVE (%s)'
-                         % '; '.join('%s %s' % (pid, left_out[pid]) for pid in sorted(left_out, key=_natural)))
+                         % '; '.join('%s %s' % (pid, left_out[pid]) for pid in sorted(left_out, key=natural_key)))
         value, reason, more = gid_index(chosen)
         notes.extend(more)
         if value is not None:
