@@ -121,23 +121,26 @@ def parse_ibv_devinfo(text):
     """``ibv_devinfo`` (plain or -v) -> {(hca, port): active_mtu}.
 
     Lines: 'hca_id:\tmlx4_0', '\t\tport:\t1', '\t\t\tactive_mtu:\t\t4096 (5)'
-    (ibv_devinfo/heioy_mlx4_2hca_port2_down fixture).
+    (ibv_devinfo/heioy_mlx4_2hca_port2_down fixture), indented by tabs or spaces. Only
+    the values of enum ibv_mtu count (libibverbs ibv_mtu_string(); anything else is
+    printed 'invalid MTU'); a port cut off before its active_mtu line (a truncated paste,
+    ibv_devinfo/deepep60_cx7_ib_port_down_lid65535_truncated) is left out.
     """
     result = {}
     hca = port = None
     for line in (text or '').splitlines():
         stripped = line.strip()
         if stripped.startswith('hca_id:'):
-            hca = stripped.split(':', 1)[1].strip()
+            name = stripped.split(':', 1)[1].split()
+            hca = name[0] if name else None
             port = None
         elif stripped.startswith('port:') and hca is not None:
             port = parse_int(stripped.split(':', 1)[1])
         elif stripped.startswith('active_mtu:') and hca is not None and port is not None:
             value = stripped.split(':', 1)[1].split()
-            if value:
-                mtu = parse_int(value[0])
-                if mtu is not None:
-                    result[(hca, port)] = mtu
+            mtu = parse_int(value[0]) if value else None
+            if mtu in IB_MTUS:
+                result[(hca, port)] = mtu
     return result
 
 

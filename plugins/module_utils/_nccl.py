@@ -17,6 +17,7 @@ column, rccl-tests' copy of it, and the MCCL tests' form with '# '-prefixed rows
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -44,14 +45,27 @@ _STARTING_RE = re.compile(r'#\s*Collective test starting: (?P<name>\S+)')
 _AVG_RE = re.compile(r'^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+|nan|inf)')
 _OOB_RE = re.compile(r'^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<verdict>\w+)')
 _INFO_RE = re.compile(r'\b(?P<lib>[NRM]CCL) INFO (?P<text>.*)$')
-_USING_NETWORK_RE = re.compile(r'^Using network (?P<net>\S+)')
+_USING_NETWORK_RE = re.compile(r'^Using network (?P<net>.+?)\s*$')
 _NET_USING_RE = re.compile(r'^NET/(?P<net>\w+)\s*: Using (?P<devices>.*?)(?:\s*;\s*OOB .*)?$')
 # '[0]mlx5_0:1/IB [1]mlx5_3:1/RoCE': device:port, the link layer after the slash left out.
 _NET_DEVICE_RE = re.compile(r'\[\d+\](?P<name>[^\s\[;/]+)')
-_GDR_CHANNEL_RE = re.compile(r'via NET/\w+/\d+(?:\(\d+\))?/GDRDMA')
-_NET_CHANNEL_RE = re.compile(r'via NET/\w+/\d+')
+_NET_NO_DEVICE_RE = re.compile(r'^NET/IB\s*: No device found')
+# 'NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_1'' (src/transport/net_ib.cc), older
+# 'for HCA 0 : mlx5_0' and 'for GPU 0[0] / HCA 0 (distance 4 > 2)' (no name).
+_GDR_HCA_RE = re.compile(r'^NET/(?P<net>\w+)\s*: GPU Direct RDMA (?P<state>Disabled|Enabled) for (?:GPU \S+ / )?HCA \d+'
+                         r'(?: \'(?P<quoted>[^\']+)\'| : (?P<plain>[\w.-]+))?')
 _GDR_DISABLED_RE = re.compile(r'GPU Direct RDMA Disabled')
 _NET_NOTE_RE = re.compile(r'^(?:NET/\w+\s*: No device found|Failed to initialize NET plugin|NET/\w+\s*: GPU Direct RDMA)')
+# Connection lines of src/transport.cc and src/graph/connect.cc: 'Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA',
+# older 'Channel 00 : 4[84000] -> 3[9000] via P2P/direct pointer' and NCCL 2.4's 'Ring 00 : 26[2] -> 24[0] via P2P/IPC'.
+_CONNECT_RE = re.compile(r'^(?:Channel|Ring) \d+(?:/\d+)? : .*? via (?P<via>.+?)\s*$')
+# 'NET/IB/0/GDRDMA', 'NET/IBext_v8/0(7)/GDRDMA' (PXN: NIC 0 for GPU 7), 'NET/AWS Libfabric/1/GDRDMA', 'NET/Socket/0'.
+_VIA_NET_RE = re.compile(r'^NET/(?P<net>[^/]+?)/(?P<dev>\d+)(?:\(\d+\))?(?P<gdr>/GDRDMA)?')
+_VIA_INTRA = (('P2P', re.compile(r'^P2P/')), ('SHM', re.compile(r'^(?:SHM\b|direct shared memory)')),
+              ('NVLS', re.compile(r'^NVLS\b')), ('COLLNET', re.compile(r'^CollNet')))
+_NVLS_CHANNELS_RE = re.compile(r'\b(?P<count>\d+) nvls channels')
+# init.cc: 'Connected all rings, use ring PXN 0 GDR 1' - whether the graph uses GPUDirect RDMA.
+_RING_GDR_RE = re.compile(r'^Connected all rings.*\bGDR (?P<gdr>[01])\b')
 EVIDENCE_MAX = 20
 
 # First kind that matches wins (a missing binary is also a failed launch); each (kind, pattern) names what failed. Texts: Open MPI
@@ -91,15 +105,17 @@ def parse_size(value):
 def _int(token):
     try:
         return int(token)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def _float(token):
+    """A finite float, or None ('N/A', '-', 'inf', 'nan', 1e999, a number of hundreds of digits)."""
     try:
-        return float(token)
-    except (TypeError, ValueError):
+        value = float(token)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def _wrong(token):
@@ -114,8 +130,8 @@ def _empty():
         'benchmark': None, 'header': {}, 'ranks': [], 'hosts': [],
         'versions': {'tool': None, 'tests': None, 'headers': None, 'library': None, 'library_version': None},
         'results': [], 'avg_busbw_gbs': None, 'max_busbw_gbs': None, 'out_of_bounds': None, 'wrong_total': None,
-        'transport': {'net': None, 'hcas': [], 'gdr': None, 'evidence': []},
-        'format': None, 'columns': None, 'complete': False, 'failure': None,
+        'transport': {'net': None, 'net_name': None, 'hcas': [], 'gdr': None, 'intra': [], 'evidence': []},
+        'format': None, 'columns': None, 'complete': False, 'failure': None, 'problems': [],
     }
 
 
@@ -132,11 +148,72 @@ def _header(match):
     return header
 
 
+# Launcher prefixes, stripped before anything else is read: Open MPI --tag-output / orte_tag_output
+# ('[1,0]<stdout>:', '[1,12]<stderr>:', Open MPI orterun's output filter), Slurm 'srun --label'
+# (' 0: ', srun's --label pads the task id), and a bare rank label '[0] ' put in front of NCCL's
+# own 'host:pid:tid [dev]' prefix (https://github.com/NVIDIA/nccl/issues/1453). NCCL's own prefix
+# is left alone: the INFO/WARN patterns read through it.
+_MPI_TAG_RE = re.compile(r'\[\d+,\d+\]<std(?:out|err|diag)>:')
+_SRUN_LABEL_RE = re.compile(r'^\s*\d+:(?:\s|$)')
+_RANK_LABEL_RE = re.compile(r'^\[\d+\](?:\s+|$)')
+
+
+def split_launcher_lines(text):
+    """[(line number, line without launcher prefixes)]. Ranks writing at once can leave an
+    Open MPI tag in the middle of a line: the text after it is a line of its own."""
+    out = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        pieces = _MPI_TAG_RE.split(raw)
+        if len(pieces) > 1 and not pieces[0].strip():
+            pieces = pieces[1:]
+        for piece in pieces:
+            for _strip in range(3):  # stacked prefixes: '[0] ' behind a tag, a label behind a label
+                stripped = _SRUN_LABEL_RE.sub('', piece, count=1)
+                stripped = _RANK_LABEL_RE.sub('', stripped, count=1)
+                if stripped == piece:
+                    break
+                piece = stripped
+            out.append((number, piece))
+    return out
+
+
+# Column layouts by field count, for rows read without their column-name line (an excerpt):
+# nccl-tests common.cu PrintHeader - 'size count type redop root' + 2 x 'time algbw busbw #wrong' (13),
+# the older form without 'root' and with 'error' (12), and the old broadcast/reduce form with 'root'
+# but no 'redop' (11).
+_INFERRED = {13: ('redop', 'root'), 12: ('redop',), 11: ('root',)}
+_TYPE_RE = re.compile(r'^[A-Za-z_][\w]*$')
+TEXT_MAX = 120
+
+
 def _columns(tokens):
     """The table's column header ('size count type redop [root] time algbw busbw #wrong|error ...')."""
-    if len(tokens) < 8 or tokens[0] != 'size' or 'count' not in tokens or 'busbw' not in tokens:
+    if len(tokens) < 8 or tokens[0] != 'size' or 'count' not in tokens or 'busbw' not in tokens or 'time' not in tokens:
         return None
-    return {'root': 'root' in tokens, 'check': 'error' if 'error' in tokens else 'wrong'}
+    fixed = tokens[:tokens.index('time')]
+    return {'root': 'root' in fixed, 'redop': 'redop' in fixed, 'check': 'error' if 'error' in tokens else 'wrong',
+            'source': 'header'}
+
+
+def _inferred_columns(tokens):
+    """Columns of a row met before any column-name line, from its number of fields."""
+    names = _INFERRED.get(len(tokens))
+    if names is None:
+        return None
+    check = tokens[-1].rstrip('*')
+    # The old form's 'error' cell is a float ('2e-07', '0e+00') or N/A; '#wrong' is an int.
+    old = len(tokens) == 12 or 'root' not in names or not re.match(r'^-?\d+$', check)
+    return {'root': 'root' in names, 'redop': 'redop' in names, 'check': 'error' if old and len(tokens) != 13 else 'wrong',
+            'source': 'inferred'}
+
+
+def _width(columns):
+    return 3 + int(columns['redop']) + int(columns['root']) + 8
+
+
+def _looks_like_row(tokens):
+    """size and count integers and a type name: a result row, readable or not."""
+    return (len(tokens) >= 3 and tokens[0].isdigit() and tokens[1].isdigit() and _TYPE_RE.match(tokens[2]) is not None)
 
 
 def _side(values, check):
@@ -150,57 +227,140 @@ def _side(values, check):
 
 
 def _row(tokens, columns):
-    width = 13 if columns['root'] else 12
-    if len(tokens) != width or _int(tokens[0]) is None or _int(tokens[1]) is None:
-        return None
-    fixed = 5 if columns['root'] else 4
+    """(row, None) or (None, why it cannot be read)."""
+    width = _width(columns)
+    if len(tokens) != width:
+        return None, 'a result row has %d fields, the table has %d columns' % (len(tokens), width)
+    size, count = _int(tokens[0]), _int(tokens[1])
+    if size is None or count is None:
+        return None, 'size or count is not an integer'
+    fixed = width - 8
     sides = (_side(tokens[fixed:fixed + 4], columns['check']), _side(tokens[fixed + 4:fixed + 8], columns['check']))
     if any(side['time_us'] is None or side['busbw_gbs'] is None for side in sides):
-        return None
-    return {'size_bytes': int(tokens[0]), 'count': int(tokens[1]), 'type': tokens[2], 'redop': tokens[3],
-            'root': _int(tokens[4]) if columns['root'] else None, 'out_of_place': sides[0], 'in_place': sides[1]}
+        return None, 'time or busbw is not a finite number'
+    position = 3
+    redop = None
+    if columns['redop']:
+        redop = tokens[position]
+        position += 1
+    root = _int(tokens[position]) if columns['root'] else None
+    return {'size_bytes': size, 'count': count, 'type': tokens[2], 'redop': redop, 'root': root,
+            'out_of_place': sides[0], 'in_place': sides[1]}, None
+
+
+def _problem(number, text, reason):
+    text = text.strip()
+    if len(text) > TEXT_MAX:
+        text = text[:TEXT_MAX] + '...'
+    return {'line': number, 'text': text, 'reason': reason}
+
+
+def _is_ib(net):
+    # The IB verbs transport and its plugin builds (HPC-X 'IBext', 'IBext_v8'; nccl issue 988, 1453).
+    return net is not None and net.upper().startswith('IB')
 
 
 def _transport(info_lines):
     """The network NCCL used, its HCAs and whether GPUDirect RDMA was, from INFO lines
     (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET): 'Using network IB', 'NET/IB : Using
-    [0]mlx5_0:1/IB ...', channels 'via NET/IB/0/GDRDMA', 'GPU Direct RDMA Disabled'."""
-    transport = {'net': None, 'hcas': [], 'gdr': None, 'evidence': []}
+    [0]mlx5_0:1/IB ...', 'GPU Direct RDMA Disabled for HCA 1 'mlx5_1'', the connection lines
+    ('via NET/IB/0/GDRDMA', 'via NET/Socket/0', 'via P2P/IPC', 'via SHM') and
+    'Connected all rings, use ring PXN 0 GDR 1'."""
+    transport = {'net': None, 'net_name': None, 'hcas': [], 'gdr': None, 'intra': [], 'evidence': []}
     seen = set()
     gdr_used = gdr_disabled = False
+    ring_gdr = None
+    using_network = channel_net = None
+    ib_using = ib_missing = socket_using = False
 
-    def note(line, text):
-        if text not in seen and len(transport['evidence']) < EVIDENCE_MAX:
-            seen.add(text)
+    def note(line, key):
+        if key not in seen and len(transport['evidence']) < EVIDENCE_MAX:
+            seen.add(key)
             transport['evidence'].append(line.strip())
+
+    def add_hca(name):
+        if name and not any(hca.split(':')[0] == name.split(':')[0] for hca in transport['hcas']):
+            transport['hcas'].append(name)
+
+    def add_intra(kind):
+        if kind not in transport['intra']:
+            transport['intra'].append(kind)
 
     for line, text in info_lines:
         match = _USING_NETWORK_RE.match(text)
         if match:
-            transport['net'] = match.group('net')
+            using_network = using_network or match.group('net')
             note(line, text)
             continue
         match = _NET_USING_RE.match(text)
         if match:
-            if match.group('net') == 'IB':
+            if match.group('net') == 'Socket':
+                socket_using = True
+            else:
+                ib_using = ib_using or _is_ib(match.group('net'))
                 for device in _NET_DEVICE_RE.findall(match.group('devices')):
-                    if device not in transport['hcas']:
-                        transport['hcas'].append(device)
+                    add_hca(device)
+            note(line, text)
+            continue
+        match = _GDR_HCA_RE.match(text)
+        if match:
+            if match.group('state') == 'Disabled':
+                gdr_disabled = True
+            else:
+                gdr_used = True
+            if match.group('net') != 'Socket':  # a socket interface is no HCA ('lo', 'eth0')
+                add_hca(match.group('quoted') or match.group('plain'))
             note(line, text)
             continue
         if _GDR_DISABLED_RE.search(text):
             gdr_disabled = True
             note(line, text)
-        elif _GDR_CHANNEL_RE.search(text):
-            gdr_used = True
-            note(line, re.sub(r'^Channel \d+/\d+ : ', '', text))
-        elif _NET_CHANNEL_RE.search(text) or _NET_NOTE_RE.match(text):
-            note(line, re.sub(r'^Channel \d+/\d+ : ', '', text))
+            continue
+        if _NET_NO_DEVICE_RE.match(text):
+            ib_missing = True
+            note(line, text)
+            continue
+        match = _CONNECT_RE.match(text)
+        if match:
+            via = match.group('via')
+            net = _VIA_NET_RE.match(via)
+            if net:
+                channel_net = channel_net or net.group('net')
+                if net.group('gdr'):
+                    gdr_used = True
+                note(line, re.sub(r'^(?:Channel|Ring) \d+(?:/\d+)? : ', '', text))
+                continue
+            for kind, pattern in _VIA_INTRA:
+                if pattern.match(via):
+                    add_intra(kind)
+                    note(line, 'intra:' + kind)
+                    break
+            continue
+        match = _NVLS_CHANNELS_RE.search(text)
+        if match and int(match.group('count')) > 0:
+            add_intra('NVLS')
+            note(line, 'intra:NVLS')
+            continue
+        match = _RING_GDR_RE.match(text)
+        if match:
+            ring_gdr = match.group('gdr') == '1'
+            continue
+        if _NET_NOTE_RE.match(text):
+            note(line, text)
+    name = using_network or channel_net
+    if name is None and ib_using:
+        name = 'IB'  # NCCL tries IB first (src/net.cc); old releases print no 'Using network' line
+    elif name is None and ib_missing and socket_using:
+        name = 'Socket'  # 'NET/IB : No device found.' then 'NET/Socket : Using ...': the fallback
+    transport['net_name'] = name
+    transport['net'] = 'IB' if _is_ib(name) else name
     # One rank without GDR is enough to drag the ring down: 'Disabled' anywhere wins.
     if gdr_disabled:
         transport['gdr'] = False
     elif gdr_used:
         transport['gdr'] = True
+    elif ring_gdr is not None and transport['net'] not in (None, 'Socket'):
+        transport['gdr'] = ring_gdr  # only meaningful when the rings cross a network
     return transport
 
 
@@ -217,7 +377,8 @@ def find_failure(lines):
 def summarize(parsed):
     """avg is the tool's; max and the #wrong total are over both placements of every size."""
     results = parsed['results']
-    busbw = [row[side]['busbw_gbs'] for row in results for side in ('out_of_place', 'in_place')]
+    busbw = [row[side]['busbw_gbs'] for row in results for side in ('out_of_place', 'in_place')
+             if row[side]['busbw_gbs'] is not None]
     parsed['max_busbw_gbs'] = max(busbw) if busbw else None
     wrongs = [row[side]['wrong'] for row in results for side in ('out_of_place', 'in_place') if row[side]['wrong'] is not None]
     parsed['wrong_total'] = sum(wrongs) if wrongs else None
@@ -228,15 +389,21 @@ def summarize(parsed):
     return parsed
 
 
+_AVG_LINE_RE = re.compile(r'^#\s*Avg bus bandwidth\s*:?\s*(?P<value>.*?)\s*$')
+_HEADER_LINE_RE = re.compile(r'^#?\s*nThread\b')
+
+
 def parse_text(stdout, stderr=''):
     """Parse the text output of a *_perf binary (with any launcher and NCCL INFO noise)."""
     parsed = _empty()
     parsed['format'] = 'text'
     text = (stdout or '') + ('\n' + stderr if stderr else '')
-    lines = text.splitlines()
+    numbered = split_launcher_lines(text)
+    lines = [line for _number, line in numbered]
     info = []
     columns = None
-    for line in lines:
+    last_row = None
+    for position, (number, line) in enumerate(numbered):
         stripped = line.strip()
         match = _INFO_RE.search(line)
         if match:
@@ -247,11 +414,12 @@ def parse_text(stdout, stderr=''):
             if parsed['versions']['tool'] is None and match.group('lib') == 'MCCL':
                 parsed['versions']['tool'] = 'mccl-tests'
             continue
+        # The header and device lines lose their '#' when pasted as markdown (nccl-tests issue 249).
         match = _HEADER_RE.search(stripped)
-        if match and stripped.startswith('#'):
+        if match and _HEADER_LINE_RE.match(stripped):
             parsed['header'] = _header(match)
             continue
-        match = _DEVICE_RE.match(stripped)
+        match = _DEVICE_RE.match(stripped if stripped.startswith('#') else '#' + stripped)
         if match:
             parsed['ranks'].append({'rank': int(match.group('rank')), 'group': _int(match.group('group')),
                                     'pid': int(match.group('pid')), 'host': match.group('host'),
@@ -271,10 +439,14 @@ def parse_text(stdout, stderr=''):
         if match:
             parsed['benchmark'] = match.group('name')
             continue
-        match = _AVG_RE.match(stripped)
+        match = _AVG_LINE_RE.match(stripped)
         if match:
-            parsed['avg_busbw_gbs'] = float(match.group('value'))
-            parsed['complete'] = True
+            value = match.group('value').split()[0] if match.group('value') else ''
+            if _float(value) is None:
+                parsed['problems'].append(_problem(number, stripped, 'the average line holds no finite number'))
+            else:
+                parsed['avg_busbw_gbs'] = float(value)
+                parsed['complete'] = True
             continue
         match = _OOB_RE.match(stripped)
         if match:
@@ -286,17 +458,30 @@ def parse_text(stdout, stderr=''):
                 parsed['versions']['library_version'] = lib.group('version')
                 continue
         tokens = stripped.lstrip('#').split()
-        if columns is None:
-            columns = _columns(tokens)
-            if columns is not None:
-                parsed['columns'] = columns
+        found = _columns(tokens)
+        if found is not None:
+            columns = parsed['columns'] = found
             continue
-        row = _row(tokens, columns)
-        if row is not None:
-            parsed['results'].append(row)
+        if not _looks_like_row(tokens):
+            continue
+        if columns is None:
+            columns = _inferred_columns(tokens)
+            if columns is None:
+                parsed['problems'].append(_problem(number, stripped, 'a result row of %d fields without a column header'
+                                                   % len(tokens)))
+                continue
+            parsed['columns'] = columns
+        row, why = _row(tokens, columns)
+        if row is None:
+            parsed['problems'].append(_problem(number, stripped, why))
+            continue
+        parsed['results'].append(row)
+        last_row = position
     parsed['transport'] = _transport(info)
-    # A run that printed its Avg line finished: a stray 'NCCL WARN' before it was not fatal.
-    parsed['failure'] = None if parsed['complete'] else find_failure(lines)
+    # A run that printed its Avg line finished: a stray 'NCCL WARN' before it was not fatal. Nor was
+    # one before a result row: the benchmark went on ('Failed to open libibverbs', nccl-tests issue 82).
+    if not parsed['complete']:
+        parsed['failure'] = find_failure(lines[last_row + 1:] if last_row is not None else lines)
     return summarize(parsed)
 
 
@@ -305,67 +490,112 @@ def _json_side(side, validation):
     # writeResultLine '%7.2f' / '%6.2f'); rounding the same way makes -J and text runs
     # give the same numbers, whichever path the module took.
     wrong = side.get('nwrong')
-    wrong = int(wrong) if isinstance(wrong, (int, float)) and wrong >= 0 and validation != 0 else None
-    return {'time_us': round(float(side['time']), 2), 'algbw_gbs': round(float(side['alg_bw']), 2),
-            'busbw_gbs': round(float(side['bus_bw']), 2), 'wrong': wrong, 'error': None}
+    wrong = int(wrong) if _json_number(wrong) and wrong >= 0 and validation != 0 else None
+    values = dict((key, side.get(key)) for key in ('time', 'alg_bw', 'bus_bw'))
+    for key, value in values.items():
+        if not _json_number(value):
+            raise ValueError('%s is %r, not a finite number' % (key, value))
+    return {'time_us': round(float(values['time']), 2), 'algbw_gbs': round(float(values['alg_bw']), 2),
+            'busbw_gbs': round(float(values['bus_bw']), 2), 'wrong': wrong, 'error': None}
+
+
+def _json_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _json_int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _json_dict(value):
+    return value if isinstance(value, dict) else {}
 
 
 def _library_version(code):
     """NCCL_VERSION_CODE (22809 = 2.28.9, 2708 = 2.7.8; nccl.h: major*10000+minor*100+patch from 2.9)."""
-    if not isinstance(code, int) or code <= 0:
+    if not isinstance(code, int) or isinstance(code, bool) or code <= 0 or code >= 10 ** 7:
         return None
     if code >= 10000:
         return '%d.%d.%d' % (code // 10000, code // 100 % 100, code % 100)
     return '%d.%d.%d' % (code // 1000, code // 100 % 10, code % 100)
 
 
+def _json_row(row, validation):
+    if not isinstance(row, dict):
+        raise ValueError('not an object')
+    for key in ('size', 'count'):
+        if _json_int(row.get(key)) is None or row[key] < 0:
+            raise ValueError('%s is %r, not a non-negative integer' % (key, row.get(key)))
+    sides = {}
+    for key in ('out_of_place', 'in_place'):
+        if not isinstance(row.get(key), dict):
+            raise ValueError('%s is %r, not an object' % (key, row.get(key)))
+        try:
+            sides[key] = _json_side(row[key], validation)
+        except ValueError as exc:
+            raise ValueError('%s.%s' % (key, exc))
+    text = lambda value: value if isinstance(value, str) else None  # noqa: E731
+    return {'size_bytes': row['size'], 'count': row['count'], 'type': text(row.get('type')), 'redop': text(row.get('redop')),
+            'root': _int(str(row.get('root', '')).strip()) if isinstance(row.get('root', ''), (int, str)) else None,
+            'out_of_place': sides['out_of_place'], 'in_place': sides['in_place']}
+
+
 def parse_json(text):
-    """Parse the -J output of nccl-tests (JSON 'version' 3) into the structure of parse_text."""
+    """Parse the -J output of nccl-tests (JSON 'version' 3) into the structure of parse_text.
+    Whatever the document holds, a wrong type or an unreadable number is a problem naming its
+    field, never an exception."""
     parsed = _empty()
     parsed['format'] = 'json'
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # includes numbers over the int digit limit
         parsed['failure'] = {'kind': 'unparsed', 'message': 'not JSON: %s' % exc, 'lines': []}
         return parsed
     if not isinstance(doc, dict) or not isinstance(doc.get('results'), list):
         parsed['failure'] = {'kind': 'unparsed', 'message': 'JSON without a results list', 'lines': []}
         return parsed
-    config = doc.get('config') or {}
-    args = doc.get('args') or []
-    if args:
-        parsed['benchmark'] = os.path.basename(str(args[0]))
-    parsed['header'] = {
-        'threads': config.get('nthreads'), 'gpus': config.get('ngpus'), 'min_bytes': config.get('minimum_bytes'),
-        'max_bytes': config.get('maximum_bytes'), 'step_factor': config.get('step_factor'), 'step_bytes': config.get('step_bytes'),
-        'warmup_iters': config.get('warmup_iters'), 'iters': config.get('iterations'),
-        'agg_iters': config.get('aggregated_iterations'), 'validation': config.get('validation'), 'graph': config.get('graph'),
-    }
-    for device in config.get('devices') or []:
-        parsed['ranks'].append({'rank': device.get('rank'), 'group': device.get('group'), 'pid': device.get('pid'),
-                                'host': device.get('hostname'), 'device': device.get('device'),
-                                'bus_id': device.get('device_hex'), 'name': device.get('device_info')})
-    code = doc.get('nccl_version')
-    parsed['versions'].update(tool='nccl-tests', library=code if isinstance(code, int) else None,
-                              library_version=_library_version(code))
-    validation = config.get('validation')
-    for row in doc['results']:
-        try:
-            parsed['results'].append({
-                'size_bytes': int(row['size']), 'count': int(row['count']), 'type': row.get('type'), 'redop': row.get('redop'),
-                'root': _int(str(row.get('root', '')).strip()),
-                'out_of_place': _json_side(row['out_of_place'], validation), 'in_place': _json_side(row['in_place'], validation)})
-        except (KeyError, TypeError, ValueError):
+    config = _json_dict(doc.get('config'))
+    args = doc.get('args')
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        parsed['benchmark'] = os.path.basename(args[0])
+    parsed['header'] = dict((name, _json_int(config.get(key))) for name, key in (
+        ('threads', 'nthreads'), ('gpus', 'ngpus'), ('min_bytes', 'minimum_bytes'), ('max_bytes', 'maximum_bytes'),
+        ('step_factor', 'step_factor'), ('step_bytes', 'step_bytes'), ('warmup_iters', 'warmup_iters'),
+        ('iters', 'iterations'), ('agg_iters', 'aggregated_iterations'), ('validation', 'validation'), ('graph', 'graph')))
+    devices = config.get('devices') if isinstance(config.get('devices'), list) else []
+    for index, device in enumerate(devices):
+        if not isinstance(device, dict):
+            parsed['problems'].append({'line': None, 'text': 'config.devices[%d]' % index, 'reason': 'not an object'})
             continue
+        parsed['ranks'].append({'rank': _json_int(device.get('rank')), 'group': _json_int(device.get('group')),
+                                'pid': _json_int(device.get('pid')), 'host': device.get('hostname'),
+                                'device': _json_int(device.get('device')), 'bus_id': device.get('device_hex'),
+                                'name': device.get('device_info')})
+    code = doc.get('nccl_version')
+    parsed['versions'].update(tool='nccl-tests', library=_json_int(code), library_version=_library_version(code))
+    validation = config.get('validation')
+    for index, row in enumerate(doc['results']):
+        try:
+            parsed['results'].append(_json_row(row, validation))
+        except ValueError as exc:
+            parsed['problems'].append({'line': None, 'text': 'results[%d]' % index, 'reason': str(exc)[:TEXT_MAX]})
     oob = doc.get('out_of_bounds')
     if isinstance(oob, dict) and 'count' in oob:
-        parsed['out_of_bounds'] = {'count': int(oob['count']), 'ok': str(oob.get('okay')).lower() == 'true'}
+        if _json_int(oob['count']) is None:
+            parsed['problems'].append({'line': None, 'text': 'out_of_bounds.count', 'reason': 'not an integer'})
+        else:
+            parsed['out_of_bounds'] = {'count': oob['count'], 'ok': str(oob.get('okay')).lower() == 'true'}
     avg = doc.get('average_bus_bandwidth')
-    if isinstance(avg, dict) and isinstance(avg.get('bandwidth'), (int, float)):
-        # The text prints it with '%g' (six significant digits): 87.640711 -> 87.6407.
-        parsed['avg_busbw_gbs'] = float('%g' % avg['bandwidth'])
-        parsed['complete'] = True
-    errors = [str(error).strip() for error in doc.get('errors') or [] if str(error).strip()]
+    if isinstance(avg, dict) and 'bandwidth' in avg:
+        if _json_number(avg['bandwidth']):
+            # The text prints it with '%g' (six significant digits): 87.640711 -> 87.6407.
+            parsed['avg_busbw_gbs'] = float('%g' % avg['bandwidth'])
+            parsed['complete'] = True
+        else:
+            parsed['problems'].append({'line': None, 'text': 'average_bus_bandwidth.bandwidth',
+                                       'reason': 'not a finite number'})
+    errors = doc.get('errors') if isinstance(doc.get('errors'), list) else []
+    errors = [str(error).strip() for error in errors if str(error).strip()]
     if errors:
         parsed['failure'] = find_failure(errors) or {'kind': 'nccl_init_failed', 'message': errors[0], 'lines': errors}
     return summarize(parsed)
@@ -388,7 +618,21 @@ def merge(from_json, from_text):
         merged['ranks'] = from_text['ranks']
     merged['transport'] = from_text['transport']
     merged['failure'] = from_json['failure'] or from_text['failure']
+    merged['problems'] = list(from_json.get('problems') or []) + list(from_text.get('problems') or [])
     return summarize(merged)
+
+
+def _unreadable(parsed, message):
+    """A failure that names the first line (or JSON field) that could not be read, and why."""
+    failure = {'kind': None, 'lines': [], 'message': message, 'line': None}
+    problems = parsed.get('problems') or []
+    if problems:
+        first = problems[0]
+        failure['line'] = first
+        where = 'line %s' % first['line'] if first['line'] is not None else first['text']
+        failure['message'] += '; %s cannot be read (%s): %s' % (where, first['reason'], first['text'])
+        failure['lines'] = [first['text']]
+    return failure
 
 
 def outcome(parsed, rc=None):
@@ -401,10 +645,14 @@ def outcome(parsed, rc=None):
                                      % (parsed['wrong_total'], (parsed['out_of_bounds'] or {}).get('count'))}
     if parsed['columns'] is not None or parsed['results'] or parsed['header']:
         if not parsed['complete']:
-            return 'failed', {'kind': 'truncated', 'lines': [],
-                              'message': 'output ends after %d result rows without "# Avg bus bandwidth"' % len(parsed['results'])}
+            failure = _unreadable(parsed, 'output ends after %d result rows without "# Avg bus bandwidth"'
+                                  % len(parsed['results']))
+            failure['kind'] = 'truncated'
+            return 'failed', failure
     elif not parsed['complete']:
-        return 'failed', {'kind': 'unparsed', 'lines': [], 'message': 'no nccl-tests header or result table in the output'}
+        failure = _unreadable(parsed, 'no nccl-tests header or result table in the output')
+        failure['kind'] = 'unparsed'
+        return 'failed', failure
     if rc:
         return 'failed', {'kind': 'exit_status', 'lines': [], 'message': 'the benchmark exited with status %s' % rc}
     return 'ok', None
@@ -452,8 +700,8 @@ def launch_argv(launcher, argv, options, env_names=()):
         if hosts:
             cmd.extend(['--host', ','.join('%s:%d' % (host, slots) if slots else host for host in hosts)])
         if options.get('oob_cidr'):
-            # Out-of-band traffic (MPI's own TCP and its daemons) on the management network,
-            # as seed 000's cluster.sh does with -mca btl_tcp_if_include / oob_tcp_if_include.
+            # Out-of-band traffic (MPI's own TCP and its daemons) on the management network
+            # (Open MPI's btl_tcp_if_include / oob_tcp_if_include MCA parameters).
             cmd.extend(['--mca', 'btl_tcp_if_include', options['oob_cidr'], '--mca', 'oob_tcp_if_include', options['oob_cidr']])
         for name in env_names:
             cmd.extend(['-x', name])

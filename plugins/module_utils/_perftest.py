@@ -34,7 +34,6 @@ MAX_ITERATIONS = 100000000
 # Bandwidth units of the result table. perftest prints MB/sec up to 6.06 and MiB/sec
 # from 6.07 on, both 2**20 bytes per second (print_report_bw: format_factor = 0x100000
 # for MBS, 125000000 for GBS); --report_gbits prints Gb/sec, 10**9 bits per second.
-# Seed 002: "3776.9 MiB/s which is about 31.7 Gbit/s".
 GBPS_PER_UNIT = {
     'Gb/sec': 1.0,
     'MB/sec': 8.0 * 2 ** 20 / 1e9,
@@ -52,7 +51,12 @@ _COLUMN_RE = re.compile(
     r'|tps average|CPU_Util\[%\]')
 _LAT_KEYS = {'min': 'lat_min', 'max': 'lat_max', 'typical': 'lat_typical', 'avg': 'lat_avg', 'stdev': 'lat_stdev'}
 _UNIT_SUFFIX = {'usec': '_us', 'cycles': '_cycles'}
-_NUMBER_RE = re.compile(r'^-?\d+(?:\.\d+)?$')
+# A table value: perftest prints %lu and %.2f/%.6f (REPORT_FMT*). The length bound keeps
+# int()/float() finite and within Python's int-from-string limit on damaged logs.
+_NUMBER_RE = re.compile(r'^-?\d{1,20}(?:\.\d{1,12})?$')
+_NUMERIC_START_RE = re.compile(r'^-?\d')
+# Pasted into a markdown quote ('> ' before every line), e.g. linux-rdma/perftest issue 132.
+_QUOTE_RE = re.compile(r'^(?:[ \t]*>(?: |$))+')
 # RESULT_LINE is 87 dashes; documents sometimes glue it to the text around it.
 _DASHES_RE = re.compile(r'-{20,}')
 
@@ -84,6 +88,8 @@ _BANNER_FIELDS = (
     ('Link type', 'link_type', 'str'),
     ('Buffer size', 'buffer_bytes', 'bytes'),
     ('GID index', 'gid_index', 'int'),
+    # perftest before 3.x printed 'Gid index' (zrlio/softiwarp issue 23).
+    ('Gid index', 'gid_index', 'int'),
     ('GID index2', 'gid_index2', 'int'),
     ('Max inline data', 'max_inline_bytes', 'bytes'),
     ('Outstand reads', 'outstanding_reads', 'int'),
@@ -98,9 +104,14 @@ _FIELD_RE = re.compile(r'(?<![\w*])(?P<name>%s|Use (?P<mem>\w+) memory)\s*:\s*' 
 _VALUE_END_RE = re.compile(r'\s+WARNING:|\t|\s{3,}(?=\S)')
 
 # GPU memory, printed before the banner: CUDA (perftest_resources.c pp_init_gpu /
-# cuda_memory.c), ROCm (pp_init_rocm), MetaX MACA fork (seed 000).
-_GPU_USING_RE = re.compile(r'Using (?P<vendor>\w+) Device with ID: (?P<index>\d+), Name: (?P<name>.*?), PCI Bus ID: (?P<bus>0x[0-9a-fA-F]+)')
-_CUDA_PICK_RE = re.compile(r'Picking (?:device No\.|GPU number) (?P<index>\d+)')
+# cuda_memory.c), ROCm (pp_init_rocm), MetaX MACA fork (its 'Using maca Device' line).
+_GPU_USING_RE = re.compile(r'Using (?P<vendor>\w+) Device with ID: (?P<index>\d{1,9}), Name: (?P<name>.*?), PCI Bus ID: (?P<bus>0x[0-9a-fA-F]+)')
+_CUDA_PICK_RE = re.compile(r'Picking (?:device No\.|GPU number) (?P<index>\d{1,9})')
+# perftest before 4.x: 'There are 2 devices supporting CUDA, picking first...' (device 0;
+# linux-rdma/perftest issue 31).
+_CUDA_FIRST_RE = re.compile(r'There (?:are|is) \d{1,9} devices? supporting CUDA, picking first')
+# CUDA set-up lines without a device line (a paste that starts later: perftest issue 346).
+_CUDA_CTX_RE = re.compile(r'^\s*(?:initializing CUDA|creating CUDA Ctx|making it the current CUDA Ctx)\b')
 _CUDA_NAME_RE = re.compile(r'\[pid = \d+, dev = \d+\] device name = \[(?P<name>[^\]]*)\]')
 _DMABUF_RE = re.compile(r'using DMA-BUF for GPU buffer|ibv_reg_dmabuf_mr\(')
 
@@ -150,33 +161,42 @@ FAILURE_RULES = (
                                         r"|Found Incompatibility issue with GID types")),
     # perftest_communication.c ctx_hand_shake() / ethernet_read_keys() / xchg reports.
     ('exchange_failed', re.compile(r"Failed to exchange data between server and clients|Couldn't read remote address|Couldn't send local address"
-                                   r"|Couldn't parse line|Unable to (?:read|write) (?:from|to) socket/rdma_cm|Couldn't (?:read|send) reports"
+                                   r"|Couldn't parse line|Unable to (?:read|write) (?:from|to) socket/rd(?:ma|am)_cm|Couldn't (?:read|send) reports"
                                    r"|Unable to set up socket connection|Failed to sync between server and client"
                                    r"|Failed to close connection between server and client")),
     # perftest_resources.h NOTIFY_COMP_ERROR_SEND/RECV (e.g. status 12, retry exceeded).
     ('completion_error', re.compile(r'Completion with error at (?:client|server)|Failed status \d+:|Failed to complete run_iter_bw'
                                     r'|Test exited with Error|poll CQ failed|Poll Receive CQ failed')),
-    # perftest_parameters.c parser(): a flag this binary does not know, or a bad value.
-    ('bad_arguments', re.compile(r'Parser function exited with Error|unrecognized option|invalid option --|option requires an argument')),
+    # perftest_parameters.c parser(): a flag this binary does not know, a bad value, or
+    # options that exclude each other ('CUDA DMA-BUF cannot be used without CUDA', issue 336).
+    ('bad_arguments', re.compile(r'cannot be used without|Parser function exited with Error|unrecognized option|invalid option --'
+                                 r'|option requires an argument')),
 )
 FAILURE_KINDS = tuple(kind for kind, _pattern in FAILURE_RULES) + ('timeout', 'unparsed')
 
 
 # ---------------------------------------------------------------------------- parsing
 
-def _segments(text):
-    """Lines of ``text``, each split where a dashes line was glued to it; dashes -> None."""
+def _numbered_segments(text):
+    """[(line number, segment)] of ``text``: each line split where a dashes line was glued
+    to it (dashes -> None), without a markdown quote prefix."""
     out = []
-    for line in (text or '').splitlines():
+    for number, line in enumerate((text or '').splitlines(), 1):
+        line = _QUOTE_RE.sub('', line)
         pos = 0
         for match in _DASHES_RE.finditer(line):
             if line[pos:match.start()].strip():
-                out.append(line[pos:match.start()])
-            out.append(None)
+                out.append((number, line[pos:match.start()]))
+            out.append((number, None))
             pos = match.end()
         if pos == 0 or line[pos:].strip():
-            out.append(line[pos:])
+            out.append((number, line[pos:]))
     return out
+
+
+def _segments(text):
+    """Lines of ``text``, each split where a dashes line was glued to it; dashes -> None."""
+    return [segment for _number, segment in _numbered_segments(text)]
 
 
 def _cut_warnings(segment, found):
@@ -255,10 +275,10 @@ def _banner_value(conv, raw):
         word = raw.split()[0] if raw else ''
         return {'ON': True, 'OFF': False}.get(word)
     if conv == 'int':
-        match = re.match(r'-?\d+', raw)
+        match = re.match(r'-?\d{1,18}(?!\d)', raw)
         return int(match.group(0)) if match else None
     if conv == 'bytes':
-        match = re.match(r'(\d+)\s*\[B\]', raw)
+        match = re.match(r'(\d{1,18})\s*\[B\]', raw)
         return int(match.group(1)) if match else None
     return raw or None
 
@@ -292,11 +312,15 @@ def _gpu_lines(segments, settings):
                    'name': using.group('name'), 'pci_bus_id': using.group('bus')}
             continue
         pick = _CUDA_PICK_RE.search(segment)
-        if pick:
-            gpu = dict(gpu or {}, vendor='cuda', index=int(pick.group('index')))
+        first = _CUDA_FIRST_RE.search(segment)
+        if pick or first:
+            gpu = dict(gpu or {}, vendor='cuda', index=int(pick.group('index')) if pick else 0)
             gpu.setdefault('name', None)
             gpu.setdefault('pci_bus_id', None)
             continue
+        if _CUDA_CTX_RE.search(segment):
+            settings['memory'] = 'cuda'
+
         name = _CUDA_NAME_RE.search(segment)
         if name and gpu is not None:
             gpu['name'] = name.group('name')
@@ -332,38 +356,57 @@ def parse_output(stdout, stderr=''):
     ``settings`` (banner fields, GPU memory), ``results`` (one dict per table row,
     bandwidth in Gb/s whatever the printed unit), ``tool_warnings``, ``error`` (the
     first recognised failure, or None), ``units`` (the printed bandwidth unit) and
-    ``banner`` (raw banner fields as printed).
+    ``banner`` (raw banner fields as printed), ``table_line`` (line number of the last
+    result table header, None without one) and ``unread`` (lines of the table that look
+    like rows but could not be read: ``line``, ``text``, ``reason``).
     """
-    out_segments = _segments(stdout)
+    numbered = _numbered_segments(stdout)
+    out_segments = [segment for _number, segment in numbered]
     err_segments = _segments(stderr)
     warnings = []
+    unread = []
     settings = {}
     raw = {}
     results = []
     columns = None
+    header_line = None
     units = None
     title = None
     for segment in err_segments:
         if segment is not None:
             _cut_warnings(segment, warnings)
-    for segment in out_segments:
+    for number, segment in numbered:
         if segment is None:
             continue
         segment = _cut_warnings(segment, warnings)
         if not segment.strip():
             continue
         if '#bytes' in segment and _COLUMN_RE.search(segment, segment.index('#bytes')):
-            columns, segment, unit = _parse_header(segment)
-            units = units or unit
+            found, rest, unit = _parse_header(segment)
+            # Every RESULT_FMT* has #bytes and at least one measured column after it.
+            if len(found) >= 2:
+                columns, segment, units, header_line = found, rest, units or unit, number
         if columns is None:
             if title is None:
                 title = _TITLE_RE.search(segment)
             _parse_banner_segment(segment, settings, raw)
             continue
         tokens = segment.split()
-        if tokens and all(_NUMBER_RE.match(t) for t in tokens) and len(tokens) % len(columns) == 0:
+        if not tokens:
+            continue
+        if all(_NUMBER_RE.match(t) for t in tokens) and len(tokens) % len(columns) == 0:
             for pos in range(0, len(tokens), len(columns)):
                 results.append(_row(columns, tokens[pos:pos + len(columns)]))
+        elif _NUMERIC_START_RE.match(tokens[0]):
+            # Looks like a row but is not one of this table: say where and why.
+            bad = [t for t in tokens if not _NUMBER_RE.match(t)]
+            if bad and re.match(r'^-?[\d.]+$', bad[0]):
+                why = 'number out of range (%d characters): %s...' % (len(bad[0]), bad[0][:20])
+            elif bad:
+                why = 'not a number: %s' % bad[0][:40]
+            else:
+                why = '%d values for the %d columns of the header on line %d' % (len(tokens), len(columns), header_line)
+            unread.append({'line': number, 'text': segment.strip()[:200], 'reason': why})
     _gpu_lines([s for s in out_segments + err_segments if s is not None], settings)
     test = None
     if title is not None:
@@ -379,7 +422,8 @@ def parse_output(stdout, stderr=''):
         if warning not in seen:
             seen.append(warning)
     return {'test': test, 'settings': settings, 'banner': raw, 'results': results,
-            'tool_warnings': seen, 'error': error, 'units': units}
+            'tool_warnings': seen, 'error': error, 'units': units, 'unread': unread,
+            'table_line': header_line}
 
 
 def summarize(results, test=None):
@@ -429,6 +473,14 @@ def outcome(parsed, rc, role=None, stderr=''):
         return 'failed', dict(error)
     if role == 'server' and parsed['settings'].get('title'):
         return 'ok', None
+    unread = parsed.get('unread') or []
+    if unread:
+        first = unread[0]
+        return 'failed', {'kind': 'unparsed', 'message': 'line %d of the result table could not be read (%s): %s'
+                          % (first['line'], first['reason'], first['text']), 'lines': [u['text'] for u in unread[:5]]}
+    if parsed.get('table_line') is not None:
+        return 'failed', {'kind': 'unparsed', 'lines': [],
+                          'message': 'the result table header on line %d has no rows (output cut short?)' % parsed['table_line']}
     return 'failed', {'kind': 'unparsed', 'message': 'no perftest result table in the output', 'lines': []}
 
 

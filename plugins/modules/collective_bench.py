@@ -231,6 +231,7 @@ failure:
   description:
     - What failed - C(kind) (launch_failed, missing_binary, invalid_usage, nccl_init_failed, gpu_failed,
       data_corruption, truncated, exit_status, timeout, unparsed), C(message) and the tool's C(lines); null when ok.
+    - For C(truncated) and C(unparsed), C(line) is the first entry of RV(problems) (null when every line was read).
   returned: always
   type: dict
   sample: {kind: invalid_usage, message: "Invalid number of GPUs: 3 requested but only 2 were found.", lines: []}
@@ -294,10 +295,24 @@ versions:
   type: dict
   sample: {tool: nccl-tests, tests: 2.19.6, headers: 22809, library: 22809, library_version: 2.28.9+cuda13.0}
 transport:
-  description: C(net) (IB, Socket, ...), C(hcas), C(gdr) and the C(evidence) lines they were read from.
+  description:
+    - C(net) (IB, Socket, AWS Libfabric, ...; the IB plugin builds IBext and IBext_v8 count as IB), C(net_name) (the
+      name as NCCL printed it), C(hcas) (from C(NET/IB : Using) and C(GPU Direct RDMA Disabled|Enabled for HCA) lines),
+      C(gdr), C(intra) (the intra-node transports seen in the connection lines - P2P, SHM, NVLS) and the C(evidence)
+      lines they were read from.
   returned: always
   type: dict
-  sample: {net: Socket, hcas: [], gdr: false, evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"]}
+  sample: {net: Socket, net_name: Socket, hcas: [], gdr: false, intra: [P2P], evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"]}
+problems:
+  description:
+    - Lines of the output that could not be read - C(line) (number, or null for a JSON field), C(text) (the line or the
+      JSON field, truncated) and C(reason) (for example a result row with the wrong number of fields, an average line
+      holding no number, a JSON value of the wrong type). Launcher prefixes (C([1,0]<stdout>:), C(srun --label)) are
+      removed before reading.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{line: 17, text: "8 2 float sum -1 42.56 0.00 0.00 0", reason: "a result row has 9 fields, the table has 13 columns"}]
 format:
   description: C(json) or C(text), the output that was parsed.
   returned: always
@@ -334,7 +349,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl, _perftest
 
 RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
-               'out_of_bounds', 'wrong_total', 'transport', 'format')
+               'out_of_bounds', 'wrong_total', 'transport', 'format', 'problems')
 
 
 class ArgumentError(Exception):

@@ -56,7 +56,9 @@ def test_text_tables(parts, rows, avg, peak, wrong_total, ranks, hosts, columns,
     assert parsed['wrong_total'] == wrong_total
     assert len(parsed['ranks']) == ranks
     assert len(parsed['hosts']) == hosts
-    assert parsed['columns'] == columns
+    assert dict((key, parsed['columns'][key]) for key in ('root', 'check')) == columns
+    assert parsed['columns']['redop'] is True and parsed['columns']['source'] == 'header'
+    assert parsed['problems'] == []
     assert parsed['out_of_bounds'] == {'count': 0, 'ok': True}
     row = parsed['results'][0]
     assert (row['size_bytes'], row['count'], row['type'], row['redop'], row['root'], row['out_of_place']['time_us'],
@@ -280,3 +282,138 @@ def test_library_env():
 ])
 def test_help_has_json(help_text, expected):
     assert _nccl.help_has_json(help_text) is expected
+
+
+@pytest.mark.parametrize('raw, lines', [
+    ('[1,0]<stdout>:#  Rank  0 Pid 1 on n1 device  0 [0x00] A', ['#  Rank  0 Pid 1 on n1 device  0 [0x00] A']),
+    ('[1,3]<stderr>:', ['']),
+    # Two ranks writing at once: the second tag in the middle of the line starts a line of its own.
+    ('[1,0]<stdout>:# Avg bus bandwidth    : 1.5 [1,1]<stdout>:n2:7:7 [1] NCCL INFO Using network IB',
+     ['# Avg bus bandwidth    : 1.5 ', 'n2:7:7 [1] NCCL INFO Using network IB']),
+    (' 0: # Out of bounds values : 0 OK', ['# Out of bounds values : 0 OK']),
+    (' 0:', ['']),
+    ('12: n1:5:5 [3] NCCL INFO Using network IB', ['n1:5:5 [3] NCCL INFO Using network IB']),
+    ('[0] h1:5:6 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0', ['h1:5:6 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0']),
+    # NCCL's own prefix is not a launcher's.
+    ('node1:12345:12345 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB', ['node1:12345:12345 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB']),
+    ('10-4-3-3:97095:97196 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer',
+     ['10-4-3-3:97095:97196 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer']),
+    ('          8             2     float     sum      -1', ['          8             2     float     sum      -1']),
+])
+def test_launcher_prefixes(raw, lines):
+    assert [line for _number, line in _nccl.split_launcher_lines(raw)] == lines
+
+
+def test_mid_line_tag_keeps_both_halves():
+    parsed = _nccl.parse_text('[1,0]<stdout>:# Avg bus bandwidth    : 1.5 [1,1]<stdout>:n2:7:7 [1] NCCL INFO Using network IB\n')
+    assert parsed['avg_busbw_gbs'] == 1.5
+    assert parsed['transport']['net'] == 'IB'
+
+
+@pytest.mark.parametrize('text, net, hcas, gdr', [
+    # NCCL 2.4-2.5 form, name after a colon (https://github.com/NVIDIA/nccl issue 333 era logs).
+    ('h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 : mlx5_0', None, ['mlx5_0'], False),
+    ('h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)', None, [], False),
+    ("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'", None, ['mlx5_1'], True),
+    ("h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_1:1/IB\nh:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_1'",
+     'IB', ['mlx5_1:1'], True),
+    ('h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0', 'Socket', [], None),
+    ('h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n'
+     'h:1:1 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1', 'Socket', [], None),
+])
+def test_gdr_and_hca_forms(text, net, hcas, gdr):
+    transport = _nccl.parse_text(text)['transport']
+    assert (transport['net'], transport['hcas'], transport['gdr']) == (net, hcas, gdr)
+
+
+def test_nvls_channels_are_an_intra_node_transport():
+    text = ('h:23:75 [3] NCCL INFO 24 coll channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer\n'
+            'h:2:2 [0] NCCL INFO 4 coll channels, 4 collnet channels, 0 nvls channels, 4 p2p channels, 2 p2p channels per peer\n')
+    assert _nccl.parse_text(text)['transport']['intra'] == ['NVLS']
+    assert _nccl.parse_text(text.splitlines()[1])['transport']['intra'] == []
+
+
+@pytest.mark.parametrize('line, reason', [
+    ('# Avg bus bandwidth    : ', 'the average line holds no finite number'),
+    ('# Avg bus bandwidth    : nan', 'the average line holds no finite number'),
+    ('# Avg bus bandwidth    : 1e999', 'the average line holds no finite number'),
+    ('# Avg bus bandwidth    : ' + '9' * 400, 'the average line holds no finite number'),
+])
+def test_average_line_without_a_number(line, reason):
+    parsed = _nccl.parse_text('#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n'
+                              + line + '\n')
+    assert parsed['avg_busbw_gbs'] is None
+    text = line.strip() if len(line.strip()) <= _nccl.TEXT_MAX else line.strip()[:_nccl.TEXT_MAX] + '...'
+    assert parsed['problems'] == [{'line': 2, 'text': text, 'reason': reason}]
+    status, failure = _nccl.outcome(parsed)
+    assert (status, failure['kind'], failure['line']['line']) == ('failed', 'truncated', 2)
+    assert 'line 2 cannot be read (%s)' % reason in failure['message']
+
+
+def test_row_cell_not_a_number_is_named():
+    text = ('#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n'
+            '8 2 float sum -1 inf 0.00 0.00 0 1.0 0.00 0.00 0\n' + 'x' * 500 + '\n')
+    parsed = _nccl.parse_text(text)
+    assert parsed['problems'][0]['reason'] == 'time or busbw is not a finite number'
+    assert parsed['problems'][0]['line'] == 2
+
+
+def test_long_lines_are_truncated_in_problems():
+    line = '8 2 float sum -1 ' + '1.0 ' * 100
+    problem = _nccl.parse_text(line)['problems'][0]
+    assert len(problem['text']) == _nccl.TEXT_MAX + 3 and problem['text'].endswith('...')
+
+
+@pytest.mark.parametrize('text', ['\x00' * 10, 'ab\x00cd\n# Avg bus bandwidth : \x00', '\x00{"results": []}', '[1,0]<stdout>:\x00',
+                                  '9' * 5000, '# nThread 1 nGpus 99999999999999999999999999999999999 minBytes 8 maxBytes 8 step: 2(factor) '
+                                  'warmup iters: 1 iters: 1 validation: 1'])
+def test_hostile_text_never_raises(text):
+    status, failure = _nccl.outcome(_nccl.parse_any(text))
+    assert status == 'failed' and failure['kind'] in ('unparsed', 'truncated')
+
+
+GOOD_ROW = {'size': 8, 'count': 2, 'type': 'float', 'redop': 'sum', 'root': -1,
+            'out_of_place': {'time': 1.0, 'alg_bw': 0.0, 'bus_bw': 0.0, 'nwrong': 0},
+            'in_place': {'time': 1.0, 'alg_bw': 0.0, 'bus_bw': 0.0, 'nwrong': 0}}
+
+
+@pytest.mark.parametrize('doc, field, reason', [
+    ({'results': ['x']}, 'results[0]', 'not an object'),
+    ({'results': [dict(GOOD_ROW, size='8')]}, 'results[0]', "size is '8', not a non-negative integer"),
+    ({'results': [dict(GOOD_ROW, size=1e999)]}, 'results[0]', 'size is inf, not a non-negative integer'),
+    ({'results': [dict(GOOD_ROW, in_place=[1])]}, 'results[0]', 'in_place is [1], not an object'),
+    ({'results': [dict(GOOD_ROW, out_of_place={'time': 'x', 'alg_bw': 0, 'bus_bw': 0})]}, 'results[0]',
+     "out_of_place.time is 'x', not a finite number"),
+    ({'results': [dict(GOOD_ROW, out_of_place={'time': 1, 'alg_bw': 0, 'bus_bw': None})]}, 'results[0]',
+     'out_of_place.bus_bw is None, not a finite number'),
+])
+def test_json_wrong_types_are_named(doc, field, reason):
+    import json
+    parsed = _nccl.parse_json(json.dumps(doc))
+    assert parsed['problems'][0] == {'line': None, 'text': field, 'reason': reason}
+    status, failure = _nccl.outcome(parsed)
+    assert (status, failure['kind']) == ('failed', 'truncated')
+    assert '%s cannot be read (%s)' % (field, reason) in failure['message']
+
+
+@pytest.mark.parametrize('text', [
+    '{"results": [], "config": [], "args": 5, "nccl_version": true, "errors": "x", "out_of_bounds": []}',
+    '{"results": [], "config": {"devices": [1, null], "nthreads": "1"}, "average_bus_bandwidth": {"bandwidth": 1e999}}',
+    '{"results": [], "nccl_version": 1' + '0' * 400 + ', "out_of_bounds": {"count": "x"}}',
+    '{"results": [], "average_bus_bandwidth": {"bandwidth": "fast"}}',
+    '{"results": [' + '[' * 100000 + ']' * 100000 + ']}',
+    '{"results": [], "size": ' + '9' * 5000 + '}',
+    '{"results": [], "x": "\\u0000"}',
+])
+def test_json_hostile_documents_never_raise(text):
+    parsed = _nccl.parse_any(text)
+    status, failure = _nccl.outcome(parsed)
+    assert status == 'failed' and failure['kind'] in ('unparsed', 'truncated')
+
+
+def test_json_problem_fields():
+    parsed = _nccl.parse_json('{"results": [], "config": {"devices": [1], "nthreads": "1"}, '
+                              '"average_bus_bandwidth": {"bandwidth": 1e999}, "out_of_bounds": {"count": "x"}}')
+    assert [problem['text'] for problem in parsed['problems']] == [
+        'config.devices[0]', 'out_of_bounds.count', 'average_bus_bandwidth.bandwidth']
+    assert parsed['header']['threads'] is None

@@ -126,9 +126,11 @@ def test_fixtures(name, test, units, rows, first, last, summary, warnings, setti
     assert _perftest.outcome(parsed, 0, 'client') == ('ok', None)
 
 
-def test_every_fixture_is_in_the_table():
-    names = sorted(os.listdir(fixture_path('public', 'perftest')))
-    assert names == sorted(f[0] for f in FIXTURES)
+def test_every_fixture_of_the_table_exists():
+    # Every file of the directory is covered by test__perftest_corpus.py; these are the
+    # successful runs checked row by row here.
+    names = set(os.listdir(fixture_path('public', 'perftest')))
+    assert set(f[0] for f in FIXTURES) <= names
 
 
 def test_sweep_sizes_are_powers_of_two():

@@ -71,6 +71,11 @@ def tools(monkeypatch):
     (('real', 'h200x2', 'all_reduce_bad_g3.txt'), 'failed', None, 'invalid_usage'),
     (('public', 'misc', 'gcm_mpirun_not_enough_slots.txt'), 'failed', None, 'launch_failed'),
     (('seeds', '000_mccl_allreduce_2node_16gpu_no_gdr.txt'), 'ok', 4.57073, None),
+    (('public', 'nccl_tests', 'awsefa_eks_p4d_2node_tag_output_error_col.txt'), 'ok', 11.2432, None),
+    (('public', 'nccl_tests', 'nccl_tests_290_h100_srun_label_2node_na.txt'), 'ok', 142.735, None),
+    (('public', 'nccl_tests', 'rccl_2078_ainic_tail_only.txt'), 'ok', 142.652, None),
+    (('public', 'nccl_tests', 'nccl_1530_rtx4090_cut_row.txt'), 'failed', None, 'truncated'),
+    (('public', 'nccl_info', 'nccl_1537_roce_gdr_disabled_two_hcas.txt'), 'failed', None, 'unparsed'),
 ])
 def test_from_log(monkeypatch, parts, status, avg, kind):
     result, failed = run_module(collective_bench.main, {'from_log': fixture_path(*parts)}, monkeypatch)
@@ -78,6 +83,30 @@ def test_from_log(monkeypatch, parts, status, avg, kind):
     assert result['status'] == status
     assert result['avg_busbw_gbs'] == avg
     assert (result['failure'] or {}).get('kind') == kind
+    assert isinstance(result['problems'], list)
+
+
+def test_from_log_returns_the_unreadable_line_and_the_transport(monkeypatch):
+    cut, failed = run_module(collective_bench.main, {'from_log': fixture_path('public', 'nccl_tests', 'nccl_1530_rtx4090_cut_row.txt')},
+                             monkeypatch)
+    assert failed is False
+    # Numbered as in the file, whose two '## ' header lines come first.
+    assert cut['problems'][0]['line'] == 19
+    assert cut['failure']['line'] == cut['problems'][0]
+    assert 'line 19 cannot be read (a result row has 9 fields, the table has 13 columns)' in cut['failure']['message']
+    efa, failed = run_module(collective_bench.main, {'from_log': fixture_path('public', 'nccl_tests',
+                                                                              'awsefa_eks_p4d_2node_tag_output_error_col.txt')}, monkeypatch)
+    assert (efa['transport']['net'], efa['transport']['gdr'], efa['transport']['intra']) == ('AWS Libfabric', True, ['P2P'])
+    assert len(efa['ranks']) == 16 and len(efa['results']) == 30
+
+
+def test_from_log_of_hostile_bytes(monkeypatch, tmp_path):
+    path = tmp_path / 'garbage.log'
+    path.write_bytes(b'\x00\xff\xfe[1,0]<stdout>:# Avg bus bandwidth : \x00\n' + b'9' * 5000)
+    result, failed = run_module(collective_bench.main, {'from_log': str(path)}, monkeypatch)
+    assert failed is False
+    assert (result['status'], result['failure']['kind']) == ('failed', 'unparsed')
+    assert result['problems'][0]['line'] == 1
     assert result['changed'] is False
 
 
