@@ -15,6 +15,9 @@ description:
     failed) or V(unknown) (no expectation), with C(ratio), C(busbw_gbs), C(expected_gbs) and C(reasons).
   - Defaults from the seeds - busbw at least 80 % of the theoretical link bandwidth (seed 004, NDR 400 Gb/s =
     50 GB/s, target 40 GB/s), below 70 % a configuration issue (seed 003).
+  - C(collective_local_verdict) (hostvars, hosts, expected, healthy, warn) judges per-node runs (launcher local) against
+    the median of the other nodes (below O(healthy) of it is C(slow)) and against an expectation when given;
+    C(collective_outcome) gives any collective_bench task result a verdict (a task that failed before running is V(failed)).
   - The same file provides C(collective_expected) (hostvars, hosts, HCAs - the smallest node's sum of ACTIVE
     port rates / 8, in GB/s, from C(gpu_fabric_ib)) and C(culprit_search_start), C(culprit_search_next),
     C(culprit_search_update), the halving search for the node that drags a fleet-wide run down (one culprit
@@ -72,6 +75,20 @@ def collective_verdict(result, expected_gbs, healthy=_collective.HEALTHY_RATIO, 
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
+def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO,
+                             metric='max', name='__fabric_collective_local'):
+    """Every node's own collective (launcher local), judged against its peers and the expectation."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('collective_local_verdict: hosts must be a list of inventory names')
+    results = dict((host, (hostvars[host] if host in hostvars else {}).get(name)) for host in hosts)
+    return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
+
+
+def collective_outcome(result):
+    """A collective_bench task result with a verdict, even when the task failed before it ran."""
+    return _collective.normalize(result)
+
+
 def collective_expected(hostvars, hosts, hcas=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('collective_expected: hosts must be a list of inventory names')
@@ -101,6 +118,8 @@ class FilterModule(object):
         return {
             'collective_verdict': collective_verdict,
             'collective_expected': collective_expected,
+            'collective_local_verdict': collective_local_verdict,
+            'collective_outcome': collective_outcome,
             'culprit_search_start': culprit_search_start,
             'culprit_search_next': culprit_search_next,
             'culprit_search_update': culprit_search_update,

@@ -14,7 +14,10 @@ description:
     (C(fabric_bench_plan)) into the verdict of every pair (bandwidth against the slower port's rate,
     GPU memory against host memory on the same pair, latency against a bound), an N x N matrix per
     memory kind and rail (server -> client -> Gb/s), and the error-counter increases attributed to the
-    pair and link that ran while they rose.
+    pair and link that ran while they rose; C(skipped) and C(excluded) say what was not tested and why.
+  - C(bench_fleet_plan) (hostvars, play hosts, perftest test) picks the nodes the mesh can test - an HCA and
+    perftest found (a check-mode C(perftest_run)) - and gives every other node's reason and, with fewer than
+    two nodes left, why nothing runs.
   - The same file provides the role's other filters - C(bench_node_plan) (a node's rails, port rates and
     the nearest GPU of each HCA from ib_link_facts and gdr_facts), C(bench_address) (the node's address in
     a CIDR, with netaddr) and C(bench_round_records) (one record per test of a round).
@@ -43,7 +46,9 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: C(pairs) (one verdict per pair, rail and memory), C(matrix), C(counters), C(verdicts) (counts), C(thresholds).
+  description:
+    - C(pairs) (one verdict per pair, rail and memory), C(matrix), C(counters), C(verdicts) (counts), C(thresholds).
+    - C(skipped) (why the mesh did not run, or null), C(excluded) ({node - why it was left out}), C(test).
   type: dict
 '''
 
@@ -83,14 +88,30 @@ def bench_sequence_records(me, steps, result):
     return _bench.sequence_records(me, steps or [], result or {})
 
 
+def bench_fleet_plan(hostvars, hosts, test='ib_write_bw'):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('bench_fleet_plan: hosts must be a list of inventory names')
+    candidates = {}
+    for host in hosts:
+        facts = hostvars[host] if host in hostvars else {}
+        candidates[host] = {'plan': facts.get('fabric_bench_plan') or {}, 'tool': facts.get('__fabric_bench_tool') or {}}
+    return _bench.fleet_plan(candidates, test)
+
+
 def bench_report(hostvars, hosts, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('bench_report: hosts must be a list of inventory names')
     nodes = {}
+    fleet = None
     for host in hosts:
         facts = hostvars[host] if host in hostvars else {}
         nodes[host] = {'records': facts.get('fabric_bench_records') or [], 'plan': facts.get('fabric_bench_plan') or {}}
-    return _bench.report(nodes, options or {})
+        fleet = fleet or facts.get('fabric_bench_fleet')
+    report = _bench.report(nodes, options or {})
+    # Fail closed: what was not tested, and why (no node reached the benchmark: nothing planned).
+    fleet = fleet or {'skipped': 'no node reached the benchmark stage (unreachable, or failed before it)', 'excluded': {}}
+    report.update(skipped=fleet.get('skipped'), excluded=fleet.get('excluded') or {}, test=fleet.get('test'))
+    return report
 
 
 class FilterModule(object):
@@ -98,6 +119,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'bench_report': bench_report,
+            'bench_fleet_plan': bench_fleet_plan,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,
             'bench_round_records': bench_round_records,

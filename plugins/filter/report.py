@@ -13,7 +13,9 @@ description:
   - Runs the diagnosis rules over every host's facts (C(gpu_fabric_ib), C(gpu_fabric_gdr)), the pairwise benchmark
     (C(bench_report)) and the collective outcome (role fabric_collective), links each symptom to the lower-layer
     root cause that explains it, and returns the report (schema C(hpc.gpu_fabric/report), version 1).
-  - Hosts of O(hosts) without facts are reported unreachable, with nothing of theirs checked; a host with facts
+  - Every host of O(hosts) is a node, whatever its name (C(localhost) included). Hosts without facts are reported
+    unreachable, with nothing of theirs checked; a task that failed on a host and was rescued (C(gpu_fabric_failures))
+    is a finding naming the task; a run in which no host returned facts is itself an error. A host with facts
     that did not get through a later stage (C(gpu_fabric_stages), set at the end of each stage) is reported lost
     mid-run (C(HOST_LOST)), with what was measured on the others kept.
   - The same file provides C(report_drift) (report, baseline report, percentage - new and cleared findings,
@@ -63,11 +65,14 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_report: hosts must be a list of inventory names')
-    nodes, unreachable, stages = {}, [], {}
+    nodes, unreachable, stages, failures = {}, [], {}, {}
     for host in hosts:
         hv = hostvars[host] if host in hostvars else {}
         facts = hv.get('ansible_facts') or {}
-        if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts:
+        # Tasks that failed on the node and were rescued (validate.yml, benchmark.yml).
+        if hv.get('gpu_fabric_failures'):
+            failures[host] = list(hv['gpu_fabric_failures'])
+        if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts or host in failures:
             nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
             # The stages each node got through (set at the end of each stage's play on the nodes).
             stages[host] = list(hv.get('gpu_fabric_stages') or [])
@@ -75,9 +80,10 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
             unreachable.append(host)
     if not any(stages.values()):
         stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
-    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages)
+    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)
     # What NCCL should be told on each node, from the same facts (role nccl_conf writes it).
-    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items())
+    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items()
+                if node.get('ib') is not None or node.get('gdr') is not None)
     return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
 
 

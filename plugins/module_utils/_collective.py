@@ -108,6 +108,72 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
     return verdict
 
 
+def normalize(result):
+    """A collective_bench task result of any shape as a result with a verdict: a task that
+    failed before the benchmark ran (bad arguments, no launcher) has only ``failed`` and ``msg``."""
+    result = dict(result or {})
+    if result.get('skipped') and result.get('status') is None:
+        result.update(status='skipped', failure=None,
+                      verdict={'status': 'skipped', 'reasons': [result.get('skip_reason') or 'skipped'], 'ratio': None})
+    if not result.get('verdict'):
+        message = result.get('msg') or 'the task returned no result'
+        result.setdefault('status', 'failed')
+        result.setdefault('failure', {'kind': 'not_run', 'message': message})
+        result['verdict'] = {'status': 'failed', 'reasons': ['not run: %s' % message], 'ratio': None}
+    return result
+
+
+def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='max'):
+    """Per-node collectives (launcher local: each node over its own GPUs), each judged against
+    the expectation when one is given and against its peers: a node whose busbw is below
+    ``healthy`` x the median of the other nodes' is ``slow``. Intra-node busbw is NVLink, PCIe
+    or xGMI, not the NICs, so no expectation is derived from the network.
+
+    ``results``: {host: collective_bench result}. Returns {hosts: {host: {status, busbw_gbs,
+    peer_median_gbs, peer_ratio, verdict, ...}}, median_busbw_gbs, slow: [hosts], failed: [hosts]}.
+    """
+    key = 'max_busbw_gbs' if metric == 'max' else 'avg_busbw_gbs'
+    hosts = {}
+    values = {}
+    for host in sorted(results or {}):
+        result = normalize(results[host])
+        verdict = result['verdict'] if expected_gbs is None or result.get('status') != 'ok' else \
+            judge(result, expected_gbs, healthy, warn, metric)
+        if expected_gbs is None and result.get('status') == 'ok' and verdict.get('status') in ('unknown', None):
+            verdict = dict(verdict, status='measured', reasons=['no expectation given: judged against its peers only'])
+        entry = {'status': result.get('status'), 'verdict': verdict, 'busbw_gbs': result.get(key),
+                 'avg_busbw_gbs': result.get('avg_busbw_gbs'), 'max_busbw_gbs': result.get('max_busbw_gbs'),
+                 'wrong_total': result.get('wrong_total'), 'failure': result.get('failure'),
+                 'ranks': len(result.get('ranks') or []) or None, 'transport': result.get('transport'),
+                 'results': result.get('results') or [], 'benchmark': result.get('benchmark'),
+                 'versions': result.get('versions')}
+        if result.get('status') == 'ok' and isinstance(result.get(key), (int, float)):
+            values[host] = float(result[key])
+        hosts[host] = entry
+    slow = []
+    for host, value in sorted(values.items()):
+        peers = sorted(v for h, v in values.items() if h != host)
+        if not peers:
+            continue
+        middle = len(peers) // 2
+        median = peers[middle] if len(peers) % 2 else (peers[middle - 1] + peers[middle]) / 2.0
+        entry = hosts[host]
+        entry['peer_median_gbs'] = round(median, 3)
+        entry['peer_ratio'] = round(value / median, 3) if median else None
+        if median and value < healthy * median:
+            slow.append(host)
+            entry['slow'] = True
+    every = sorted(values.values())
+    median = None
+    if every:
+        middle = len(every) // 2
+        median = every[middle] if len(every) % 2 else (every[middle - 1] + every[middle]) / 2.0
+    return {'hosts': hosts, 'median_busbw_gbs': round(median, 3) if median is not None else None, 'metric': metric,
+            'healthy_ratio': healthy, 'warn_ratio': warn, 'expected_gbs': expected_gbs, 'slow': slow,
+            'failed': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('failed', 'corrupt')),
+            'bad': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('warning', 'low'))}
+
+
 def bad(verdict):
     return (verdict or {}).get('status') in ('warning', 'low', 'corrupt', 'failed')
 

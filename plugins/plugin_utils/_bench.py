@@ -49,6 +49,31 @@ def node_plan(ib, gdr, hcas=None):
     return {'hcas': names, 'rate_gbps': rates, 'gpu_by_hca': nearest}
 
 
+def fleet_plan(candidates, test='ib_write_bw'):
+    """Which nodes the mesh can test, and why the others cannot.
+
+    ``candidates``: {host: {'plan': node_plan(...), 'tool': the check-mode perftest_run result}}.
+    Returns {'nodes': [hosts], 'excluded': {host: reason}, 'skipped': reason or None}: a node
+    without an HCA or without perftest is left out with its reason; with fewer than two nodes
+    left nothing runs and ``skipped`` says why.
+    """
+    nodes, excluded = [], {}
+    for host in sorted(candidates or {}):
+        entry = candidates[host] or {}
+        tool = entry.get('tool') or {}
+        if not (entry.get('plan') or {}).get('hcas'):
+            excluded[host] = 'no RDMA device (HCA) to test on this node'
+        elif tool.get('failed') or tool.get('status') != 'skipped':
+            excluded[host] = 'perftest cannot run here: %s' % (tool.get('msg') or '%s not found' % test)
+        else:
+            nodes.append(host)
+    skipped = None
+    if len(nodes) < 2:
+        skipped = ('%d node(s) can run perftest with an RDMA device (%s); a pair needs two'
+                   % (len(nodes), ', '.join(nodes) or 'none'))
+    return {'nodes': nodes, 'excluded': excluded, 'skipped': skipped, 'test': test}
+
+
 def pick_address(candidates, cidr):
     """First candidate address inside ``cidr`` (netaddr), or None."""
     from netaddr import AddrFormatError, IPAddress, IPNetwork  # controller-side only (requirements: netaddr)

@@ -21,7 +21,8 @@ that when a node is not GPUDirect-RDMA ready (gdr_facts; seed 003 measured 46 % 
 theoretical without GDR); the curve rises with the message size. Node environment
 (inventory gpu_fabric_environment, carried by mpirun from the cluster's hosts file):
 GF_SIM_NCCL_WRONG=N makes that node's ranks report N wrong elements per size,
-GF_SIM_NCCL_HANG=1 makes the run hang after the header.
+GF_SIM_NCCL_HANG=1 makes the run hang after the header, GF_SIM_NVLINK_GBS sets a node's own
+intra-node peak (a node slower than its peers).
 
 mpirun: -np/-n, --host/-H host[:slots],..., -x NAME[=VALUE], --mca K V and the usual
 switches; hosts are looked up in $GF_SIM_HOSTS (JSON written by tests/sim/cluster.py);
@@ -145,7 +146,9 @@ def main_perf(bench, argv):
     if multi:
         peak = min(nic * NET_EFFICIENCY * (1.0 if gdr_ok else NO_GDR_FACTOR) for nic, gdr_ok, _v, _g, _h in info)
     else:
-        peak = NVLINK_GBS.get(info[0][2], 100.0)
+        # GF_SIM_NVLINK_GBS: a node whose GPU links are slower than its peers' (an NVLink down,
+        # GPUs on PCIe), seen only by comparing per-node runs.
+        peak = float(nodes[0].get('env', {}).get('GF_SIM_NVLINK_GBS') or NVLINK_GBS.get(info[0][2], 100.0))
     wrong = sum(int(n.get('env', {}).get('GF_SIM_NCCL_WRONG') or 0) for n in nodes)
     factor = BUS_FACTOR.get(bench, BUS_FACTOR['all_reduce_perf'])(max(total_ranks, 2))
     redop = REDOP.get(bench, 'none')

@@ -14,8 +14,14 @@ def test_every_catalog_fault_alone_and_in_pairs_is_diagnosed_as_a_root():
     # Fault-free profiles: nothing above info, except the homelab node's real limits
     # (seed 002: GPU on the other socket, inbox stack without nvidia_peermem) and its host
     # layer as it was before the seed's Pre-Test Setup (powersave, 8 MiB memlock, no modules-load.d).
+    # The real 2 x H200 node without an RDMA device (tests/sim/profiles/h200x2_no_rdma.yml): no
+    # fault injected, and still not a fabric node: NCCL has only its socket transport there.
     healthy = result['healthy_findings_above_info']
-    assert all(codes == [] for name, codes in healthy.items() if name != 'homelab_cx4'), healthy
+    # The VM without GPU and RDMA (tests/fixtures/real/cpu-vm-no-rdma): nothing could be checked.
+    assert all(codes == [] for name, codes in healthy.items()
+               if name not in ('homelab_cx4', 'h200x2_no_rdma', 'no_rdma_vm')), healthy
+    assert healthy['h200x2_no_rdma'] == ['GDR_NO_RDMA_NIC']
+    assert healthy['no_rdma_vm'] == ['HOST_NOTHING_TO_CHECK']
     assert sorted(healthy['homelab_cx4']) == ['GDR_PEERMEM_NOT_LOADED', 'GPU_NIC_FAR', 'HOST_CPU_GOVERNOR',
                                               'HOST_MEMLOCK_LIMITED', 'HOST_MODULES_NOT_PERSISTENT']
 
@@ -100,10 +106,13 @@ def test_host_rules_are_silent_on_a_configured_node_and_on_older_facts():
     # Facts gathered before gdr_facts returned 'host', or no gdr facts at all.
     node = host_node()
     del node['gdr']['host']
-    assert host_codes(node) == {} and host_codes({'ib': {'devices': []}}) == {}
+    assert host_codes(node) == {}
+    # No gdr facts and no RDMA device: the host rules say nothing, but the node is not "ok" either.
+    assert list(host_codes({'ib': {'devices': []}})) == ['HOST_NOTHING_TO_CHECK']
     # A VM without cpufreq; a node without RDMA NIC is not held to memlock or boot modules.
     assert host_codes(host_node(cpufreq=False, cpu_governors={})) == {}
-    assert host_codes(host_node(nics=(), memlock=memlock(65536), modules_persistent={})) == {}
+    # (That node, with no GPU either, was not checked at all: said once, not as memlock or modules.)
+    assert list(host_codes(host_node(nics=(), memlock=memlock(65536), modules_persistent={}))) == ['HOST_NOTHING_TO_CHECK']
 
 
 def test_governor_counts_the_cpus_not_on_performance():

@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A new user's first runs: validate_fabric.yml on the machine itself (-i localhost, -c local),
+on a one-node inventory of a GPU node without RDMA, and on a pattern that matches nothing.
+Fail closed: no run that checked nothing passes, and the report is always written.
+
+The first test runs on this machine for real (the CI machine has no GPU and no RDMA device);
+the others on simulated nodes (tests/sim) with the real playbooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+from tests.functional.helpers import recap
+from tests.sim import cluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_playbook(inventory, out, *extra, env=None):
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0', **(env or {}))
+    cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'validate_fabric.yml'),
+           '-i', inventory, '-e', 'gpu_fabric_output_dir=' + out,
+           # This machine's pyenv shims are not an interpreter Ansible can discover: the test's own.
+           '-e', 'ansible_python_interpreter=' + sys.executable] + list(extra)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def report_of(out):
+    with open(os.path.join(out, 'report.json')) as handle:
+        return json.load(handle)
+
+
+def roots(report):
+    return sorted((f['code'], f['host']) for f in report['findings'] if f['explained_by'] is None and f['severity'] != 'info')
+
+
+def test_localhost_is_a_node_and_a_machine_without_gpu_or_rdma_fails_closed(tmp_path):
+    """`-i localhost, -c local` with the benchmark and the per-node collective on this machine,
+    which has neither a GPU nor an RDMA device: the node is reported (not dropped), nothing
+    passes, every stage says why it did not run, and the report is written."""
+    out = str(tmp_path / 'out')
+    result = run_playbook('localhost,', out, '-c', 'local', '-e', 'gpu_fabric_benchmark=true',
+                          '-e', 'fabric_collective_launcher=local')
+    # 2: a task failed - the exit policy's, after everything was written; nothing else failed.
+    assert result.returncode == 2, result.stdout[-4000:]
+    assert recap(result)['localhost']['failed'] == 1 and 'rescued=0' in result.stdout
+    assert 'exit policy (default: any root-cause error) matched' in result.stdout
+    assert 'localhost: 0 RDMA device(s), 0/0 port(s) ACTIVE; 0 GPU(s); GPUDirect RDMA NOT ready' in result.stdout
+    report = report_of(out)
+    assert list(report['hosts']) == ['localhost'] and report['hosts']['localhost']['status'] == 'error'
+    assert report['summary']['hosts'] == 1 and report['summary']['hosts_ok'] == 0
+    assert roots(report) == [('HOST_NOTHING_TO_CHECK', 'localhost')]
+    codes = dict((f['code'], f) for f in report['findings'])
+    # The stages that could not run say why, explained by the root.
+    assert 'a pair needs two' in codes['BENCH_NOT_RUN']['cause']
+    assert codes['BENCH_NODE_NOT_TESTED']['evidence']['reason'] == 'no RDMA device (HCA) to test on this node'
+    assert report['collective']['skipped'] == 'no node has a GPU' and report['collective']['launcher'] == 'local'
+    for code in ('BENCH_NOT_RUN', 'BENCH_NODE_NOT_TESTED', 'COLLECTIVE_NOT_RUN'):
+        assert codes[code]['explained_by'] == 'HOST_NOTHING_TO_CHECK@localhost/node', code
+    for name in ('report.html', 'report.md', 'junit.xml', 'gpu_fabric.prom', 'bench.json', 'facts/localhost.json'):
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    with open(os.path.join(out, 'report.md')) as handle:
+        assert '1 host(s): 0 ok, 1 with errors' in handle.read()
+
+
+def _one_node(dest, name, profile, **env):
+    inventory = cluster.build({'nodes': [{'name': name, 'profile': profile}]}, dest, 'local', python=sys.executable)
+    hosts = inventory['all']['children']['gpu_nodes']['hosts']
+    hosts[name]['gpu_fabric_environment'].update(env)
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    return os.path.join(dest, 'inventory.yml')
+
+
+def test_one_gpu_node_without_rdma_named_localhost(tmp_path):
+    """The real 2 x H200 machine as a one-node inventory whose node is called localhost: no RDMA
+    device is an error with its consequence (NCCL's socket transport); the pairwise mesh cannot
+    run (one node, no HCA) and says so; the per-node collective runs over its two GPUs."""
+    dest = str(tmp_path)
+    inventory = _one_node(dest, 'localhost', 'h200x2_no_rdma')
+    out = os.path.join(dest, 'out')
+    result = run_playbook(inventory, out, '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_benchmark=true',
+                          '-e', 'fabric_collective_launcher=local')
+    assert result.returncode == 2, result.stdout[-4000:]
+    report = report_of(out)
+    assert list(report['hosts']) == ['localhost'] and report['hosts']['localhost']['gpus'] == 2
+    assert roots(report) == [('GDR_NO_RDMA_NIC', 'localhost')]
+    codes = dict((f['code'], f) for f in report['findings'])
+    assert codes['GDR_NO_RDMA_NIC']['evidence']['nccl_path'] == 'socket'
+    assert 'socket transport' in codes['GDR_NO_RDMA_NIC']['cause']
+    assert codes['BENCH_NOT_RUN']['explained_by'] == 'GDR_NO_RDMA_NIC@localhost/node'
+    local = report['collective']['nodes']['hosts']['localhost']
+    # The stand-in's NVLink peak for NVIDIA (tests/sim/tools_nccl.py), measured over -g 2.
+    assert local['status'] == 'ok' and local['ranks'] == 2 and local['max_busbw_gbs'] > 100
+    assert local['verdict']['status'] == 'measured'       # no expectation, no peers: a measurement, not a pass
+    assert report['collective']['skipped'] is None
+
+
+def test_a_pattern_that_matches_no_host_fails(tmp_path):
+    dest = str(tmp_path)
+    inventory = _one_node(dest, 'gpu01', 'nvidia_h100_8x_ndr')
+    out = os.path.join(dest, 'out')
+    result = run_playbook(inventory, out, '-e', 'gpu_fabric_hosts=no_such_group')
+    assert result.returncode == 2, result.stdout[-4000:]
+    report = report_of(out)
+    assert report['hosts'] == {} and roots(report) == [('RUN_NOTHING_VALIDATED', None)]
+    assert 'matched no inventory host' in report['findings'][0]['cause']
+
+
+def test_per_node_collective_names_the_node_below_its_peers(tmp_path):
+    """Launcher local on three nodes at once: the one whose GPU links are slow (the stand-in
+    at 120 instead of 327 GB/s) is named against the median of the other two; nothing in its
+    facts shows it."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': 'g%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in range(1, 4)]}
+    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
+    hosts = inventory['all']['children']['gpu_nodes']['hosts']
+    hosts['g2']['gpu_fabric_environment']['GF_SIM_NVLINK_GBS'] = '120'
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    out = os.path.join(dest, 'out')
+    os.makedirs(out)
+    cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
+           '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+           '-e', 'fabric_collective_launcher=local', '--tags', 'fabric_collective']
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+    assert all(s['failed'] == 0 for s in recap(result).values()), result.stdout[-3000:]
+    with open(os.path.join(out, 'collective.json')) as handle:
+        outcome = json.load(handle)
+    local = outcome['nodes']
+    assert local['slow'] == ['g2'] and local['failed'] == []
+    assert local['hosts']['g2']['peer_ratio'] < 0.5 and local['hosts']['g1']['peer_ratio'] > 0.9
+    assert all(local['hosts'][h]['ranks'] == 8 for h in ('g1', 'g2', 'g3'))
