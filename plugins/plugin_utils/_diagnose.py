@@ -15,6 +15,7 @@ the symptoms it causes, not twenty symptoms.
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
 
 LAYERS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
 SEVERITIES = ('info', 'warning', 'error')
@@ -109,13 +110,75 @@ def _top_rates(ib):
     return dict((d['name'], max([p.get('rate_gbps') or 0 for p in d.get('ports') or []] or [0])) for d in (ib or {}).get('devices') or [])
 
 
+def _models(ib):
+    """{hca: (hca_type, board_id, link layers)} where the model is known, else None."""
+    models = {}
+    for device in (ib or {}).get('devices') or []:
+        kind = (device.get('hca_type'), device.get('board_id'))
+        layers = tuple(sorted(set(p.get('link_layer') or '' for p in device.get('ports') or [])))
+        models[device['name']] = kind + layers if any(kind) else None
+    return models
+
+
+def gpu_net_path(gdr):
+    """How NCCL moves this node's GPU buffers over the network, from the facts alone.
+
+    NCCL's IB transport (src/transport/net_ib.cc) uses GPUDirect RDMA when a peer-memory
+    client is registered (ncclIbGdrSupport: /sys/kernel/mm/memory_peers/<client>/version or
+    /sys/module/nvidia_peermem) or when dma-buf registration works (ncclIbDmaBufSupport,
+    NCCL_DMABUF_ENABLE); otherwise it stages through host memory. Without an RDMA device NCCL
+    has no IB transport at all and uses its socket transport (src/transport/net_socket.cc).
+    """
+    gdr = gdr or {}
+    if not gdr.get('gpus'):
+        return None
+    if not gdr.get('nics'):
+        return 'socket'
+    paths = ((gdr.get('peer_memory') or {}).get('paths') or {}).values()
+    if paths and all(path.get('detected') for path in paths):
+        return 'peermem'
+    if (gdr.get('dmabuf') or {}).get('possible'):
+        return 'dmabuf'
+    return 'host_memory'
+
+
+_PATH_WORDS = {
+    'peermem': 'GPUDirect RDMA through the peer-memory client',
+    'dmabuf': 'GPUDirect RDMA through dma-buf (no peer-memory client needed)',
+    'host_memory': 'the IB transport without GPUDirect RDMA: every message is copied through host memory',
+    'socket': 'the socket transport (TCP through host memory): no RDMA at all',
+}
+
+
 def gdr_findings(host, gdr, ib=None):
     found = []
     gdr = gdr or {}
     kernel, ofed = gdr.get('kernel') or {}, gdr.get('ofed') or {}
     dmabuf = (gdr.get('dmabuf') or {}).get('possible')
+    devices = (ib or {}).get('devices') or []
+    if not gdr.get('gpus') and not gdr.get('nics') and not devices:
+        # Fail closed: a node where nothing of the GPU fabric was found was not validated, it is
+        # not "ok" (a container that does not see /sys, a driver not loaded, the wrong inventory).
+        found.append(finding('HOST_NOTHING_TO_CHECK', 'host', 'error', host, 'node',
+                             {'gpus': 0, 'rdma_devices': 0, 'reasons': gdr.get('reasons') or []},
+                             'no GPU of a supported vendor and no RDMA device were found on %s, so nothing of the GPU '
+                             'fabric could be checked (GPU and HCA drivers not loaded, a container or VM that does not '
+                             'see the devices or /sys, or a host that is not a GPU node)' % host,
+                             'check lspci for the GPUs and HCAs and that their drivers are loaded; run against the '
+                             'node itself (not a container without /sys); leave non-GPU hosts out of the inventory group'))
+        return found
+    if gdr.get('gpus') and not gdr.get('nics') and not devices:
+        found.append(finding('GDR_NO_RDMA_NIC', 'ib_gpu', 'error', host, 'node',
+                             {'gpus': len(gdr['gpus']), 'rdma_devices': 0, 'nccl_path': 'socket'},
+                             '%d GPU(s) but no RDMA device (/sys/class/infiniband is empty): NCCL has no IB/RoCE '
+                             'transport and uses %s between nodes; GPUDirect RDMA is impossible'
+                             % (len(gdr['gpus']), _PATH_WORDS['socket']),
+                             'check that the HCA is on the PCI bus (lspci) and that its drivers are loaded (mlx5_core, '
+                             'mlx5_ib, ib_uverbs: role rdma_modules); in a VM or container, pass the RDMA devices through'))
+        return found
     if not gdr.get('gpus') or not gdr.get('nics'):
         return found
+    path_now = gpu_net_path(gdr)
     for vendor, path in sorted(((gdr.get('peer_memory') or {}).get('paths') or {}).items()):
         if path.get('detected'):
             continue
@@ -134,8 +197,9 @@ def gdr_findings(host, gdr, ib=None):
         found.append(finding(code, 'ib_gpu', severity, host, vendor,
                              {'client': path.get('client'), 'module_loaded': path.get('module_loaded'),
                               'mm_kobj_exported': kernel.get('mm_kobj_exported'),
-                              'have_mm_kobj_exported': ofed.get('have_mm_kobj_exported'), 'dmabuf_possible': dmabuf},
-                             chain, remedy))
+                              'have_mm_kobj_exported': ofed.get('have_mm_kobj_exported'), 'dmabuf_possible': dmabuf,
+                              'nccl_path': path_now},
+                             '%s; NCCL will use %s' % (chain, _PATH_WORDS[path_now]), remedy))
     for pair in gdr.get('topology') or []:
         gpu = next((g for g in gdr.get('gpus') or [] if g['name'] == pair['gpu']), {})
         if gpu.get('nearest_nic') != pair['nic']:
@@ -159,16 +223,29 @@ def gdr_findings(host, gdr, ib=None):
                                    if p['nic'] == nic['name'] and p.get('distance') in _DISTANCE] or [len(_DISTANCE)]))
                 for nic in gdr.get('nics') or [])
     close = [name for name, level in near.items() if level <= _DISTANCE.index('PXB')]
-    # Only a NIC of the compute rails' rate: a slower storage or management NIC is meant to sit elsewhere.
-    rates = _top_rates(ib)
-    rail_rates = set(rates.get(name) for name in close)
+    # Only a NIC of the compute rails: a storage or management NIC is meant to sit elsewhere.
+    # Rails are told by their model (hca_type, board_id), which a fault elsewhere cannot change;
+    # the rate only where the model is unknown, and then the rails' full rate: one rail trained
+    # down to a storage NIC's rate must not turn that NIC into a rail (a verdict on one NIC may
+    # not depend on a fault of another).
+    rates, models = _top_rates(ib), _models(ib)
+    rail_models = set(models.get(name) for name in close) - set([None])
+    rail_rate = max([rates.get(name) or 0 for name in close] or [0])
     if len(close) >= 2:
         for name, level in sorted(near.items()):
-            if name not in close and level < len(_DISTANCE) and rates.get(name) in rail_rates:
+            rail = (models.get(name) in rail_models) if models.get(name) and rail_models else rates.get(name) == rail_rate
+            if name not in close and level < len(_DISTANCE) and rail:
                 found.append(finding('GPU_NIC_FAR', 'ib_gpu', 'warning', host, name, {'nearest_gpu_distance': _DISTANCE[level]},
                                      '%s has no GPU nearer than %s while the node\'s other NICs sit under a GPU\'s PCIe switch: '
                                      'a GPU whose rail it is reaches it across the socket' % (name, _DISTANCE[level]),
                                      'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'))
+    if gdr.get('gdr_ready') is False and not any(f['severity'] != 'info' for f in found):
+        # Fail closed: the facts say GPUDirect RDMA is not ready for a reason no rule above names.
+        found.append(finding('GDR_NOT_READY', 'ib_gpu', 'error', host, 'node',
+                             {'reasons': gdr.get('reasons') or [], 'nccl_path': path_now},
+                             'GPUDirect RDMA is not ready: %s; NCCL will use %s'
+                             % ('; '.join(gdr.get('reasons') or ['no reason given']), _PATH_WORDS[path_now]),
+                             'see the reasons; gdr_facts lists them with the facts behind each'))
     return found
 
 
@@ -274,6 +351,17 @@ def host_findings(host, gdr):
 
 def bench_findings(bench):
     found = []
+    # Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest).
+    if (bench or {}).get('skipped'):
+        found.append(finding('BENCH_NOT_RUN', 'benchmark', 'error', None, 'pairwise',
+                             {'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
+                             'the pairwise benchmark did not run: %s' % bench['skipped'],
+                             'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and '
+                             'perftest (%s) installed' % ((bench.get('test') or 'ib_write_bw'))))
+    for host, why in sorted(((bench or {}).get('excluded') or {}).items()):
+        found.append(finding('BENCH_NODE_NOT_TESTED', 'benchmark', 'error', host, 'node', {'reason': why},
+                             '%s was left out of the pairwise benchmark: %s' % (host, why),
+                             'fix the reason and run the benchmark again; none of its links was tested'))
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     for pair in (bench or {}).get('pairs') or []:
@@ -306,6 +394,41 @@ def bench_findings(bench):
         found.append(finding('IB_ERRORS_UNDER_LOAD', 'ib', 'error', rise['host'], '%s (%s)' % (rise['hca'], rise['pair']),
                              rise['increase'], 'error counters rose while %s ran' % rise['pair'],
                              'replace the cable or transceiver of %s on %s' % (rise['hca'], rise['host'])))
+    return found
+
+
+def _local_collective_findings(local):
+    """Per-node collectives (fabric_collective launcher local): each node against its peers and
+    against the expectation when one was given."""
+    found = []
+    local = local or {}
+    for host, entry in sorted((local.get('hosts') or {}).items()):
+        verdict = entry.get('verdict') or {}
+        status = verdict.get('status')
+        evidence = {'busbw_gbs': entry.get('busbw_gbs'), 'peer_median_gbs': entry.get('peer_median_gbs'),
+                    'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': local.get('expected_gbs'),
+                    'failure': entry.get('failure'), 'wrong_total': entry.get('wrong_total')}
+        subject = entry.get('benchmark') or 'collective'
+        if status in ('failed', 'corrupt'):
+            code = 'COLLECTIVE_DATA_CORRUPTION' if status == 'corrupt' else 'COLLECTIVE_FAILED'
+            found.append(finding(code, 'collective', 'error', host, subject, evidence,
+                                 'the collective over the GPUs of %s: %s' % (host, '; '.join(verdict.get('reasons') or [status])),
+                                 'install the benchmark (nccl-tests, rccl-tests) or give fabric_collective_binary'
+                                 if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
+                                 else 'see the run\'s output and the node\'s lower-layer findings'))
+            continue
+        if status in ('warning', 'low'):
+            found.append(finding('COLLECTIVE_BUSBW_LOW', 'collective', 'warning' if status == 'warning' else 'error', host,
+                                 subject, evidence, '; '.join(verdict.get('reasons') or []),
+                                 'check the GPUs\' links (nvidia-smi topo -m, nvidia-smi nvlink -s) and the node\'s findings'))
+        if entry.get('slow'):
+            found.append(finding('COLLECTIVE_NODE_SLOW', 'collective', 'error', host, subject, evidence,
+                                 'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
+                                 'below %.0f %% is slow): something on this node differs'
+                                 % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),
+                                    entry.get('peer_median_gbs') or 0, 100 * (local.get('healthy_ratio') or 0.8)),
+                                 'compare the node with its peers: GPU links (nvidia-smi topo -m, nvidia-smi nvlink -s), '
+                                 'PCIe ACS, clocks and power limits, the fleet findings'))
     return found
 
 
@@ -343,6 +466,7 @@ def collective_findings(collective, nodes=None):
         found.append(finding('COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error', None, 'transport',
                              {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA',
                              'check that the RDMA devices are visible in the job (NCCL_IB_HCA, container devices)'))
+    found.extend(_local_collective_findings((collective or {}).get('nodes')))
     for host in ((collective or {}).get('search') or {}).get('culprits') or []:
         run = next((r for r in reversed(collective['search'].get('runs') or []) if r.get('group') == [host]), {})
         found.append(finding('COLLECTIVE_CULPRIT', 'collective', 'error', host, 'node',
@@ -360,20 +484,31 @@ def collective_findings(collective, nodes=None):
 
 # Which codes a root on the same host explains (a symptom anywhere above it).
 EXPLAINS = {
-    'IB_PORT_DOWN': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'),
+    'IB_PORT_DOWN': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'),
+    # No RDMA device, or nothing at all: the node cannot join the mesh; alone, nothing can run.
+    'GDR_NO_RDMA_NIC': ('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'),
+    'HOST_NOTHING_TO_CHECK': ('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'),
+    'RUN_NOTHING_VALIDATED': ('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'),
     'IB_RATE_DEGRADED': ('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     'IB_ERRORS_UNDER_LOAD': ('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'),
     'GDR_MM_KOBJ_NOT_EXPORTED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     'GDR_OFED_STALE_BUILD': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     'GDR_PEERMEM_NOT_LOADED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     'GDR_MEMORY_PEERS_MISSING': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    'GDR_ACS_REDIRECT': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
+    'GDR_ACS_REDIRECT': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'),
     'GPU_NIC_FAR': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     # ibv_reg_mr fails beyond the limit: the pair's test does not start, NCCL on that node fails.
     # Not HOST_CPU_GOVERNOR: seed 002 measured the same bandwidth plateau before and after cpupower.
     'HOST_MEMLOCK_LIMITED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
     # A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
     'HOST_LOST': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_SUSPECT'),
+    'HOST_TASK_FAILED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
+                         'COLLECTIVE_SUSPECT', 'BENCH_NODE_NOT_TESTED'),
+    # Fewer HCAs, GPUs or ports than the node's peers (plugin_utils/_fleet.py): the tests of the
+    # missing rail find no device, a GPU without its own NIC reaches a farther one, NCCL runs on fewer rails.
+    'FLEET_HW_MISSING': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_FAILED', 'BENCH_GPU_MEMORY_LOW',
+                         'COLLECTIVE_CULPRIT'),
+    'FLEET_RAIL_SLOWER': ('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     'COLLECTIVE_CULPRIT': ('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'),
 }
 
@@ -390,6 +525,7 @@ EXPLAINS_ONLY_IF = {
     ('HOST_MEMLOCK_LIMITED', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
     ('HOST_MEMLOCK_LIMITED', 'BENCH_GPU_MEMORY_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
     ('HOST_LOST', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) != 'mr_failed',
+    ('HOST_TASK_FAILED', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) != 'mr_failed',
 }
 
 
@@ -444,18 +580,51 @@ def lost_findings(stages):
     return found
 
 
-def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None):
-    """All findings, bottom-up, causes linked. ``nodes``: {host: {'ib': ..., 'gdr': ...}}."""
+def failure_findings(failures):
+    """Tasks that failed on a node and were rescued: ``failures`` {host: [{stage, task, msg}]}."""
+    found = []
+    for host in sorted(failures or {}):
+        for index, failure in enumerate(failures[host] or []):
+            failure = failure if isinstance(failure, dict) else {'msg': str(failure)}
+            found.append(finding('HOST_TASK_FAILED', 'host', 'error', host,
+                                 '%s%s' % (failure.get('stage') or 'run', '#%d' % index if index else ''),
+                                 {'stage': failure.get('stage'), 'task': failure.get('task'), 'msg': failure.get('msg')},
+                                 'task "%s" failed on %s during %s: %s' % (failure.get('task') or '?', host,
+                                                                          failure.get('stage') or 'the run', failure.get('msg')),
+                                 'fix what the message names and run again; what this stage checks on %s is missing' % host))
+    return found
+
+
+def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, failures=None):
+    """All findings, bottom-up, causes linked. ``nodes``: {host: {'ib': ..., 'gdr': ...}}
+    (both None for a node whose facts tasks failed: ``failures`` says why)."""
     findings = []
-    for host in sorted(nodes):
-        findings.extend(ib_findings(host, nodes[host].get('ib')))
-    findings.extend(mtu_findings(nodes))
+    # Only nodes with facts are judged by the rules; a node without is named by its failure.
+    judged = dict((host, node) for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
+    for host in sorted(judged):
+        findings.extend(ib_findings(host, judged[host].get('ib')))
+    findings.extend(mtu_findings(judged))
+    findings.extend(fleet_findings(judged))
     findings.extend(bench_findings(bench) if bench else [])
-    for host in sorted(nodes):
-        findings.extend(gdr_findings(host, nodes[host].get('gdr'), nodes[host].get('ib')))
-        findings.extend(host_findings(host, nodes[host].get('gdr')))
-    findings.extend(collective_findings(collective, nodes) if collective else [])
-    findings.extend(lost_findings(stages))
+    for host in sorted(judged):
+        findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib')))
+        findings.extend(host_findings(host, judged[host].get('gdr')))
+    findings.extend(collective_findings(collective, judged) if collective else [])
+    findings.extend(failure_findings(failures))
+    # A node whose benchmark task failed is named by that failure, not a second time as lost.
+    failed_stages = dict((host, set((f or {}).get('stage') for f in items if isinstance(f, dict)))
+                         for host, items in (failures or {}).items())
+    findings.extend(f for f in lost_findings(stages) if not set(f['evidence']['missing']) & failed_stages.get(f['host'], set()))
+    if not judged:
+        # Fail closed: a run that validated nothing is not a pass.
+        findings.append(finding('RUN_NOTHING_VALIDATED', 'host', 'error', None, 'run',
+                                {'hosts': sorted(set(nodes) | set(unreachable or []))},
+                                'no node returned facts, so nothing was validated: %s' % (
+                                    'the host pattern (gpu_fabric_hosts, --limit) matched no inventory host'
+                                    if not nodes and not unreachable else
+                                    'every node was unreachable or failed (%s)' % ', '.join(sorted(set(nodes) | set(unreachable or []))[:20])),
+                                'check the inventory and gpu_fabric_hosts (a group or host pattern); a host named '
+                                'localhost is a node too (-i localhost, -c local validates this machine)'))
     for host in sorted(unreachable or []):
         findings.append(finding('HOST_UNREACHABLE', 'host', 'error', host, 'node', {},
                                 'no facts came back from %s (unreachable, or its facts tasks failed)' % host,

@@ -4,16 +4,22 @@
 
 """Accuracy of the diagnosis on the simulator's fault catalog (issue 6).
 
-Every fault of tests/sim/faults.py injected alone and in pairs on a profile it applies to;
-a case counts as right when every injected fault's expected code is a root finding
-(explained_by null) on that node. Also: findings above info on the fault-free profiles
-(goal 0). The facts are read with the modules' readers from rendered snapshot roots.
+Every fault of tests/sim/faults.py injected alone and in pairs on a profile it applies to,
+on one node beside PEERS healthy nodes of the same profile (the fleet faults, hca_missing and
+fw_mismatch, show only against peers: plugin_utils/_fleet.py); a case counts as right when
+every injected fault's expected code is a root finding (explained_by null) on that node.
+Also, each with goal 0: findings above info on the fault-free profiles judged alone
+(``healthy_findings_above_info``) and as a fleet of PEERS + 1 identical nodes
+(``healthy_fleet_findings_above_info``), and findings above info that blame a healthy peer
+in the cases (``peer_findings_above_info``). The facts are read with the modules' readers
+from rendered snapshot roots.
 
 Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv active)
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import sys
@@ -38,10 +44,15 @@ EXPECTED = {
     'governor_powersave': ('HOST_CPU_GOVERNOR', 'nvidia_h100_8x_ndr'),
     'memlock_limited': ('HOST_MEMLOCK_LIMITED', 'nvidia_h100_8x_ndr'),
     'modules_not_persistent': ('HOST_MODULES_NOT_PERSISTENT', 'nvidia_h100_8x_ndr'),
+    'hca_missing': ('FLEET_HW_MISSING', 'nvidia_h100_8x_ndr'),
+    'fw_mismatch': ('FLEET_DIFFERS', 'nvidia_h100_8x_ndr'),
 }
+# Healthy nodes of the faulty node's profile beside it: two, so that the peers hold a strict
+# majority of three (plugin_utils/_fleet.py MIN_MAJORITY).
+PEERS = 2
 # Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
 # port that is down hides its rate and counters, rightly).
-ON_HCA = ('cross_numa', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid')
+ON_HCA = ('cross_numa', 'hca_missing', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid')
 # The later fault undoes the earlier: a stale OFED build needs a kernel that exports mm_kobj.
 # A module that is not loaded cannot be loaded-but-not-persistent.
 CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persistent', 'peermem_not_loaded')}
@@ -61,10 +72,24 @@ def node_facts(profile_name, fault_names=()):
     return _node_facts.read(tempfile.mkdtemp(prefix='gf-acc-'), profile_name, fault_names, targets=targets)
 
 
+_HEALTHY_FACTS = {}
+
+
+def fleet(profile_name, fault_names=()):
+    """{'node': the node with the faults, 'peer1'..: healthy nodes of its profile (rendered once).}"""
+    if profile_name not in _HEALTHY_FACTS:
+        _HEALTHY_FACTS[profile_name] = node_facts(profile_name)
+    nodes = dict(('peer%d' % index, copy.deepcopy(_HEALTHY_FACTS[profile_name])) for index in range(1, PEERS + 1))
+    nodes['node'] = node_facts(profile_name, fault_names) if fault_names else copy.deepcopy(_HEALTHY_FACTS[profile_name])
+    return nodes
+
+
 def case(profile_name, fault_names):
-    found = _diagnose.diagnose({'node': node_facts(profile_name, fault_names)})
-    roots = set(f['code'] for f in found if f['explained_by'] is None)
-    return all(EXPECTED[name][0] in roots for name in fault_names), sorted(roots)
+    found = _diagnose.diagnose(fleet(profile_name, fault_names))
+    roots = set(f['code'] for f in found if f['explained_by'] is None and f['host'] in ('node', None))
+    on_peers = sorted(set('%s@%s' % (f['code'], f['host']) for f in found
+                          if f['severity'] != 'info' and f['host'] not in ('node', None)))
+    return all(EXPECTED[name][0] in roots for name in fault_names), sorted(roots), on_peers
 
 
 def run():
@@ -74,18 +99,23 @@ def run():
     results = []
     for names in cases:
         try:
-            right, roots = case(EXPECTED[names[0]][1], names)
+            right, roots, on_peers = case(EXPECTED[names[0]][1], names)
         except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
             results.append({'faults': names, 'skipped': str(exc)})
             continue
-        results.append({'faults': names, 'right': right, 'roots': roots})
+        results.append({'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers})
     healthy = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
                    for name in HEALTHY)
+    # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
+    healthy_fleet = dict((name, sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
+                                           if f['severity'] != 'info' and f['code'].startswith('FLEET_'))))
+                         for name in HEALTHY)
     judged = [r for r in results if 'right' in r]
     return {'cases': len(judged), 'right': sum(r['right'] for r in judged),
             'share_right': round(sum(r['right'] for r in judged) / float(len(judged)), 3),
             'wrong': [r for r in judged if not r['right']], 'skipped': [r for r in results if 'skipped' in r],
-            'healthy_findings_above_info': healthy}
+            'healthy_findings_above_info': healthy, 'healthy_fleet_findings_above_info': healthy_fleet,
+            'peer_findings_above_info': dict((' + '.join(r['faults']), r['on_peers']) for r in judged if r['on_peers'])}
 
 
 def main():

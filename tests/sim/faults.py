@@ -224,6 +224,36 @@ def modules_not_persistent(profile, target):
     return {'module': module}
 
 
+def hca_missing(profile, target):
+    hca = _hca(profile, target)
+    # An HCA that did not enumerate (no link training on the slot, a card that failed its
+    # firmware load: mlx5_core never probes it) is in neither the PCI tree nor
+    # /sys/class/infiniband; its ports, netdev and routes go with it. Nothing on the node
+    # itself looks wrong: only its peers show the gap (plugin_utils/_fleet.py).
+    profile['hcas'] = [h for h in profile['hcas'] if h is not hca]
+    profile['pci'] = [dev for dev in profile['pci'] if dev['bdf'] != hca['pci']]
+    return {'hca': hca['name'], 'bdf': hca['pci']}
+
+
+def _older(fw_ver):
+    """'28.41.1000' -> '28.39.1000': two firmware releases back (the middle field counts
+    releases in the ConnectX firmware numbering, 28.39 -> 28.41 -> 28.42 ...)."""
+    major, minor, rest = fw_ver.split('.', 2)
+    return '%s.%d.%s' % (major, max(int(minor) - 2, 0), rest)
+
+
+def fw_mismatch(profile, target):
+    hca = _hca(profile, target)
+    model = hca.get('hca_type', 'MT4129')
+    # Every HCA of the model on the older firmware, as after a card swap or a node that
+    # missed a firmware campaign: the node is consistent in itself, unlike its peers.
+    old = _older(hca.get('fw_ver', '28.41.1000'))
+    for other in profile['hcas']:
+        if other.get('hca_type', 'MT4129') == model:
+            other['fw_ver'] = old
+    return {'hca': hca['name'], 'fw_ver': old}
+
+
 def _fault(mutate, description, expect):
     return {'mutate': mutate, 'description': description, 'expect': expect}
 
@@ -295,6 +325,15 @@ CATALOG = {
             ("contains(gdr.host.modules_loaded, '{module}')", True),
             ("contains(keys(gdr.host.modules_persistent), '{module}')", False),
         ]),
+    # Faults only a comparison with the node's peers can see (plugin_utils/_fleet.py).
+    'hca_missing': _fault(hca_missing, 'An HCA did not enumerate: absent from the PCI tree and /sys/class/infiniband.', [
+        ("length(ib.devices[?name=='{hca}'])", 0),
+        ("length(gdr.nics[?name=='{hca}'])", 0),
+        ("length(gdr.topology[?nic=='{hca}'])", 0),
+    ]),
+    'fw_mismatch': _fault(fw_mismatch, 'The node\'s HCAs of one model run older firmware than its peers.', [
+        ("ib.devices[?name=='{hca}'] | [0].fw_ver == '{fw_ver}'", True),
+    ]),
 }
 
 

@@ -237,3 +237,44 @@ def test_gdr_not_used_although_every_node_is_ready():
     # A node that is not ready explains it instead: no such finding then.
     nodes['b'] = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('acs_enabled',))
     assert not [f for f in _diagnose.diagnose(nodes, None, collective) if f['code'] == 'COLLECTIVE_GDR_NOT_USED']
+
+
+def test_a_degraded_rail_does_not_make_the_storage_nic_a_far_rail():
+    """8 x H100 with one rail trained at 2X (200 Gb/s, the BlueField-3 storage NIC's rate): the
+    degraded port is the finding; the storage NIC, far from every GPU by design, is not."""
+    healthy = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')
+    degraded = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')
+    port = degraded['ib']['devices'][0]['ports'][0]
+    port.update(rate='200 Gb/sec (2X NDR)', rate_gbps=200.0, width='2X')
+    storage = [d['name'] for d in degraded['ib']['devices'] if d['ports'][0]['link_layer'] == 'Ethernet']
+    assert len(storage) == 1
+    found = _diagnose.diagnose({'ok': healthy, 'deg': degraded})
+    far = [(f['host'], f['subject']) for f in found if f['code'] == 'GPU_NIC_FAR']
+    assert far == [], far
+    assert [(f['host'], f['subject']) for f in found if f['code'] == 'IB_RATE_DEGRADED'] == [
+        ('deg', '%s/1' % degraded['ib']['devices'][0]['name'])]
+
+
+def test_no_rdma_device_and_dmabuf_say_which_path_nccl_takes():
+    node = diagnosis_accuracy.node_facts('h200x2_no_rdma')
+    (found,) = _diagnose.gdr_findings('h', node['gdr'], node['ib'])
+    assert found['code'] == 'GDR_NO_RDMA_NIC' and found['severity'] == 'error'
+    assert found['evidence'] == {'gpus': 2, 'rdma_devices': 0, 'nccl_path': 'socket'}
+    assert _diagnose.gpu_net_path(node['gdr']) == 'socket'
+    # An H100 node without nvidia_peermem, on the open kernel module: dma-buf stands in (a warning,
+    # and the finding says so); with the proprietary module NCCL stages through host memory (an error).
+    node = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('peermem_not_loaded',))
+    (peer,) = [f for f in _diagnose.gdr_findings('h', node['gdr'], node['ib']) if f['code'] == 'GDR_PEERMEM_NOT_LOADED']
+    assert peer['severity'] == 'warning' and peer['evidence']['nccl_path'] == 'dmabuf'
+    assert 'NCCL will use GPUDirect RDMA through dma-buf' in peer['cause']
+    node['gdr']['dmabuf']['possible'] = False
+    (peer,) = [f for f in _diagnose.gdr_findings('h', node['gdr'], node['ib']) if f['code'] == 'GDR_PEERMEM_NOT_LOADED']
+    assert peer['severity'] == 'error' and peer['evidence']['nccl_path'] == 'host_memory'
+    assert 'copied through host memory' in peer['cause']
+
+
+def test_gdr_not_ready_for_a_reason_no_rule_names_is_still_a_finding():
+    node = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')
+    node['gdr'].update(gdr_ready=False, reasons=['something new the facts found'])
+    codes = [(f['code'], f['severity']) for f in _diagnose.gdr_findings('h', node['gdr'], node['ib'])]
+    assert codes == [('GDR_NOT_READY', 'error')]
