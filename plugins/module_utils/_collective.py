@@ -147,7 +147,12 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
                  'ranks': len(result.get('ranks') or []) or None, 'transport': result.get('transport'),
                  'results': result.get('results') or [], 'benchmark': result.get('benchmark'),
                  'versions': result.get('versions')}
-        if result.get('status') == 'ok' and isinstance(result.get(key), (int, float)):
+        if entry['ranks'] == 1 and result.get('status') == 'ok':
+            # busbw = algbw x 2(n-1)/n for all-reduce (nccl-tests doc/PERFORMANCE.md): 0 for one
+            # rank, which moves no data between GPUs. Measured, not comparable with peers.
+            entry['verdict'] = dict(verdict, status='measured', reasons=[
+                'one rank: no data crosses between GPUs, busbw is 0 by definition (nccl-tests doc/PERFORMANCE.md)'])
+        elif result.get('status') == 'ok' and isinstance(result.get(key), (int, float)):
             values[host] = float(result[key])
         hosts[host] = entry
     slow = []

@@ -320,3 +320,25 @@ def test_unreadable_file_is_noted_not_fatal(monkeypatch, tmp_path):
     assert notes['skipped'] == [{'path': '/proc/modules', 'reason': 'Permission denied'}]
     assert 'proc/modules' not in members and members['proc/sys/kernel/osrelease']['data'] == b'6.8.0-45-generic\n'
     assert recorder.warnings == ['cannot read /proc/modules: Permission denied']
+
+
+REAL_SNAPSHOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'fixtures', 'real', 'h200-vm-snapshot')
+
+
+def test_a_real_gpu_nodes_snapshot_gives_its_live_facts(monkeypatch, tmp_path):
+    """The GPU machine captured by capture.yml: the facts read from its unpacked snapshot equal
+    those validate_fabric.yml gathered on the live node (tests/fixtures/real/h200-vm-snapshot)."""
+    root = str(tmp_path / 'vm')
+    names, manifest = extract(os.path.join(REAL_SNAPSHOT, 'vm.tar.gz'), root)
+    assert 'proc/kallsyms' in names and manifest
+    with open(os.path.join(REAL_SNAPSHOT, 'live_facts.json')) as handle:
+        live = json.load(handle)
+    facts = facts_of(root, monkeypatch)
+    for name in ('ib', 'gdr'):
+        expected = dict(live[name])
+        assert expected.pop('root') == '/'
+        assert facts[name][0] == expected, name
+    # What the node is: one H200, no RDMA device, no peer-memory client, dma-buf possible.
+    gdr = facts['gdr'][0]
+    assert [g['device_id'] for g in gdr['gpus']] == ['0x2335'] and gdr['nics'] == [] and gdr['gdr_ready'] is False
+    assert facts['ib'][0]['devices'] == [] and gdr['dmabuf']['possible'] is True
