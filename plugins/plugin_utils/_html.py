@@ -343,6 +343,23 @@ def _collective(collective):
     out = ['<section id="collective"><h2>Collective</h2>']
     if collective.get('skipped'):
         out.append('<p>Not run: %s.</p>' % _e(collective['skipped']))
+    local = collective.get('nodes') or {}
+    if local.get('hosts'):
+        # Launcher local: one run per node over its own GPUs, each against its peers' median.
+        out.append('<p>Every node over its own GPUs; median peak bus bandwidth %s GB/s; below %.0f %% of the peers\' '
+                   'median is slow.</p><table><thead><tr><th>node</th><th>verdict</th><th class="num">ranks</th>'
+                   '<th class="num">peak busbw GB/s</th><th class="num">of peers\' median</th><th>why</th></tr></thead>'
+                   '<tbody>%s</tbody></table>' % (
+                       _fmt(local.get('median_busbw_gbs'), 2), 100 * (local.get('healthy_ratio') or 0.8), ''.join(
+                           '<tr><td>%s</td><td>%s</td><td class="num">%s</td><td class="num">%s</td><td class="num">%s</td>'
+                           '<td>%s</td></tr>' % (
+                               _e(host), _badge('low' if entry.get('slow') else (entry.get('verdict') or {}).get('status', 'unknown')),
+                               _fmt(entry.get('ranks'), 0), _fmt(entry.get('max_busbw_gbs'), 2),
+                               ('%.0f %%' % (100 * entry['peer_ratio'])) if entry.get('peer_ratio') is not None else '-',
+                               _e('; '.join((entry.get('verdict') or {}).get('reasons') or [])))
+                           for host, entry in sorted(local['hosts'].items()))))
+        out.append('</section>')
+        return ''.join(out)
     out.append('<p>%s %s over %s: peak bus bandwidth %s GB/s, expected %s GB/s (%s).%s</p>' % (
         _badge(verdict.get('status', 'unknown')), _e(fleet.get('benchmark') or 'collective'),
         _e(', '.join(fleet.get('hosts') or []) or 'the fleet'), _fmt(fleet.get('max_busbw_gbs'), 2),

@@ -127,3 +127,23 @@ def test_nodes_the_facts_blame_run_with_a_reference_from_the_others():
     assert sorted(state['culprits']) == ['n1', 'n6'] and not state['unresolved']
     # Fewer than two unblamed nodes: no trial group, plain halving.
     assert _collective.search_start(['a', 'b', 'c', 'd'], prior=['a', 'b', 'c'])['trial'] is None
+
+
+def test_judge_nodes_against_peers_and_a_given_expectation():
+    def run(busbw, ranks=8, **extra):
+        return dict({'status': 'ok', 'max_busbw_gbs': busbw, 'avg_busbw_gbs': busbw / 2, 'ranks': [{}] * ranks,
+                     'verdict': {'status': 'unknown'}}, **extra)
+
+    judged = _collective.judge_nodes({'a': run(300.0), 'b': run(310.0), 'c': run(200.0), 'd': run(305.0)})
+    assert judged['slow'] == ['c'] and judged['hosts']['c']['peer_median_gbs'] == 305.0
+    assert judged['hosts']['c']['peer_ratio'] == 0.656 and judged['hosts']['a']['verdict']['status'] == 'measured'
+    # Two nodes: the slower one is below its only peer; with a given expectation, judged against it too.
+    judged = _collective.judge_nodes({'a': run(300.0), 'b': run(200.0)}, expected_gbs=280.0)
+    assert judged['slow'] == ['b'] and judged['bad'] == ['b'] and judged['hosts']['a']['verdict']['status'] == 'ok'
+    # One rank moves nothing between GPUs; a task that failed before the run; corruption.
+    judged = _collective.judge_nodes({'one': run(0.0, ranks=1), 'gone': {'failed': True, 'msg': 'all_reduce_perf: not found'},
+                                      'bad': run(300.0, wrong_total=3)}, expected_gbs=250.0)
+    assert judged['hosts']['one']['verdict']['status'] == 'measured' and 'busbw is 0 by definition' in \
+        judged['hosts']['one']['verdict']['reasons'][0]
+    assert judged['hosts']['gone']['failure'] == {'kind': 'not_run', 'message': 'all_reduce_perf: not found'}
+    assert judged['failed'] == ['bad', 'gone'] and judged['slow'] == []

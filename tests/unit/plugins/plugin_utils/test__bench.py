@@ -162,3 +162,19 @@ def test_report_keeps_a_pair_whose_client_node_was_lost():
     reason = result['pairs'][0]['reasons'][0]
     assert reason.startswith('node_lost: the client b returned no result (node lost') and 'peer_lost: client b lost' in reason
     assert result['matrix']['host']['0']['a'] == {'b': None}
+
+
+def test_fleet_plan_leaves_out_what_cannot_run_and_says_why():
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._bench import fleet_plan
+    found = {'status': 'skipped', 'skipped': True, 'cmd': ['/usr/bin/ib_write_bw']}
+    missing = {'failed': True, 'msg': 'ib_write_bw not found on PATH: install perftest'}
+    plan = fleet_plan({'a': {'plan': {'hcas': ['mlx5_0']}, 'tool': found},
+                       'b': {'plan': {'hcas': []}, 'tool': {'skipped': True, 'skip_reason': 'Conditional result was False'}},
+                       'c': {'plan': {'hcas': ['mlx5_0']}, 'tool': missing},
+                       'd': {'plan': {'hcas': ['mlx5_0', 'mlx5_1']}, 'tool': found}})
+    assert plan['nodes'] == ['a', 'd'] and plan['skipped'] is None
+    assert plan['excluded'] == {'b': 'no RDMA device (HCA) to test on this node',
+                                'c': 'perftest cannot run here: ib_write_bw not found on PATH: install perftest'}
+    alone = fleet_plan({'a': {'plan': {'hcas': ['mlx5_0']}, 'tool': found}})
+    assert alone['nodes'] == ['a'] and alone['skipped'] == '1 node(s) can run perftest with an RDMA device (a); a pair needs two'
+    assert fleet_plan({})['skipped'].startswith('0 node(s)')

@@ -114,3 +114,20 @@ def test_axis_helpers():
     svg = _html.line_chart([{'name': 'x', 'points': [(8388608, 390.0)]}], 'size', 'Gb/s')
     assert '<circle' in svg and 'nothing measured' not in svg
     assert 'nothing measured' in _html.line_chart([{'name': 'x', 'points': [(8, None)]}], 'size', 'Gb/s')
+
+
+def test_per_node_collective_is_a_table_of_nodes_against_their_peers():
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+
+    def run(busbw):
+        return {'status': 'ok', 'max_busbw_gbs': busbw, 'avg_busbw_gbs': busbw / 2, 'ranks': [{}, {}],
+                'benchmark': 'all_reduce_perf', 'verdict': {'status': 'unknown'}}
+
+    local = _collective.judge_nodes({'a': run(320.0), 'b': run(118.5), 'c': run(325.0), 'd<x>': {'failed': True, 'msg': 'no'}})
+    assert local['slow'] == ['b'] and local['failed'] == ['d<x>'] and local['median_busbw_gbs'] == 320.0
+    page = _html.render(_report.build({}, [], collective={'launcher': 'local', 'nodes': local, 'skipped': None}))
+    section = page[page.index('<section id="collective">'):]
+    section = section[:section.index('</section>')]
+    assert 'median peak bus bandwidth 320.00 GB/s' in section
+    assert '<td>b</td><td><span class="badge" style="background:' in section and '>low</span>' in section
+    assert '37 %' in section and 'd&lt;x&gt;' in section and 'not run: no' in section
