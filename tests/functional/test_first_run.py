@@ -141,3 +141,34 @@ def test_per_node_collective_names_the_node_below_its_peers(tmp_path):
     assert local['slow'] == ['g2'] and local['failed'] == []
     assert local['hosts']['g2']['peer_ratio'] < 0.5 and local['hosts']['g1']['peer_ratio'] > 0.9
     assert all(local['hosts'][h]['ranks'] == 8 for h in ('g1', 'g2', 'g3'))
+
+
+def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_path):
+    """Three nodes, one without perftest on its PATH, and a launcher (srun) that no node has: the
+    mesh tests the other two and names the third with why; the collective is a failed result
+    that says srun is missing; nothing crashes and no node is lost."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in range(1, 4)]}
+    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
+    hosts = inventory['all']['children']['gpu_nodes']['hosts']
+    hosts['n3']['gpu_fabric_environment']['PATH'] = '/usr/sbin:/usr/bin:/sbin:/bin'
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    out = os.path.join(dest, 'out')
+    result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
+                          '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=srun',
+                          '-e', '{"fabric_bench_memory": ["host"], "fabric_bench_hcas": ["mlx5_0"]}')
+    assert result.returncode == 2, result.stdout[-4000:]
+    assert all(s['failed'] == 0 for h, s in recap(result).items() if h != 'localhost'), result.stdout[-3000:]
+    report = report_of(out)
+    found = dict(((f['code'], f['host']), f) for f in report['findings'])
+    assert found[('BENCH_NODE_NOT_TESTED', 'n3')]['evidence']['reason'].startswith(
+        'perftest cannot run here: ib_write_bw not found on PATH')
+    assert report['bench']['skipped'] is None and report['bench']['excluded'] == {
+        'n3': found[('BENCH_NODE_NOT_TESTED', 'n3')]['evidence']['reason']}
+    assert [(p['server'], p['client'], p['verdict']) for p in report['bench']['pairs']] in (
+        [('n1', 'n2', 'ok')], [('n2', 'n1', 'ok')])
+    failed = found[('COLLECTIVE_FAILED', None)]
+    assert 'srun not found on PATH' in failed['cause'], failed
+    assert report['collective']['fleet']['failure']['kind'] == 'not_run'
+    assert all(report['hosts'][h]['status'] != 'unreachable' for h in ('n1', 'n2', 'n3'))
