@@ -6,13 +6,17 @@
 # collective benchmark and its culprit search, the report - and prints a short summary
 # with the path of the HTML report.
 #
-#   bash scripts/demo.sh [CLUSTER]      # CLUSTER: a file or a name in tests/sim/clusters (default: demo)
+#   bash scripts/demo.sh [CLUSTER [OPTION...]]  # CLUSTER: a file or a name in tests/sim/clusters
+#                                               # (default: demo); OPTIONs go to ansible-playbook
 #
 # GF_DEMO_DIR: where everything goes (default out/demo). Exit status 0 when the report was
 # written: the exit policy matching the injected faults is what the demo shows, not a failure.
+# GF_VENV: the virtualenv (default .venv); one made by gf_venv_compat (scripts/lib.sh) runs the
+# demo on its ansible-core, whose version heads ansible.log.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 spec=${1:-demo}
+shift $(($# ? 1 : 0))
 out=${GF_DEMO_DIR:-$REPO/out/demo}
 
 gf_venv
@@ -29,11 +33,14 @@ gf_log "rendering the simulated cluster '$spec' into $out"
 (cd "$REPO" && python -m tests.sim.cluster "$spec" "$out" --mode local --python "$(command -v python)")
 
 cd "$REPO"
+# Which ansible-core and Python ran it: first in the log (the compat test step reads it).
+ansible-playbook --version >"$out/ansible.log"
+gf_log "$(head -n1 "$out/ansible.log") ($(command -v ansible-playbook)), $(python -V)"
 set +e
 # The whole message-size sweep: the report draws bandwidth against message size.
 ANSIBLE_NOCOLOR=${ANSIBLE_NOCOLOR:-} ansible-playbook validate_fabric.yml -i "$out/inventory.yml" \
     -e gpu_fabric_hosts=gpu_nodes -e "gpu_fabric_output_dir=$out/report" \
-    -e gpu_fabric_benchmark=true -e fabric_bench_all_sizes=true | tee "$out/ansible.log"
+    -e gpu_fabric_benchmark=true -e fabric_bench_all_sizes=true "$@" | tee -a "$out/ansible.log"
 rc=${PIPESTATUS[0]}
 set -e
 

@@ -81,23 +81,16 @@ gf_venv() {
     [[ -f $req ]] || gf_die "$req is missing"
     command -v "$python" >/dev/null || gf_die "no $python on PATH (set GF_PYTHON)"
 
-    if [[ ! -x $venv/bin/python ]]; then
-        # Debian and Ubuntu split venv's ensurepip into python3-venv; without it
-        # `python3 -m venv` fails half-way and leaves a venv without pip.
-        if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-            if ((EUID == 0)) && command -v apt-get >/dev/null; then
-                gf_apt_install python3-venv
-            fi
-            "$python" -c 'import ensurepip, venv' 2>/dev/null ||
-                gf_die "$python has no venv/ensurepip module; install python3-venv"
-        fi
-        gf_log "creating virtualenv $venv"
-        rm -rf "$venv"
-        "$python" -m venv "$venv" || {
-            rm -rf "$venv"
-            gf_die "could not create a virtualenv at $venv with $python"
-        }
+    # A venv of gf_venv_compat (one ansible-core and the controller's requirements) is used as
+    # it is: GF_VENV=<that venv> bash scripts/demo.sh runs the demo on that ansible-core, and
+    # requirements-dev.txt (ansible-lint, molecule) would pull a newer ansible-core into it.
+    if [[ -f $venv/$GF_COMPAT_STAMP ]]; then
+        gf_log "using $venv as it is ($(_gf_venv_describe "$venv"))"
+        _gf_venv_activate "$venv"
+        return 0
     fi
+
+    _gf_venv_create "$venv" "$python"
 
     # The interpreter is part of the stamp: a venv rebuilt on another Python
     # needs its packages again.
@@ -109,6 +102,111 @@ gf_venv() {
         printf '%s\n' "$want" >"$stamp"
     fi
 
+    _gf_venv_activate "$venv"
+}
+
+# The file that marks a venv of gf_venv_compat (and holds its requirements' stamp).
+GF_COMPAT_STAMP=.gf-compat.sha256
+
+# What the playbooks need on the controller besides ansible-core (jmespath: the report's
+# queries; netaddr: address filters; PyYAML: the simulator's profiles), as in
+# requirements-dev.txt.
+GF_CONTROLLER_REQUIREMENTS=(jmespath netaddr pyyaml)
+
+# gf_venv_compat DIR SPEC [PYTHON] : create or update a virtualenv at DIR with only the
+# ansible-core of pip requirement SPEC (e.g. 'ansible-core==2.16.*') and
+# GF_CONTROLLER_REQUIREMENTS, on PYTHON (default python3), and put it first on PATH.
+#
+# For running the playbooks on another ansible-core than the development venv's: the
+# oldest that meta/runtime.yml promises, or the newest on a newer Python. Same stamp
+# logic as gf_venv (the requirements and the interpreter), so warm runs cost nothing;
+# gf_venv (demo.sh) uses such a venv as it is when GF_VENV names it.
+gf_venv_compat() {
+    local venv=${1:?gf_venv_compat DIR SPEC [PYTHON]} spec=${2:?gf_venv_compat DIR SPEC [PYTHON]}
+    local python=${3:-python3}
+    local stamp=$venv/$GF_COMPAT_STAMP
+    local want
+
+    command -v "$python" >/dev/null || gf_die "no $python (gf_venv_compat $venv)"
+    _gf_venv_create "$venv" "$python"
+
+    want=$({ printf '%s\n' "$spec" "${GF_CONTROLLER_REQUIREMENTS[@]}"; "$venv/bin/python" -VV; } |
+        sha256sum | cut -d' ' -f1)
+    if [[ ! -f $stamp || $(<"$stamp") != "$want" ]]; then
+        rm -f "$stamp"
+        gf_log "installing $spec into $venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "$spec" \
+            "${GF_CONTROLLER_REQUIREMENTS[@]}" ||
+            gf_die "pip could not install $spec into $venv"
+        printf '%s\n' "$want" >"$stamp"
+    fi
+
+    _gf_venv_activate "$venv"
+}
+
+# gf_newest_python MIN : print the newest Python interpreter >= MIN (e.g. 3.12) that can
+# make a virtualenv: python3.N on PATH or pyenv's ~/.pyenv/versions/3.N.*; nothing (and
+# status 1) when there is none. Newer ansible-core releases need newer Pythons (2.20+:
+# 3.12 or later), and users' systems do not necessarily have one.
+gf_newest_python() {
+    local min=${1:?gf_newest_python MIN} candidate version best='' best_version=''
+    local pyenv_root=${PYENV_ROOT:-${HOME:-/nonexistent}/.pyenv}
+    local candidates=()
+
+    for candidate in python3.{30..10} "$pyenv_root"/versions/3.*/bin/python3; do
+        if [[ $candidate == */* ]]; then
+            [[ -x $candidate ]] || continue
+        else
+            candidate=$(command -v "$candidate" 2>/dev/null) || continue
+        fi
+        candidates+=("$candidate")
+    done
+    for candidate in "${candidates[@]}"; do
+        version=$("$candidate" -c 'import ensurepip, sys, venv; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) ||
+            continue
+        printf '%s\n%s\n' "$min" "$version" | sort -C -V || continue
+        if [[ -z $best_version ]] || ! printf '%s\n%s\n' "$version" "$best_version" | sort -C -V; then
+            best=$candidate best_version=$version
+        fi
+    done
+    [[ -n $best ]] || return 1
+    printf '%s\n' "$best"
+}
+
+# _gf_venv_create VENV PYTHON : make a virtualenv at VENV with PYTHON unless there is one.
+_gf_venv_create() {
+    local venv=$1 python=$2
+
+    [[ -x $venv/bin/python ]] && return 0
+    # Debian and Ubuntu split venv's ensurepip into python3-venv; without it
+    # `python3 -m venv` fails half-way and leaves a venv without pip.
+    if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+        if ((EUID == 0)) && command -v apt-get >/dev/null; then
+            gf_apt_install python3-venv
+        fi
+        "$python" -c 'import ensurepip, venv' 2>/dev/null ||
+            gf_die "$python has no venv/ensurepip module; install python3-venv"
+    fi
+    gf_log "creating virtualenv $venv"
+    rm -rf "$venv"
+    "$python" -m venv "$venv" || {
+        rm -rf "$venv"
+        gf_die "could not create a virtualenv at $venv with $python"
+    }
+}
+
+# _gf_venv_describe VENV : 'ansible-core X on Python Y' of that venv.
+_gf_venv_describe() {
+    "$1/bin/python" -c 'import platform
+try:
+    from ansible.release import __version__
+except ImportError:
+    __version__ = "(none)"
+print("ansible-core %s on Python %s" % (__version__, platform.python_version()))'
+}
+
+_gf_venv_activate() {
+    local venv=$1
     case ":$PATH:" in
         *":$venv/bin:"*) ;;
         *) PATH=$venv/bin:$PATH ;;

@@ -3,17 +3,21 @@
 #   unit tests (pytest), ansible-test sanity (zero ignores), ansible-lint
 #   (production profile), and functional runs of the playbooks through
 #   ansible-playbook on simulated nodes: over real SSH between network-namespace
-#   nodes when root, with local-connection nodes otherwise.
+#   nodes when root, with local-connection nodes otherwise; and compat: the demo
+#   (scripts/demo.sh) and a parse of every playbook and task file on the oldest
+#   ansible-core that meta/runtime.yml promises and on the newest one, which needs the
+#   newest Python found (python3.N on PATH or under ~/.pyenv/versions; without one >= 3.12,
+#   the dev venv's ansible-core is the newest tested, and the log says so).
 #
 #   bash scripts/test.sh              # everything
-#   bash scripts/test.sh units lint   # a subset: units sanity lint functional molecule
+#   bash scripts/test.sh units lint   # a subset: units sanity lint functional molecule compat
 #
 # molecule runs the netns scenario (real SSH) when root and the localhost scenario
 # otherwise; GF_MOLECULE_SCENARIOS="localhost netns" runs both.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 steps=("$@")
-((${#steps[@]})) || steps=(units sanity lint functional molecule)
+((${#steps[@]})) || steps=(units sanity lint functional molecule compat)
 
 if ((EUID == 0)); then
     # Without shellcheck, sanity skips its shellcheck test; openssh-server runs the SSH lab.
@@ -71,10 +75,47 @@ step_molecule() {
     done
 }
 
+# The promise of meta/runtime.yml (requires_ansible: '>=2.16.0'): the oldest ansible-core it
+# allows, and the newest that pip finds for the newest Python here (2.20+ need Python >= 3.12).
+# Their venvs are kept in GF_COMPAT_DIR (default ~/.cache/hpc.gpu_fabric) and reused while
+# their requirements stand (gf_venv_compat). The two demos run at once, one per core: 51 s
+# measured on 2 cores with the venvs made, 78 s when they have to be made (no pip cache).
+step_compat() {
+    local dir=${GF_COMPAT_DIR:-${XDG_CACHE_HOME:-${HOME:-${TMPDIR:-/tmp}}/.cache}/hpc.gpu_fabric}
+    local oldest oldest_venv newest_python newest_venv='' pid venvs=() names=() venv
+    oldest=$(python -c 'import re, sys, yaml
+spec = yaml.safe_load(open(sys.argv[1]))["requires_ansible"]
+print(re.match(r"\s*>=\s*(\d+[.]\d+)", spec).group(1))' "$tree/meta/runtime.yml") ||
+        { gf_log "error: no '>=X.Y' in requires_ansible of meta/runtime.yml"; return 1; }
+    oldest_venv=$dir/ansible-core-$oldest
+    # Both venvs at once (pip mostly waits on the network); subshells, as gf_die exits.
+    (gf_venv_compat "$oldest_venv" "ansible-core==$oldest.*") &
+    pid=$!
+    if newest_python=$(gf_newest_python 3.12); then
+        newest_venv=$dir/ansible-core-newest-py$("$newest_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+        (gf_venv_compat "$newest_venv" ansible-core "$newest_python") || newest_venv=''
+    fi
+    wait "$pid" || return 1
+    if [[ -z $newest_venv ]]; then
+        gf_log "compat: no Python >= 3.12 that installs ansible-core (python3.N on PATH, ~/.pyenv/versions):" \
+            "the newest tested is the dev venv's, $(_gf_venv_describe "$VIRTUAL_ENV")"
+        newest_venv=$VIRTUAL_ENV
+    fi
+    venvs=("$oldest_venv" "$newest_venv")
+    for venv in "${venvs[@]}"; do
+        names+=("$(_gf_venv_describe "$venv")")
+    done
+    gf_log "compat: testing ${names[0]} (oldest promised) and ${names[1]} (newest)"
+    # Its own --basetemp (removed with the tree): pytest prunes its default one at the start of a
+    # session, and deleting the other steps' simulated clusters there cost 20-40 s here.
+    (cd "$tree" && GF_COMPAT_VENVS=$(IFS=:; echo "${venvs[*]}") python -m pytest -q -p no:cacheprovider -rs \
+        -n "${#venvs[@]}" --basetemp="$base/compat" --durations=2 tests/compat)
+}
+
 for step in "${steps[@]}"; do
     case $step in
-        units | sanity | lint | functional | molecule) run_step "$step" "step_$step" ;;
-        *) gf_die "unknown step $step (units sanity lint functional molecule)" ;;
+        units | sanity | lint | functional | molecule | compat) run_step "$step" "step_$step" ;;
+        *) gf_die "unknown step $step (units sanity lint functional molecule compat)" ;;
     esac
 done
 
