@@ -534,7 +534,10 @@ def _json_row(row, validation):
             sides[key] = _json_side(row[key], validation)
         except ValueError as exc:
             raise ValueError('%s.%s' % (key, exc))
-    text = lambda value: value if isinstance(value, str) else None  # noqa: E731
+
+    def text(value):
+        return value if isinstance(value, str) else None
+
     return {'size_bytes': row['size'], 'count': row['count'], 'type': text(row.get('type')), 'redop': text(row.get('redop')),
             'root': _int(str(row.get('root', '')).strip()) if isinstance(row.get('root', ''), (int, str)) else None,
             'out_of_place': sides['out_of_place'], 'in_place': sides['in_place']}

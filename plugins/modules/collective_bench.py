@@ -296,10 +296,10 @@ versions:
   sample: {tool: nccl-tests, tests: 2.19.6, headers: 22809, library: 22809, library_version: 2.28.9+cuda13.0}
 transport:
   description:
-    - C(net) (IB, Socket, AWS Libfabric, ...; the IB plugin builds IBext and IBext_v8 count as IB), C(net_name) (the
+    - "C(net) (IB, Socket, AWS Libfabric, ...; the IB plugin builds IBext and IBext_v8 count as IB), C(net_name) (the
       name as NCCL printed it), C(hcas) (from C(NET/IB : Using) and C(GPU Direct RDMA Disabled|Enabled for HCA) lines),
       C(gdr), C(intra) (the intra-node transports seen in the connection lines - P2P, SHM, NVLS) and the C(evidence)
-      lines they were read from.
+      lines they were read from."
   returned: always
   type: dict
   sample: {net: Socket, net_name: Socket, hcas: [], gdr: false, intra: [P2P], evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"]}

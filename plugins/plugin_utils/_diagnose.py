@@ -589,8 +589,8 @@ def failure_findings(failures):
             found.append(finding('HOST_TASK_FAILED', 'host', 'error', host,
                                  '%s%s' % (failure.get('stage') or 'run', '#%d' % index if index else ''),
                                  {'stage': failure.get('stage'), 'task': failure.get('task'), 'msg': failure.get('msg')},
-                                 'task "%s" failed on %s during %s: %s' % (failure.get('task') or '?', host,
-                                                                          failure.get('stage') or 'the run', failure.get('msg')),
+                                 'task "%s" failed on %s during %s: %s' % (
+                                     failure.get('task') or '?', host, failure.get('stage') or 'the run', failure.get('msg')),
                                  'fix what the message names and run again; what this stage checks on %s is missing' % host))
     return found
 

@@ -170,7 +170,9 @@ def test_a_gpu_node_without_any_rdma_device_is_said_once():
 
 
 def test_roce_netdev_mtu_and_gid_index():
-    roce = lambda **kw: node(ports=[port(400.0, 'Ethernet', **kw) for _i in range(8)])     # noqa: E731
+    def roce(**kw):
+        return node(ports=[port(400.0, 'Ethernet', **kw) for _i in range(8)])
+
     nodes = {'a': roce(), 'b': roce(), 'c': roce(mtu=4200), 'd': roce(gid=1)}
     # 4200 still carries a 4096-byte RDMA MTU: MTU_MISMATCH cannot see it, the comparison does.
     assert fleet_codes(nodes) == [('FLEET_DIFFERS', 'c', 'roce_mtu', 'warning'), ('FLEET_DIFFERS', 'd', 'gid_index', 'warning')]
