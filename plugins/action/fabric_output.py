@@ -16,6 +16,7 @@ the old one), so a reader never sees half a report.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 
@@ -27,16 +28,20 @@ from ansible.plugins.action import ActionBase
 
 
 def _mode(value):
+    """An octal string ('0644', '644', '0o644') or an int (YAML 0644 is 420) from 0 to 0o7777.
+    A bool is refused: it is an int to Python, and 'mode: true' would write mode 0001."""
+    if isinstance(value, bool) or not isinstance(value, (int,) + string_types):
+        raise AnsibleActionFail('mode must be an octal string such as "0644" or an integer, got %r' % (value,))
     if isinstance(value, int):
         mode = value
     else:
         text = to_text(value).strip()
-        try:
-            mode = int(text, 8)
-        except ValueError:
+        # Octal digits only: int(text, 8) alone takes '+644', '6_44' and ' 644 '.
+        if not re.match(r'^(?:0o)?[0-7]{1,5}$', text):
             raise AnsibleActionFail('mode must be an octal number such as "0644", got %r' % (value,))
+        mode = int(text[2:] if text.startswith('0o') else text, 8)
     if mode < 0 or mode > 0o7777:
-        raise AnsibleActionFail('mode %o is out of range' % mode)
+        raise AnsibleActionFail('mode %s is out of range (0 to 07777)' % (oct(mode) if mode >= 0 else mode))
     return mode
 
 

@@ -13,8 +13,8 @@ description:
   - Returns C(status) V(ok) (busbw at least O(healthy) of the expectation), V(warning) (at least O(warn)),
     V(low), V(corrupt) (C(#wrong) > 0 or out-of-bounds values, whatever the bandwidth), V(failed) (the run
     failed) or V(unknown) (no expectation), with C(ratio), C(busbw_gbs), C(expected_gbs) and C(reasons).
-  - Defaults from the seeds - busbw at least 80 % of the theoretical link bandwidth (seed 004, NDR 400 Gb/s =
-    50 GB/s, target 40 GB/s), below 70 % a configuration issue (seed 003).
+  - Defaults - busbw at least 80 % of the theoretical link bandwidth (NDR 400 Gb/s = 50 GB/s, healthy from
+    40 GB/s), below 70 % a configuration issue.
   - C(collective_local_verdict) (hostvars, hosts, expected, healthy, warn) judges per-node runs (launcher local) against
     the median of the other nodes (below O(healthy) of it is C(slow)) and against an expectation when given;
     C(collective_outcome) gives any collective_bench task result a verdict (a task that failed before running is V(failed)).

@@ -18,7 +18,10 @@ description:
     C(<server>__<client>__<rail>__<host|gpu>.txt), and C(collective) candidates, any other C(*.log), C(*.txt),
     C(*.json)) and C(offline_collective) (M(hpc.gpu_fabric.collective_bench) O(hpc.gpu_fabric.collective_bench#module:from_log)
     results -> the shape of C(fabric_collective_result) - the run over the most nodes is the fleet run, judged against
-    the NICs of the snapshots).
+    the NICs of the snapshots; logs over a size cap and files the parser failed on are listed in C(imported_logs))
+    and C(offline_snapshots) (a directory of snapshots -> each unpacked as data into C(<out>/offline/<node>/root) -
+    files, directories and symlinks only, re-rooted, with caps on size and members; what was refused is returned
+    per node, see C(docs/security.md)).
 options:
   _input:
     description: The C(results) of the perftest_run loop; each item is an entry of C(offline_logs).
@@ -47,15 +50,31 @@ _value:
   type: dict
 '''
 
+import os
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline
 
 
-def offline_logs(paths):
-    if not isinstance(paths, (list, tuple)):
-        raise AnsibleFilterError('offline_logs: expected a list of paths')
-    return _offline.classify(paths)
+def offline_logs(files):
+    if not isinstance(files, (list, tuple)):
+        raise AnsibleFilterError('offline_logs: expected a list of paths (or the files of ansible.builtin.find)')
+    paths, refused = _offline.log_entries(files)
+    return dict(_offline.classify(paths), refused=refused)
+
+
+def offline_snapshots(directory, out_dir):
+    # Runs on the controller and writes there: the unpacked trees are the controller's own
+    # working copy, made in --check runs too (they change no node).
+    if not isinstance(directory, str) or not os.path.isdir(directory):
+        raise AnsibleFilterError('offline_snapshots: %r is not a directory of snapshots' % (directory,))
+    if not isinstance(out_dir, str) or not out_dir:
+        raise AnsibleFilterError('offline_snapshots: give the output directory')
+    try:
+        return _offline.unpack_snapshots(directory, out_dir)
+    except OSError as exc:
+        raise AnsibleFilterError('offline_snapshots: cannot unpack into %s: %s' % (out_dir, exc))
 
 
 def offline_bench(results, plans, options=None):
@@ -64,13 +83,13 @@ def offline_bench(results, plans, options=None):
     return _offline.bench_report(results or [], plans, options or {})
 
 
-def offline_collective(results, hostvars, hosts, healthy=0.8, warn=0.7):
+def offline_collective(results, hostvars, hosts, healthy=0.8, warn=0.7, refused=None):
     nodes_ib = {}
     for host in hosts or []:
         facts = (hostvars[host] if host in hostvars else {}).get('ansible_facts') or {}
         if 'gpu_fabric_ib' in facts:
             nodes_ib[host] = facts['gpu_fabric_ib']
-    return _offline.collective_result(results or [], nodes_ib, float(healthy), float(warn))
+    return _offline.collective_result(results or [], nodes_ib, float(healthy), float(warn), refused or [])
 
 
 class FilterModule(object):
@@ -78,6 +97,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'offline_logs': offline_logs,
+            'offline_snapshots': offline_snapshots,
             'offline_bench': offline_bench,
             'offline_collective': offline_collective,
         }

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 name: peermem_verdict
 author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
-short_description: The seed-000 check on gdr_facts - is the OFED peer-memory path intact, and what fixes it
+short_description: The mm_kobj / peer-memory check on gdr_facts - is the OFED peer-memory path intact, and what fixes it
 version_added: 0.1.0
 description:
   - Reads C(gpu_fabric_gdr) (from C(hpc.gpu_fabric.gdr_facts)) and decides, for the GPU vendors on the

@@ -45,7 +45,7 @@ import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, SysRoot
 
 try:
     # The host-layer reader (governor, memlock, module persistence) is newer than this
@@ -133,46 +133,17 @@ class RecordingSysRoot(SysRoot):
         if rel not in self.contents or len(data) > len(self.contents[rel]):
             self.contents[rel] = data
 
-    def text(self, rel, quiet=False):
+    def _read(self, rel, limit, how='whole'):
+        # Every read of SysRoot (text, binary, cached) comes here, with SysRoot's own
+        # bounds: the snapshot holds exactly the bytes the reader got.
         with self._recorded():
-            # As SysRoot.text reads: one read() of up to 1 MiB, so the snapshot holds
-            # exactly the bytes its decoding saw.
             try:
-                fd = os.open(self.path(rel), os.O_RDONLY)
-                try:
-                    data = os.read(fd, 1 << 20)
-                finally:
-                    os.close(fd)
+                data = super(RecordingSysRoot, self)._read(rel, limit, how)
             except OSError as exc:
                 self._failed(rel, exc)
-                # SysRoot's own error path: the same return value and warning.
-                return super(RecordingSysRoot, self).text(rel, quiet)
-            self._keep(rel, data)
-            return data.decode('utf-8', 'replace').rstrip()
-
-    def binary(self, rel, size=4096):
-        with self._recorded():
-            try:
-                with open(self.path(rel), 'rb') as handle:
-                    data = handle.read(size)
-            except (IOError, OSError) as exc:
-                self._failed(rel, exc)
-                return super(RecordingSysRoot, self).binary(rel, size)
+                raise
             self._keep(rel, data)
             return data
-
-    def cached(self, rel):
-        with self._recorded():
-            if rel not in self._cache:
-                try:
-                    with open(self.path(rel), 'rb') as handle:
-                        data = handle.read()
-                except (IOError, OSError) as exc:
-                    self._failed(rel, exc)
-                    return super(RecordingSysRoot, self).cached(rel)
-                self._keep(rel, data)
-                self._cache[rel] = data
-            return self._cache[rel]
 
     def listdir(self, rel):
         with self._recorded():
@@ -198,6 +169,12 @@ class RecordingSysRoot(SysRoot):
         with self._recorded():
             self.queried.add(_norm(rel))
             return super(RecordingSysRoot, self).resolve(rel)
+
+    def link_target(self, rel):
+        with self._recorded():
+            # plan() stores the symlinks on the way, the link itself among them.
+            self.queried.add(_norm(rel))
+            return super(RecordingSysRoot, self).link_target(rel)
 
 
 class _Plan(object):
@@ -308,8 +285,8 @@ class _Plan(object):
         elif stat.S_ISREG(info.st_mode):
             if read_now:
                 try:
-                    with open(self.host(real), 'rb') as handle:
-                        data = handle.read()
+                    # SysRoot's own bounded, regular-file-only read, not recorded again.
+                    data = SysRoot._read(self.sysroot, real, WHOLE_LIMIT, 'whole')
                 except (IOError, OSError) as exc:
                     self.skipped[real] = getattr(exc, 'strerror', None) or str(exc)
                     return

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, sequence, text
+
 # Seed 004: "Target bus bandwidth: >= 80% of theoretical link bandwidth; e.g. NDR at
 # 400 Gb/s = 50 GB/s -> target busbw >= 40 GB/s"; seed 003: "below 70 % of expected,
 # there is a configuration issue".
@@ -31,13 +33,14 @@ def node_nic_gbs(ib, hcas=None):
     figure of seed 004.
     """
     total = 0.0
-    for device in (ib or {}).get('devices') or []:
+    for device in mappings(mapping(ib).get('devices')):
         if hcas and device.get('name') not in hcas:
             continue
-        for port in device.get('ports') or []:
-            if port.get('state') == 'ACTIVE' and port.get('rate_gbps'):
-                total += port['rate_gbps']
-    return total / 8.0 if total else None
+        for port in mappings(device.get('ports')):
+            rate = number(port.get('rate_gbps'))
+            if port.get('state') == 'ACTIVE' and rate and rate > 0:
+                total += rate
+    return total / 8.0 if total and math.isfinite(total) else None
 
 
 def expected_busbw(nodes_ib, hcas=None):
@@ -67,23 +70,24 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
     'avg' the tool's own "Avg bus bandwidth". Data corruption (#wrong > 0 or out-of-bounds
     values) is an error whatever the bandwidth.
     """
-    result = result or {}
+    # A result is what a node returned: any field may hold any type (_shape).
+    result = mapping(result)
     reasons = []
     verdict = {'expected_gbs': expected_gbs, 'healthy_ratio': healthy, 'warn_ratio': warn, 'metric': metric}
-    wrong = result.get('wrong_total')
-    oob = result.get('out_of_bounds') or {}
-    if (wrong or 0) > 0 or (oob.get('count') or 0) > 0 or oob.get('ok') is False:
+    wrong = integer(result.get('wrong_total'))
+    oob = mapping(result.get('out_of_bounds'))
+    if (wrong or 0) > 0 or (integer(oob.get('count')) or 0) > 0 or oob.get('ok') is False:
         reasons.append('data corruption: #wrong total %s, out-of-bounds values %s' % (wrong, oob.get('count')))
         verdict.update(status='corrupt', reasons=reasons, ratio=None)
         return verdict
     if result.get('status') != 'ok':
-        failure = result.get('failure') or {}
+        failure = mapping(result.get('failure'))
         reasons.append('%s: %s' % (failure.get('kind', 'failed'), failure.get('message', result.get('msg', ''))))
         verdict.update(status='failed', reasons=reasons, ratio=None)
         return verdict
-    value = result.get('max_busbw_gbs' if metric == 'max' else 'avg_busbw_gbs')
+    value = number(result.get('max_busbw_gbs' if metric == 'max' else 'avg_busbw_gbs'))
     verdict['busbw_gbs'] = value
-    if value is None or not expected_gbs:
+    if value is None or not number(expected_gbs):
         reasons.append('no bandwidth to judge' if value is None else 'no expectation (no NIC rate, no expected_busbw_gbs)')
         verdict.update(status='unknown', reasons=reasons, ratio=None)
         return verdict
@@ -95,7 +99,7 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
         status = 'warning' if ratio >= warn else 'low'
         reasons.append('%s busbw %.2f GB/s is %.0f %% of the expected %.2f GB/s (healthy >= %.0f %%, warning >= %.0f %%)'
                        % (metric, value, 100 * ratio, expected_gbs, 100 * healthy, 100 * warn))
-    transport = result.get('transport') or {}
+    transport = mapping(result.get('transport'))
     # Explanations of a shortfall only: a healthy single-node run over NVLink also shows
     # the Socket plugin and no GDR, which then mean nothing.
     if status == 'ok':
@@ -111,12 +115,14 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
 def normalize(result):
     """A collective_bench task result of any shape as a result with a verdict: a task that
     failed before the benchmark ran (bad arguments, no launcher) has only ``failed`` and ``msg``."""
-    result = dict(result or {})
+    result = dict(mapping(result))
+    if not isinstance(result.get('verdict'), dict):
+        result.pop('verdict', None)
     if result.get('skipped') and result.get('status') is None:
         result.update(status='skipped', failure=None,
                       verdict={'status': 'skipped', 'reasons': [result.get('skip_reason') or 'skipped'], 'ratio': None})
     if not result.get('verdict'):
-        message = result.get('msg') or 'the task returned no result'
+        message = text(result.get('msg')) or 'the task returned no result'
         result.setdefault('status', 'failed')
         result.setdefault('failure', {'kind': 'not_run', 'message': message})
         result['verdict'] = {'status': 'failed', 'reasons': ['not run: %s' % message], 'ratio': None}
@@ -141,19 +147,19 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
             judge(result, expected_gbs, healthy, warn, metric)
         if expected_gbs is None and result.get('status') == 'ok' and verdict.get('status') in ('unknown', None):
             verdict = dict(verdict, status='measured', reasons=['no expectation given: judged against its peers only'])
-        entry = {'status': result.get('status'), 'verdict': verdict, 'busbw_gbs': result.get(key),
-                 'avg_busbw_gbs': result.get('avg_busbw_gbs'), 'max_busbw_gbs': result.get('max_busbw_gbs'),
-                 'wrong_total': result.get('wrong_total'), 'failure': result.get('failure'),
-                 'ranks': len(result.get('ranks') or []) or None, 'transport': result.get('transport'),
-                 'results': result.get('results') or [], 'benchmark': result.get('benchmark'),
+        entry = {'status': result.get('status'), 'verdict': verdict, 'busbw_gbs': number(result.get(key)),
+                 'avg_busbw_gbs': number(result.get('avg_busbw_gbs')), 'max_busbw_gbs': number(result.get('max_busbw_gbs')),
+                 'wrong_total': integer(result.get('wrong_total')), 'failure': result.get('failure'),
+                 'ranks': len(sequence(result.get('ranks'))) or None, 'transport': result.get('transport'),
+                 'results': sequence(result.get('results')), 'benchmark': result.get('benchmark'),
                  'versions': result.get('versions')}
         if entry['ranks'] == 1 and result.get('status') == 'ok':
             # busbw = algbw x 2(n-1)/n for all-reduce (nccl-tests doc/PERFORMANCE.md): 0 for one
             # rank, which moves no data between GPUs. Measured, not comparable with peers.
             entry['verdict'] = dict(verdict, status='measured', reasons=[
                 'one rank: no data crosses between GPUs, busbw is 0 by definition (nccl-tests doc/PERFORMANCE.md)'])
-        elif result.get('status') == 'ok' and isinstance(result.get(key), (int, float)):
-            values[host] = float(result[key])
+        elif result.get('status') == 'ok' and entry['busbw_gbs'] is not None:
+            values[host] = entry['busbw_gbs']
         hosts[host] = entry
     slow = []
     for host, value in sorted(values.items()):

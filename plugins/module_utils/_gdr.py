@@ -13,10 +13,11 @@ through host memory (4.57 GB/s instead of 24.38 GB/s busbw in the seed).
 
 from __future__ import annotations
 
-import gzip
 import re
+import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
 
@@ -67,7 +68,12 @@ _HAVE_MM_KOBJ_RE = re.compile(r'^\s*#\s*define\s+HAVE_MM_KOBJ_EXPORTED\b', re.M)
 # ofed_info -s: 'MLNX_OFED_LINUX-23.07-0.5.1.2:' (fixture) and the generated
 # script line 'then echo MLNX_OFED_LINUX-<ver>:; exit 0; fi'; DOCA/OFED-internal alike.
 _OFED_VERSION_RE = re.compile(r'\b((?:MLNX_OFED_LINUX|OFED-internal|DOCA[\w.-]*?|OFED)-\d[\w.-]*?)(?=:|\s|\(|$)')
-_KERNEL_VERSION_RE = re.compile(r'^(\d+)\.(\d+)')
+# ASCII and bounded: a damaged osrelease must not reach int() with a thousand digits.
+_KERNEL_VERSION_RE = re.compile(r'^(\d{1,9})\.(\d{1,9})', re.A)
+# What `uname -r` can print: the kernel's UTS_RELEASE (at most 64 bytes, __NEW_UTS_LEN in
+# include/uapi/linux/utsname.h) is a version plus CONFIG_LOCALVERSION and the distribution's
+# suffix - '5.15.0-105-generic', '5.14.0-427.13.1.el9_4.x86_64', '6.8.0+'. Never '/' or '..'.
+_RELEASE_RE = re.compile(r'^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}$')
 # ibv_reg_dmabuf_mr and ib_umem_dmabuf arrived in Linux 5.12.
 DMABUF_MIN_KERNEL = (5, 12)
 
@@ -113,6 +119,24 @@ def kallsyms_has(sysroot, symbol):
     return data.find(name + b'\n') >= 0 or data.find(name + b'\t') >= 0 or data.endswith(name)
 
 
+def _gunzip(data, limit):
+    """gzip.decompress, refusing output past ``limit`` bytes (a small .gz can expand to
+    gigabytes: zlib's ratio reaches ~1000:1 on zeros). Concatenated members are read as
+    gzip(1) reads them (RFC 1952 section 2.2)."""
+    out, size = [], 0
+    while data:
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk = inflate.decompress(data, limit + 1 - size)
+        size += len(chunk)
+        out.append(chunk)
+        if size > limit:
+            raise ValueError('expands past %d MiB' % (limit >> 20))
+        if not inflate.eof:
+            raise EOFError('compressed file ended before the end-of-stream marker was reached')
+        data = inflate.unused_data.lstrip(b'\0')
+    return b''.join(out)
+
+
 def read_kernel(sysroot):
     """Kernel release and whether it exports mm_kobj, with where that was seen.
 
@@ -123,6 +147,11 @@ def read_kernel(sysroot):
     read, ~100 ms on a stock kernel, so it is only read when no export table is there.
     """
     release = sysroot.text('/proc/sys/kernel/osrelease')
+    if release and not _RELEASE_RE.match(release):
+        # The release names directories below: a '../../../etc' or a '/' from a hostile
+        # snapshot must not choose which file is read.
+        sysroot.warn('/proc/sys/kernel/osrelease holds %r, not a kernel release: not used' % release[:80])
+        release = None
     result = {'release': release, 'mm_kobj_exported': None, 'mm_kobj_source': None}
     if release:
         for rel in ('/usr/src/kernels/%s/Module.symvers', '/lib/modules/%s/build/Module.symvers'):
@@ -135,11 +164,12 @@ def read_kernel(sysroot):
                 result.update(mm_kobj_exported=symvers_exports(data, 'mm_kobj'), mm_kobj_source=rel)
                 return result
         rel = '/boot/symvers-%s.gz' % release
-        content = sysroot.binary(rel, size=64 << 20) if sysroot.exists(rel) else None
+        # Compressed, RHEL's is ~0.5 MB: more than 16 MiB is no export table.
+        content = sysroot.binary(rel, size=16 << 20) if sysroot.exists(rel) else None
         if content:
             try:
-                text = gzip.decompress(content).decode('utf-8', 'replace')
-            except (IOError, OSError, EOFError) as exc:
+                text = _gunzip(content, WHOLE_LIMIT).decode('utf-8', 'replace')
+            except (IOError, OSError, EOFError, ValueError, zlib.error) as exc:
                 sysroot.warn('cannot decompress %s: %s' % (rel, exc))
             else:
                 result.update(mm_kobj_exported=symvers_exports(text, 'mm_kobj'), mm_kobj_source=rel)
@@ -313,8 +343,8 @@ def read_acs(sysroot, pairs):
 def _peer_chain(vendor, path, kernel, ofed):
     """Why a vendor's peer-memory path is missing, as the steps of a causal chain."""
     want = '%s/%s/version' % (MEMORY_PEERS, path['client'])
-    consequence = ('%s does not detect GPUDirect RDMA and stages every transfer through host memory '
-                   '(seed 000: 4.57 instead of 24.38 GB/s cross-node busbw)' % path['library'])
+    consequence = ('%s does not detect GPUDirect RDMA and stages every transfer through host memory, '
+                   'a fraction of the cross-node bandwidth' % path['library'])
     if not path['module_loaded']:
         return ['peer-memory module %s is not loaded (/proc/modules)' % ' or '.join(path['modules']),
                 'so %s does not exist' % want, consequence]

@@ -17,7 +17,6 @@ rdma_modules) reads back as configured.
 
 from __future__ import annotations
 
-import os
 import re
 
 CPU_DIR = '/sys/devices/system/cpu'
@@ -42,7 +41,10 @@ SYSTEM_CONF_D = ('/etc/systemd/system.conf.d', '/run/systemd/system.conf.d',
                  '/usr/local/lib/systemd/system.conf.d', '/usr/lib/systemd/system.conf.d')
 # systemd parse_size() with base 1024: 'K' is 1024 bytes (systemd.exec(5) LimitMEMLOCK=).
 _SIZE_SUFFIXES = {'': 1, 'B': 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40, 'P': 1 << 50, 'E': 1 << 60}
-_SIZE_RE = re.compile(r'^(\d+)\s*([KMGTPE]?)B?$', re.I)
+# ASCII digits, at most 20 (any 64-bit value): re.A keeps '\u0663' out, and a longer run is no
+# size (int() refuses past its digit limit with a ValueError).
+_SIZE_RE = re.compile(r'^(\d{1,20})\s*([KMGTPE]?)B?$', re.I | re.A)
+_DECIMAL_RE = re.compile(r'^\d{1,20}$', re.A)
 
 # modules-load.d(5): systemd-modules-load reads *.conf from these, a file name in an earlier
 # directory hiding the same name in a later one; '/dev/null' or an empty file masks it.
@@ -67,10 +69,9 @@ def parse_value(text):
         return None
     if text == 'unlimited':
         return 'unlimited'
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    # The kernel prints '%-20lu' (fs/proc/base.c): decimal ASCII digits; int() alone would take
+    # '1_0', ' 1' or '\u0663'.
+    return int(text) if _DECIMAL_RE.match(text) else None
 
 
 def parse_proc_limits(text):
@@ -111,7 +112,8 @@ def parse_limits_conf(text, path):
         if value.lower() in _UNLIMITED_WORDS:
             size = 'unlimited'
         else:
-            size = int(value) * 1024 if value.isdigit() else None
+            # Not str.isdigit(): it is True for '\u00b2', which int() refuses.
+            size = int(value) * 1024 if _DECIMAL_RE.match(value) else None
         entries.append({'domain': fields[0], 'type': fields[1], 'value': value, 'bytes': size, 'file': path})
     return entries
 
@@ -185,8 +187,9 @@ def parse_default_route(text):
 
 def _masked(sysroot, rel):
     """A file linked to /dev/null masks the vendor file of the same name (modules-load.d(5))."""
-    path = sysroot.path(rel)
-    return os.path.islink(path) and os.readlink(path) == '/dev/null'
+    # Read as a link inside the root: an unpacked snapshot stores the link re-rooted
+    # (_offline.unpack), and no /dev of the machine reading it is looked at.
+    return sysroot.link_target(rel) == '/dev/null'
 
 
 def _conf_files(sysroot, dirs):

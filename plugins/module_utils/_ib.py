@@ -19,9 +19,12 @@ NET_CLASS = '/sys/class/net'
 
 # "400 Gb/sec (4X NDR)", "10 Gb/sec (4X)" (iWARP i40iw: no speed name),
 # "2.5 Gb/sec (1X SDR)", "53.125 Gb/sec (1X HDR)". Kernel: drivers/infiniband/core/sysfs.c rate_show().
-_RATE_RE = re.compile(r'^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec\s*\((?P<width>\d+X)\s*(?P<speed>[A-Za-z0-9]+)?\s*\)')
+# Digits bounded and ASCII (re.A): a damaged file's thousand-digit code is no state, and
+# int() refuses a string past its digit limit with a ValueError.
+_RATE_RE = re.compile(r'^\s*(?P<gbps>\d{1,9}(?:\.\d{1,9})?)\s*Gb/sec\s*\((?P<width>\d{1,3}X)\s*(?P<speed>[A-Za-z0-9]+)?\s*\)',
+                      re.A)
 # "4: ACTIVE", "5: LinkUp"; a bare word is accepted too.
-_STATE_RE = re.compile(r'^\s*(?:(?P<code>\d+)\s*:\s*)?(?P<name>\S.*?)\s*$')
+_STATE_RE = re.compile(r'^\s*(?:(?P<code>\d{1,9})\s*:\s*)?(?P<name>\S.*?)\s*$', re.A)
 _BDF_RE = re.compile(r'^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$')
 
 # Width in bits of the IBTA PortCounters error fields (IBA spec vol 1, 16.1.3.5,
@@ -59,6 +62,10 @@ IB_MTUS = (256, 512, 1024, 2048, 4096)
 ROCE_MTU_OVERHEAD = 40 + 8 + 12 + 4 + 28 + 4
 
 _ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
+# A network interface name as the kernel accepts it (net/core/dev.c dev_valid_name(): shorter
+# than IFNAMSIZ 16, not '.' or '..', no '/', ':' or whitespace). A gid_attrs/ndevs file names
+# a directory to read next, so anything else (a NUL, a '../..') is not followed.
+_NETDEV_RE = re.compile(r'^(?!\.\.?$)[^/:\s\x00]{1,15}$')
 _V4_MAPPED_PREFIX = '0000:0000:0000:0000:0000:ffff:'
 
 
@@ -171,6 +178,9 @@ def _read_gids(sysroot, port_rel):
             continue
         gid_type = sysroot.text('%s/gid_attrs/types/%s' % (port_rel, name), quiet=True)
         ndev = sysroot.text('%s/gid_attrs/ndevs/%s' % (port_rel, name), quiet=True)
+        if ndev and not _NETDEV_RE.match(ndev):
+            sysroot.warn('%s/gid_attrs/ndevs/%s: %r is not a network interface name: not used' % (port_rel, name, ndev[:40]))
+            ndev = None
         gids.append({
             'index': index,
             'gid': gid,
@@ -269,10 +279,23 @@ def _read_port(sysroot, dev_rel, name, ibv_mtus):
     }
 
 
+def _utf8(name):
+    try:
+        name.encode('utf-8')
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def list_rdma_devices(sysroot):
     """[(name, PCI address or None)] of every device in /sys/class/infiniband."""
     devices = []
     for name in sysroot.listdir(IB_CLASS):
+        if not _utf8(name):
+            # os.listdir hands a name that is not UTF-8 over with surrogate escapes (PEP 383): no
+            # kernel driver names a device so, and the name could not be reported (JSON is UTF-8).
+            sysroot.warn('%s: an entry whose name is not UTF-8 (%r) is no RDMA device: left out' % (IB_CLASS, name))
+            continue
         pci_path = sysroot.resolve('%s/%s/device' % (IB_CLASS, name))
         leaf = pci_path.rsplit('/', 1)[-1] if pci_path else ''
         devices.append((name, leaf.lower() if _BDF_RE.match(leaf) else None))

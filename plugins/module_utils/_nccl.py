@@ -21,6 +21,8 @@ import math
 import os
 import re
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv
+
 BENCHMARKS = ('all_reduce_perf', 'all_gather_perf', 'reduce_scatter_perf', 'sendrecv_perf', 'alltoall_perf',
               'broadcast_perf', 'reduce_perf')
 LAUNCHERS = ('local', 'mpirun', 'srun')
@@ -96,7 +98,8 @@ _SIZE_SUFFIX = {'': 1, 'K': 1024, 'M': 1024 ** 2, 'G': 1024 ** 3, 'T': 1024 ** 4
 
 def parse_size(value):
     """nccl-tests size argument ('8', '1K', '64M', '1G'; common.cu parsesize) -> bytes, or None."""
-    match = re.match(r'^\s*(\d+)\s*([KMGT]?)B?\s*$', str(value), re.I)
+    # 20 digits hold any size_t; more is no size (and past Python's int digit limit, a ValueError).
+    match = re.match(r'^\s*(\d{1,20})\s*([KMGT]?)B?\s*$', str(value), re.I | re.A)
     if not match:
         return None
     return int(match.group(1)) * _SIZE_SUFFIX[match.group(2).upper()]
@@ -136,15 +139,16 @@ def _empty():
 
 
 def _header(match):
+    # _int, not int: a damaged log can hold a number past Python's int digit limit (ValueError).
     header = {
-        'threads': int(match.group('threads')), 'gpus': int(match.group('gpus')),
-        'min_bytes': int(match.group('min')), 'max_bytes': int(match.group('max')),
+        'threads': _int(match.group('threads')), 'gpus': _int(match.group('gpus')),
+        'min_bytes': _int(match.group('min')), 'max_bytes': _int(match.group('max')),
         'step_factor': None, 'step_bytes': None,
-        'warmup_iters': int(match.group('warmup')), 'iters': int(match.group('iters')),
-        'agg_iters': _int(match.group('agg')), 'validation': int(match.group('validation')),
+        'warmup_iters': _int(match.group('warmup')), 'iters': _int(match.group('iters')),
+        'agg_iters': _int(match.group('agg')), 'validation': _int(match.group('validation')),
         'graph': _int(match.group('graph')),
     }
-    header['step_factor' if match.group('step_kind') == 'factor' else 'step_bytes'] = int(match.group('step'))
+    header['step_factor' if match.group('step_kind') == 'factor' else 'step_bytes'] = _int(match.group('step'))
     return header
 
 
@@ -337,7 +341,7 @@ def _transport(info_lines):
                     break
             continue
         match = _NVLS_CHANNELS_RE.search(text)
-        if match and int(match.group('count')) > 0:
+        if match and (_int(match.group('count')) or 0) > 0:
             add_intra('NVLS')
             note(line, 'intra:NVLS')
             continue
@@ -421,9 +425,9 @@ def parse_text(stdout, stderr=''):
             continue
         match = _DEVICE_RE.match(stripped if stripped.startswith('#') else '#' + stripped)
         if match:
-            parsed['ranks'].append({'rank': int(match.group('rank')), 'group': _int(match.group('group')),
-                                    'pid': int(match.group('pid')), 'host': match.group('host'),
-                                    'device': int(match.group('device')), 'bus_id': match.group('bus'),
+            parsed['ranks'].append({'rank': _int(match.group('rank')), 'group': _int(match.group('group')),
+                                    'pid': _int(match.group('pid')), 'host': match.group('host'),
+                                    'device': _int(match.group('device')), 'bus_id': match.group('bus'),
                                     'name': match.group('name')})
             continue
         match = _TESTS_VERSION_RE.match(stripped)
@@ -450,7 +454,11 @@ def parse_text(stdout, stderr=''):
             continue
         match = _OOB_RE.match(stripped)
         if match:
-            parsed['out_of_bounds'] = {'count': int(match.group('count')), 'ok': match.group('verdict') == 'OK'}
+            count = _int(match.group('count'))
+            if count is None:
+                parsed['problems'].append(_problem(number, stripped, 'the out of bounds count is not a readable integer'))
+            else:
+                parsed['out_of_bounds'] = {'count': count, 'ok': match.group('verdict') == 'OK'}
             continue
         if not stripped.startswith('#'):
             lib = _LIB_VERSION_RE.match(stripped)  # 'NCCL version 2.16.2+cuda11.6' printed by rank 0
@@ -500,7 +508,14 @@ def _json_side(side, validation):
 
 
 def _json_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A number that is a finite float: JSON integers have no bound, and 10**400 is no
+    bandwidth (math.isfinite and float() raise OverflowError on it)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _json_int(value):
@@ -693,7 +708,9 @@ def launch_argv(launcher, argv, options, env_names=()):
     """The whole command line: argv alone (local), or behind mpirun / srun."""
     if launcher == 'local':
         return list(argv)
-    hosts = options.get('hosts') or []
+    # A ',' would add a host, a leading '-' make an option (of mpirun, or of the ssh it starts):
+    # ValueError naming the entry (_argv).
+    hosts = _argv.check_hosts(options.get('hosts') or [], 'hosts')
     slots = options.get('slots_per_host')
     if launcher == 'mpirun':
         cmd = [options.get('mpirun_path') or 'mpirun']

@@ -19,10 +19,15 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import select
 import signal
+import stat
 import subprocess
 import tempfile
+import threading
 import time
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv
 
 TESTS = ('ib_write_bw', 'ib_read_bw', 'ib_send_bw', 'ib_write_lat', 'ib_read_lat', 'ib_send_lat')
 # perftest_parameters.h DEF_PORT: the out-of-band TCP port of the server.
@@ -493,6 +498,12 @@ def build_argv(binary, test, options, server_address=None):
     size, all_sizes, iterations, duration, qps, bidirectional, report_gbits,
     disable_pcie_relaxed, use_cuda, use_rocm, use_maca, use_cuda_dmabuf, extra_args.
     """
+    # Raises ValueError on a device or server address that would be read as an option (_argv).
+    if options.get('device') is not None:
+        _argv.check_host(options['device'], 'device')
+    if server_address:
+        _argv.check_host(server_address, 'peer')
+    _argv.check_args(options.get('extra_args'), 'extra_args')
     argv = [binary]
     for flag, key in (('-d', 'device'), ('-i', 'ib_port'), ('-x', 'gid_index'), ('-p', 'tcp_port')):
         if options.get(key) is not None:
@@ -628,6 +639,133 @@ def _die_with(parent):
     return setup
 
 
+# Process groups of the Launched that still run: what the parent watch kills.
+_LIVE = set()
+
+
+def _proc_stat(pid):
+    """(ppid, start time in clock ticks, cmdline bytes) of ``pid`` from /proc, or None when gone.
+    proc(5): the fields after the ')' that ends comm are state, ppid, ..., starttime (field 22)."""
+    try:
+        with open('/proc/%d/stat' % pid, 'rb') as handle:
+            fields = handle.read().rsplit(b')', 1)[1].split()
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            cmdline = handle.read()
+        return int(fields[1]), int(fields[19]), cmdline
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+
+
+class ParentWatch(object):
+    """Stops the launched processes within seconds when the controller is gone.
+
+    A module's processes are the module's children, so PR_SET_PDEATHSIG (_die_with) kills them
+    only when the module itself dies; but a SIGKILLed ansible-playbook leaves the module running:
+    with the local connection its parent '/bin/sh -c' and the worker process above it stay, blocked
+    on the module's output, until the module's own timeout (900 s for collective_bench). So a
+    thread polls the ancestors seen at the start - up to and including the outermost one of the
+    ansible processes (the worker and ansible-playbook, forked from it), else the nearest three
+    (sh, sshd session, sshd on a remote node) - and the module's stdout (sshd closes its end of
+    the pipe when the connection drops). When one is gone, the process groups of _LIVE are
+    killed and the module gets SIGTERM, which _Guard turns into Terminated.
+
+    Async tasks are left alone: async_wrapper runs them in a session of their own precisely so
+    that they outlive the controller (ansible/modules/async_wrapper.py: setsid, double fork), and
+    the action plugin puts ANSIBLE_ASYNC_DIR in their environment
+    (ansible/plugins/action/__init__.py _execute_module, wrap_async).
+    """
+
+    INTERVAL = 0.5
+    NEAREST = 3
+    DEPTH = 16
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._thread = None
+        self.parent = os.getppid()
+        self.watched = []
+
+    @staticmethod
+    def wanted():
+        return 'ANSIBLE_ASYNC_DIR' not in os.environ and os.path.isdir('/proc/self')
+
+    def _ancestors(self):
+        chain, pid = [], self.parent
+        while pid > 1 and len(chain) < self.DEPTH:
+            info = _proc_stat(pid)
+            if info is None:
+                break
+            chain.append((pid, info[1], b'ansible' in info[2]))
+            pid = info[0]
+        ansible = [index for index, (_pid, _start, is_ansible) in enumerate(chain) if is_ansible]
+        if ansible:
+            last = ansible[0]
+            while last + 1 < len(chain) and chain[last + 1][2]:
+                last += 1
+            return [(pid, start) for pid, start, _a in chain[:last + 1]]
+        return [(pid, start) for pid, start, _a in chain[:self.NEAREST]]
+
+    def gone(self):
+        """What is gone (a sentence), or None while the controller is there."""
+        if os.getppid() != self.parent:
+            return 'the parent process %d exited' % self.parent
+        for pid, start in self.watched:
+            info = _proc_stat(pid)
+            if info is None or info[1] != start:
+                return 'the ancestor process %d exited' % pid
+        if self._stdout_closed():
+            return "the reader of the module's output went away"
+        return None
+
+    @staticmethod
+    def _stdout_closed():
+        try:
+            if not hasattr(select, 'poll') or not _is_pipe(1):
+                return False
+            poller = select.poll()
+            poller.register(1, select.POLLERR | select.POLLHUP)
+            return any(event & (select.POLLERR | select.POLLHUP) for _fd, event in poller.poll(0))
+        except (OSError, ValueError):
+            return False
+
+    def start(self):
+        if not self.wanted():
+            return self
+        self.watched = self._ancestors()
+        self._thread = threading.Thread(target=self._run, name='parent-watch')
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.INTERVAL):
+            why = self.gone()
+            if why:
+                kill_live()
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    def stop(self):
+        self._stop.set()
+
+
+def _is_pipe(fd):
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def kill_live():
+    """SIGKILL to every process group still running (the controller is gone)."""
+    for pgid in list(_LIVE):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 class Launched(object):
     """One perftest process in its own session (process group), output in temp files."""
 
@@ -643,6 +781,7 @@ class Launched(object):
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env,
                                      close_fds=True, start_new_session=True, preexec_fn=_die_with(os.getpid()))
+        _LIVE.add(self.proc.pid)
 
     def exited(self):
         """Has the leader exited? It stays a zombie (not reaped) so its pgid stays ours."""
@@ -679,6 +818,7 @@ class Launched(object):
         # reaped yet, so the group id cannot have been reused.
         self._signal_group(signal.SIGKILL)
         self.rc = self.proc.wait()
+        _LIVE.discard(self.proc.pid)
         self.ended = time.time()
         return self
 
@@ -710,10 +850,12 @@ class Terminated(Exception):
 
 
 class _Guard(object):
-    """Turns SIGTERM/SIGHUP into an exception while perftest runs, so that ``finally`` reaps."""
+    """Turns SIGTERM/SIGHUP into an exception while perftest runs, so that ``finally`` reaps,
+    and watches the controller (ParentWatch) meanwhile."""
 
     def __enter__(self):
         self.saved = {}
+        self.watch = None
 
         def handler(signum, frame):
             raise Terminated('signal %d' % signum)
@@ -723,9 +865,13 @@ class _Guard(object):
                 self.saved[sig] = signal.signal(sig, handler)
             except (ValueError, OSError):  # not the main thread
                 pass
+        if self.saved:  # the watch ends in a SIGTERM: only where it becomes Terminated
+            self.watch = ParentWatch().start()
         return self
 
     def __exit__(self, *exc):
+        if self.watch is not None:
+            self.watch.stop()
         for sig, old in self.saved.items():
             signal.signal(sig, old)
         return False

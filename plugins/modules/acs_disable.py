@@ -40,12 +40,13 @@ options:
       - C(gpu_nic_paths) - the bridges on GPU<->NIC paths of distance PIX or PXB that have ACS.
       - C(devices) - exactly the bridges in O(devices); each must exist, be a bridge and have ACS.
       - C(all) - every bridge on the node that has an ACS capability.
+      - Not set - C(devices) when O(devices) is given, else C(gpu_nic_paths).
     type: str
     choices: [gpu_nic_paths, devices, all]
-    default: gpu_nic_paths
   devices:
     description:
-      - PCI addresses (C(0000:10:00.0) or C(10:00.0)) of the bridges to change, with O(scope=devices).
+      - PCI addresses (C(0000:10:00.0) or C(10:00.0)) of the bridges to change; implies O(scope=devices).
+      - An option that was set is never ignored - O(devices) with another O(scope), or with O(restore), fails the task.
     type: list
     elements: str
     default: []
@@ -221,7 +222,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             root=dict(type='path', default='/'),
-            scope=dict(type='str', choices=['gpu_nic_paths', 'devices', 'all'], default='gpu_nic_paths'),
+            scope=dict(type='str', choices=['gpu_nic_paths', 'devices', 'all']),
             devices=dict(type='list', elements='str', default=[]),
             clear=dict(type='list', elements='str', choices=acs_names, default=acs_names),
             restore=dict(type='dict'),
@@ -229,7 +230,16 @@ def main():
         required_if=[('scope', 'devices', ('devices',))],
         supports_check_mode=True,
     )
-    if module.params['scope'] == 'devices' and not module.params['devices']:
+    params = module.params
+    # An option the user set is never ignored: devices implies its scope, and contradicts another.
+    if params['devices'] and params['restore'] is not None:
+        module.fail_json(msg='devices and restore are mutually exclusive: restore writes back the bridges it names')
+    if params['devices'] and params['scope'] not in (None, 'devices'):
+        module.fail_json(msg='devices lists bridges, but scope=%s chooses them itself: drop devices, or use scope=devices'
+                         % params['scope'])
+    if params['scope'] is None:
+        params['scope'] = 'devices' if params['devices'] else 'gpu_nic_paths'
+    if params['scope'] == 'devices' and not params['devices']:
         module.fail_json(msg='scope=devices needs the PCI addresses of the bridges in devices')
     sysroot = SysRoot(module.params['root'])
     if not sysroot.isdir(_pci.PCI_DEVICES):

@@ -175,11 +175,11 @@ options:
       - Without it RV(verdict) still flags data corruption and failures, with C(status=unknown) otherwise.
     type: float
   healthy_ratio:
-    description: Share of O(expected_busbw_gbs) at or above which the run is healthy (seed 004 - 80 %).
+    description: Share of O(expected_busbw_gbs) at or above which the run is healthy (80 %, the share of the NICs' bandwidth a healthy fabric carries).
     type: float
     default: 0.8
   warn_ratio:
-    description: Share at or above which a run below O(healthy_ratio) is a warning, below it low (seed 003 - 70 %).
+    description: Share at or above which a run below O(healthy_ratio) is a warning, below it low (70 %, below which the configuration is suspect).
     type: float
     default: 0.7
 requirements:
@@ -346,7 +346,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl, _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _collective, _nccl, _perftest
 
 RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
                'out_of_bounds', 'wrong_total', 'transport', 'format', 'problems')
@@ -357,6 +357,10 @@ class ArgumentError(Exception):
 
 
 def validate(params):
+    try:
+        _argv.check_no_nul(params)
+    except ValueError as exc:
+        raise ArgumentError(str(exc))
     if params['from_log'] is not None:
         return
     for key in ('min_bytes', 'max_bytes'):
@@ -375,6 +379,12 @@ def validate(params):
     for name in params['env']:
         if not name or '=' in name:
             raise ArgumentError('env names must be non-empty and without "=": %r' % name)
+    # Host names reach mpirun --host / srun --nodelist, the rest the command line itself (_argv).
+    try:
+        _argv.check_hosts(params['hosts'], 'hosts')
+        _argv.check_env(params['env'], 'env')
+    except ValueError as exc:
+        raise ArgumentError(str(exc))
 
 
 def result_of(parsed, status, failure):

@@ -152,6 +152,11 @@ def main():
     readers = list(dict.fromkeys(module.params['readers']))
     if not os.path.isdir(root):
         module.fail_json(msg='root %s is not a directory: give / or the path of a node tree' % root)
+    # dest names the tarball: '' (abspath makes it the working directory), a path ending in '/'
+    # or an existing directory is no file name, and atomic_move would fail only after the
+    # whole capture was written to a temporary file.
+    if not dest or dest.endswith('/') or os.path.basename(dest) in ('', '.', '..') or os.path.isdir(dest):
+        module.fail_json(msg='dest must be the path of the tarball to write (such as /tmp/node1.tar.gz), got %r' % dest)
     directory = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(directory):
         module.fail_json(msg='the directory of dest (%s) does not exist' % directory)
@@ -163,13 +168,17 @@ def main():
     if not module.check_mode:
         fd, tmp = tempfile.mkstemp(prefix='.fabric_capture.', suffix='.tar.gz', dir=directory)
         try:
-            with os.fdopen(fd, 'wb') as handle:
-                _capture.write_tar(handle, members, meta)
-            module.atomic_move(tmp, dest)
-        except (IOError, OSError) as exc:
-            if os.path.exists(tmp):
+            try:
+                with os.fdopen(fd, 'wb') as handle:
+                    _capture.write_tar(handle, members, meta)
+                module.atomic_move(tmp, dest)
+            except (IOError, OSError) as exc:
+                module.fail_json(msg='cannot write %s: %s' % (dest, to_native(exc)))
+        finally:
+            # Every way out but a completed move leaves the temporary file behind otherwise:
+            # atomic_move and fail_json leave through SystemExit, a bug through any exception.
+            if os.path.lexists(tmp):
                 os.unlink(tmp)
-            module.fail_json(msg='cannot write %s: %s' % (dest, to_native(exc)))
         result['archive_bytes'] = os.path.getsize(dest)
     for warning in warnings:
         module.warn(warning)

@@ -44,7 +44,10 @@ options:
     type: dict
     required: true
   mode:
-    description: Permissions of the files written.
+    description:
+      - Permissions of the files written - an octal string (V("0644")) or an integer from 0 to 07777 (YAML reads
+        an unquoted V(0644) as the integer 420).
+      - A boolean, or anything else, fails the task.
     type: raw
     default: "0644"
 notes:

@@ -193,6 +193,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 
@@ -208,6 +209,9 @@ def main():
     facts = read_gdr(sysroot, list_rdma_devices(sysroot))
     facts['host'] = read_host(sysroot)
     facts['root'] = root
+    # Names read from the tree (a file, a link target) that are not UTF-8 are reported as
+    # U+FFFD with a warning: one bad name must not cost the node its other facts.
+    facts = without_surrogates(facts, sysroot.warn, 'gpu_fabric_gdr')
     for warning in sysroot.warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={'gpu_fabric_gdr': facts})

@@ -122,6 +122,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import parse_ibv_devinfo, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 
@@ -155,7 +156,9 @@ def main():
         ibv_state = 'not used: root is a snapshot, not this node'
 
     sysroot = SysRoot(root)
-    devices = read_ib(sysroot, mtus)
+    # Names read from the tree (counters, netdevs, link targets) that are not UTF-8 are
+    # reported as U+FFFD with a warning: one bad name must not cost the node its other facts.
+    devices = without_surrogates(read_ib(sysroot, mtus), sysroot.warn, 'gpu_fabric_ib.devices')
     for warning in sysroot.warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={'gpu_fabric_ib': {

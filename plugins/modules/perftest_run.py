@@ -409,7 +409,7 @@ progress:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _perftest, _sequence
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -420,8 +420,26 @@ class ArgumentError(Exception):
 
 def validate(params):
     """Everything wrong with the arguments, before anything runs."""
-    if params['from_log'] is not None:
-        return
+    # A NUL anywhere, a host or device that would be read as an option or a second value (_argv).
+    try:
+        _argv.check_no_nul(params)
+        if params['from_log'] is not None:
+            return
+        for key in ('peer', 'address'):
+            if params[key] is not None:
+                _argv.check_host(params[key], key)
+        for key in ('device', 'client_device'):
+            if params[key] is not None:
+                _argv.check_host(params[key], key)
+        for number, step in enumerate(params['sequence'] or [], 1):
+            for test in (step.get('tests') if isinstance(step, dict) else None) or []:
+                for key in ('peer', 'device'):
+                    if isinstance(test, dict) and test.get(key) is not None:
+                        _argv.check_host(test[key], 'sequence step %d: %s' % (number, key))
+                if isinstance(test, dict):
+                    _argv.check_args(test.get('extra_args'), 'sequence step %d: extra_args' % number)
+    except ValueError as exc:
+        raise ArgumentError(str(exc))
     if params['watch_step'] is not None:
         if params['sequence'] is not None or params['role'] is not None:
             raise ArgumentError('watch_step follows a running sequence: it runs nothing (no role, no sequence)')

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
 # Which perftest flag puts the buffer on which vendor's GPU.
 GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
@@ -107,11 +108,13 @@ def address_candidates(ib, ipv4_addresses=None, fallback=None):
 
 
 def _port_counters(ib, hca):
-    for device in (ib or {}).get('devices') or []:
-        if device['name'] == hca and device.get('ports'):
-            port = device['ports'][0]
-            values = dict((k, port.get('counters', {}).get(k)) for k in ERROR_COUNTERS)
-            values.update((k, port.get('hw_counters', {}).get(k)) for k in HW_ERROR_COUNTERS)
+    # The facts a node returned: any field may hold any type (_shape); a counter that is no
+    # integer is not known.
+    for device in mappings(mapping(ib).get('devices')):
+        ports = mappings(device.get('ports'))
+        if device.get('name') == hca and ports:
+            values = dict((k, integer(mapping(ports[0].get('counters')).get(k))) for k in ERROR_COUNTERS)
+            values.update((k, integer(mapping(ports[0].get('hw_counters')).get(k))) for k in HW_ERROR_COUNTERS)
             return values
     return {}
 
@@ -134,20 +137,17 @@ def round_records(me, tests, client_results, server_results, before, after, roun
     the increase belongs to that test's link).
     """
     by_pair = {}
-    for result in client_results or []:
-        test = _test_of(result)
-        if test:
-            by_pair[('client', test['pair_id'], test['rail'])] = result
-    for result in server_results or []:
-        test = _test_of(result)
-        if test:
-            by_pair[('server', test['pair_id'], test['rail'])] = result
+    for side, results in (('client', client_results), ('server', server_results)):
+        for result in mappings(results):
+            test = _test_of(result)
+            if test:
+                by_pair[(side, key(test['pair_id']), key(test.get('rail')))] = result
     records = []
     for test in tests or []:
         for side in ('server', 'client'):
             if test[side] != me:
                 continue
-            result = by_pair.get((side, test['pair_id'], test['rail']))
+            result = by_pair.get((side, key(test['pair_id']), key(test.get('rail'))))
             if result is None:
                 outcome = {'status': 'not_run', 'failure': {'kind': 'peer_unreachable',
                                                             'message': 'the peer was not reachable when the round started'}}
@@ -198,12 +198,12 @@ def sequence_records(me, steps, result):
     ``steps``: what was asked (sequence_steps); ``result``: the task's result, or its
     async_status. A node whose task failed as a whole gets one failed record per test.
     """
-    result = result or {}
-    done = result.get('steps')
+    result = mapping(result)
+    done = mappings(result.get('steps'))
     records = []
     if not done:
         kind = 'task_failed' if result.get('failed') or result.get('msg') else 'not_run'
-        message = result.get('msg') or 'the sequence did not run on %s' % me
+        message = text(result.get('msg')) or 'the sequence did not run on %s' % me
         if result.get('unreachable'):
             kind = 'node_lost'
         for step in steps:
@@ -213,27 +213,36 @@ def sequence_records(me, steps, result):
     before = result.get('counters_start')
     for step in done:
         after = step.get('counters')
-        for test in step.get('tests') or []:
-            records.append(_record(test, test, before, after))
+        for test in mappings(step.get('tests')):
+            if test.get('side') in ('server', 'client'):
+                records.append(_record(test, test, before, after))
         if after is not None:
             before = after
     return records
 
 
 def _record(test, outcome, before, after):
+    """The record of one test. ``outcome`` (and, from a sequence, ``test``) is what a node
+    returned: the fields the report computes with are typed here (_shape), once."""
     side = test['side']
-    hca = test.get('%s_hca' % side)
-    record = {'round': test.get('round'), 'memory': test.get('memory'), 'side': side, 'rail': test.get('rail'),
-              'server': test.get('server'), 'client': test.get('client'), 'hca': hca,
-              'peer_hca': test.get('client_hca' if side == 'server' else 'server_hca'),
+    hca = key(test.get('%s_hca' % side))
+    summary = dict((k, number(v) if k != 'bytes' else integer(v)) for k, v in mapping(outcome.get('summary')).items())
+    failure = outcome.get('failure')
+    if failure is not None:
+        failure = mapping(failure)
+        failure = {'kind': text(failure.get('kind')) or 'failed', 'message': text(failure.get('message')) or ''}
+    status = outcome.get('status')
+    record = {'round': test.get('round'), 'memory': key(test.get('memory')), 'side': side, 'rail': key(test.get('rail')),
+              'server': key(test.get('server')), 'client': key(test.get('client')), 'hca': hca,
+              'peer_hca': key(test.get('client_hca' if side == 'server' else 'server_hca')),
               'counters_delta': counter_delta(before, after, hca) if before is not None and after is not None else {},
-              'status': outcome.get('status') or 'failed', 'summary': outcome.get('summary'),
-              'failure': outcome.get('failure'), 'settings': outcome.get('settings'),
-              'warnings': outcome.get('tool_warnings', []), 'gpu': test.get('gpu') or outcome.get('gpu'),
-              'elapsed_s': outcome.get('elapsed_s'),
+              'status': status if isinstance(status, str) and status else 'failed', 'summary': summary or None,
+              'failure': failure, 'settings': outcome.get('settings'),
+              'warnings': sequence(outcome.get('tool_warnings')), 'gpu': mapping(test.get('gpu') or outcome.get('gpu')) or None,
+              'elapsed_s': number(outcome.get('elapsed_s')),
               'attempts': outcome.get('attempts')}
     if side == 'client':
-        record['results'] = outcome.get('results', [])
+        record['results'] = mappings(outcome.get('results'))
     return record
 
 
@@ -241,17 +250,45 @@ def _sizes(results):
     """The curve of one pair (every message size of an all-sizes run), compact: the report
     draws bandwidth vs message size from it."""
     keys = ('bw_avg_gbps', 'bw_peak_gbps', 'lat_typical_us')
-    return [dict([('bytes', row.get('bytes'))] + [(k, row[k]) for k in keys if row.get(k) is not None])
-            for row in results or [] if row.get('bytes') is not None]
+    return [dict([('bytes', integer(row.get('bytes')))] + [(k, number(row[k])) for k in keys if number(row.get(k)) is not None])
+            for row in mappings(results) if integer(row.get('bytes')) is not None]
 
 
 def _test_of(result):
     """The schedule entry behind an async_status result (item of item) or a direct result."""
-    item = result.get('item') or {}
+    item = mapping(result).get('item') or {}
     if isinstance(item, dict) and 'pair_id' in item:
         return item
     inner = item.get('item') if isinstance(item, dict) else None
     return inner if isinstance(inner, dict) and 'pair_id' in inner else None
+
+
+def _checked(record):
+    """A record as report() reads it, or None: records travel through hostvars, so they are
+    typed again here (_shape) rather than trusted to be what _record made."""
+    if not isinstance(record, dict) or record.get('side') not in ('server', 'client'):
+        return None
+    checked = dict(record)
+    for name in ('memory', 'rail', 'server', 'client', 'hca', 'peer_hca'):
+        checked[name] = key(record.get(name))
+    checked['status'] = text(record.get('status')) or 'failed'
+    checked['summary'] = dict((k, number(v) if k != 'bytes' else integer(v)) for k, v in mapping(record.get('summary')).items())
+    failure = record.get('failure')
+    checked['failure'] = None if failure is None else {
+        'kind': text(mapping(failure).get('kind')) or 'failed', 'message': text(mapping(failure).get('message')) or ''}
+    checked['gpu'] = mapping(record.get('gpu'))
+    checked['counters_delta'] = mapping(record.get('counters_delta'))
+    checked['elapsed_s'] = number(record.get('elapsed_s'))
+    return checked
+
+
+def _node_records(node):
+    return [record for record in (_checked(r) for r in sequence(mapping(node).get('records'))) if record is not None]
+
+
+def _rate(plan, hca):
+    rate = number(mapping(mapping(plan).get('rate_gbps')).get(hca))
+    return rate if rate and rate > 0 else None
 
 
 def report(nodes, options):
@@ -266,22 +303,22 @@ def report(nodes, options):
     matrix = {}
     counters = []
     server_side = {}
+    records = dict((host, _node_records(nodes[host])) for host in nodes)
     for host in sorted(nodes):
-        for record in nodes[host].get('records') or []:
+        for record in records[host]:
             if record['side'] == 'server':
                 server_side[(record['memory'], record['server'], record['client'], record['rail'])] = record
     for host in sorted(nodes):
-        plan = nodes[host].get('plan') or {}
-        for record in nodes[host].get('records') or []:
+        plan = mapping(mapping(nodes[host]).get('plan'))
+        for record in records[host]:
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
                                  'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
                                  'increase': record['counters_delta']})
             if record['side'] != 'client':
                 continue
-            server_plan = (nodes.get(record['server']) or {}).get('plan') or {}
-            rates = [r for r in (plan.get('rate_gbps', {}).get(record['hca']),
-                                 server_plan.get('rate_gbps', {}).get(record['peer_hca'])) if r]
+            server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
+            rates = [r for r in (_rate(plan, record['hca']), _rate(server_plan, record['peer_hca'])) if r]
             expected = min(rates) if rates else None
             summary = record.get('summary') or {}
             entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
@@ -293,7 +330,8 @@ def report(nodes, options):
             if record['memory'] == 'gpu':
                 # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
                 server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}
-                distances = [r.get('gpu', {}).get('distance') for r in (record, server) if (r.get('gpu') or {}).get('distance')]
+                distances = [mapping(r.get('gpu')).get('distance') for r in (record, server)
+                             if mapping(r.get('gpu')).get('distance') in DISTANCE_CLASSES]
                 entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
@@ -321,12 +359,12 @@ def report(nodes, options):
     # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
     for host in sorted(nodes):
-        for record in nodes[host].get('records') or []:
-            key = (record['memory'], record['server'], record['client'], record['rail'])
-            if record['side'] != 'server' or key in seen or record['client'] == record['server']:
+        for record in records[host]:
+            pair = (record['memory'], record['server'], record['client'], record['rail'])
+            if record['side'] != 'server' or pair in seen or record['client'] == record['server']:
                 continue
-            seen.add(key)
-            lost = record['client'] not in nodes or not nodes[record['client']].get('records')
+            seen.add(pair)
+            lost = record['client'] not in nodes or not records.get(record['client'])
             seen_by_server = record.get('failure') or {}
             failure = {'kind': 'node_lost' if lost else 'no_client_record',
                        'message': 'the client %s returned no result%s; the server side: %s' % (

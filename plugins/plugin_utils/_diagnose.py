@@ -290,7 +290,7 @@ def host_findings(host, gdr):
             'HOST_CPU_GOVERNOR', 'host', 'warning', host, 'cpufreq', {'governors': governors},
             '%d of %d CPUs run %s, not performance: RDMA polling loops and NCCL proxy threads run on cores '
             'that are not at full clock; perftest says "Conflicting CPU frequency values" and "CPU Frequency is '
-            'not max", and latencies read high (seed 002)'
+            'not max", and latencies read high'
             % (sum(slow.values()), sum(governors.values()), ', '.join(sorted(slow))),
             'run playbooks/configure.yml --tags cpu_governor (role cpu_governor: performance now and at every boot)'))
     # Locked memory and boot modules matter where verbs run: a node with an RDMA NIC.

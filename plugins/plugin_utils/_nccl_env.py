@@ -220,7 +220,7 @@ def vendor_notes(gdr):
                      '(RCCL env-variables.html: NCCL_CONF_FILE defaults to ~/.rccl.conf or /etc/rccl.conf), '
                      'the file role nccl_conf writes on a node whose GPUs are all AMD')
     if 'metax' in vendors:
-        notes.append('MetaX GPUs: MCCL reads MCCL_* variables (seed 000: MCCL_IB_HCA, MCCL_NET_GDR_LEVEL), '
+        notes.append('MetaX GPUs: MCCL reads MCCL_* variables (MCCL_IB_HCA, MCCL_NET_GDR_LEVEL), '
                      'not these NCCL_* ones')
     return notes
 

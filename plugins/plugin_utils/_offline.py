@@ -18,10 +18,18 @@ search; the report simply has none of those.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import posixpath
 import re
+import shutil
+import stat
+import tarfile
+import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
@@ -77,7 +85,8 @@ def bench_records(results, plans):
         outcome = dict(result)
         if result.get('failed') or not result.get('status'):
             outcome.update(status='failed', failure=result.get('failure') or {
-                'kind': 'task_failed', 'message': result.get('msg') or 'perftest_run could not parse %s' % entry['path']})
+                'kind': 'task_failed', 'message': failure_text(result) if result.get('failed') else
+                'perftest_run could not parse %s' % entry['path']})
         record = _bench._record(test, outcome, None, None)
         record['log'] = entry['path']
         records.setdefault(client, []).append(record)
@@ -98,13 +107,23 @@ def bench_report(results, plans, options=None):
     return report
 
 
+def failure_text(result):
+    """Why a from_log task failed on a file, in one line: the module's message, and for a
+    crash (MODULE FAILURE) the exception's last line from its stderr."""
+    msg = str(result.get('msg') or (result.get('failure') or {}).get('message') or 'not parsed')
+    if msg.startswith('MODULE FAILURE'):
+        lines = [line for line in str(result.get('module_stderr') or result.get('exception') or '').splitlines() if line.strip()]
+        msg = 'the parser failed on it: %s' % (lines[-1].strip() if lines else msg.splitlines()[0])
+    return msg[:500]
+
+
 def _recognised(result):
     if result.get('failed'):
         return False
     return (result.get('failure') or {}).get('kind') != 'unparsed'
 
 
-def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO):
+def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO, refused=None):
     """collective_bench from_log results (a loop's ``results``, each with its ``item``, the path)
     -> the shape of the fabric_collective role's ``fabric_collective_result``, or None.
 
@@ -112,18 +131,27 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
     judged against the NICs of the snapshots (collective_expected: the median node's ACTIVE
     port rates / 8); a run on one node moves data over NVLink/xGMI, which the NICs say
     nothing about, so it is judged for failures and corruption only.
+
+    ``refused``: logs not handed to the parser (log_entries), listed as not recognised. When
+    no run is recognised but a file was refused or the parser failed on one, the result has
+    no fleet run and still lists them: a bad file is named in the report, never dropped.
     """
-    imported, runs = [], []
+    imported, runs = list(refused or []), []
+    bad = bool(refused)
     for result in results or []:
         path = result.get('item')
         if not _recognised(result):
-            imported.append({'log': path, 'recognised': False,
-                             'reason': result.get('msg') or (result.get('failure') or {}).get('message')})
+            imported.append({'log': path, 'recognised': False, 'reason': failure_text(result)})
+            bad = bad or bool(result.get('failed'))
             continue
         hosts = sorted(set(result.get('hosts') or []))
         runs.append((-len(hosts), -len(result.get('ranks') or []), path, result, hosts))
     if not runs:
-        return None
+        # A file that is simply no collective output (a README) is no reason for a result.
+        if not bad:
+            return None
+        return {'expected': None, 'ranks_per_node': None, 'fleet': None, 'search': None, 'other_runs': [],
+                'imported_logs': sorted(imported, key=lambda e: e['log'] or '')}
     runs.sort(key=lambda run: run[:3])
     fleet_hosts = runs[0][4]
     if len(fleet_hosts) > 1:
@@ -150,3 +178,325 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
     return {'expected': expected, 'ranks_per_node': min(per_host.values()) if per_host else None,
             'fleet': fleet, 'search': None, 'other_runs': judged[1:],
             'imported_logs': sorted(imported, key=lambda e: e['log'] or '')}
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshots someone else sent: unpacked as data, never trusted (docs/security.md).
+
+# Caps of one snapshot. A capture of an 8-GPU, 9-HCA node holds ~10,000 members and a few MB
+# (the largest file is /proc/kallsyms, 5-15 MB): each cap leaves ten times that or more.
+MEMBER_MAX_BYTES = WHOLE_LIMIT           # one file: what SysRoot reads of a file at most
+SNAPSHOT_MAX_BYTES = 256 << 20           # the content of all files together
+SNAPSHOT_MAX_MEMBERS = 200000            # files, directories and links
+# Any single read tarfile makes while parsing headers (a pax header, a GNU long name): a
+# real header is under a kB; tarfile would otherwise read a header of any declared size whole.
+HEADER_MAX_BYTES = 1 << 20
+# capture.json is ~1 kB per hundred nodes.
+CAPTURE_RUN_MAX_BYTES = 4 << 20
+# A saved benchmark output: nccl-tests with NCCL_DEBUG=INFO over a few hundred ranks is tens
+# of MB; the parsers read a log whole.
+LOG_MAX_BYTES = 256 << 20
+
+SUFFIX = '.tar.gz'
+# An inventory host name that is also a safe file name: no '/', no whitespace or control
+# character, not '.' or '..' (the first character is no dot), no ':' (add_host reads
+# 'name:port'), no pattern characters ('[', '*', ',').
+_NODE_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,252}$')
+_REFUSED_PREFIX = 'refused-'
+_DEV_NULL = '/dev/null'
+
+
+def node_name(raw):
+    """(name, None) for a usable node name; (a stand-in name, reason) otherwise.
+
+    The stand-in percent-encodes every character outside [A-Za-z0-9_-], so that the bad input
+    is still named in the report (as a failed host) and can be told apart from the others."""
+    if isinstance(raw, str) and _NODE_RE.match(raw) and not raw.startswith(_REFUSED_PREFIX):
+        return raw, None
+    text = raw if isinstance(raw, str) else repr(raw)
+    quoted = ''.join(c if (c.isascii() and c.isalnum()) or c in '_-' else
+                     ''.join('%%%02X' % b for b in c.encode('utf-8', 'replace')) for c in text[:80])
+    return _REFUSED_PREFIX + (quoted or '%00'), 'the node name %s is not an inventory host name' % ascii(text[:80])
+
+
+def _open_regular(path, max_bytes):
+    """Bytes of a regular file that is no symlink, at most ``max_bytes`` (ValueError past it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError('not a regular file')
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                return b''.join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        raise ValueError('larger than %d MiB' % (max_bytes >> 20))
+    finally:
+        os.close(fd)
+
+
+def capture_run(directory):
+    """capture.json of a snapshot directory -> (its content or {}, what was wrong with it or None)."""
+    path = os.path.join(directory, 'capture.json')
+    if not os.path.lexists(path):
+        return {}, None
+    try:
+        run = json.loads(_open_regular(path, CAPTURE_RUN_MAX_BYTES).decode('utf-8'))
+    except (OSError, ValueError) as exc:
+        return {}, 'capture.json not used: %s' % (getattr(exc, 'strerror', None) or exc)
+    if not isinstance(run, dict) or not isinstance(run.get('nodes', {}), dict):
+        return {}, 'capture.json not used: not a capture run (no "nodes" object)'
+    return run, None
+
+
+class _Bounded(object):
+    """The decompressed stream of a snapshot, as tarfile reads it, within a budget: no read
+    or seek past ``budget`` bytes, no single read over HEADER_MAX_BYTES (data is copied in
+    1 MiB chunks). A gzip bomb costs the budget's decompression time, never memory."""
+
+    def __init__(self, fileobj, budget):
+        self._fileobj = fileobj
+        self._budget = budget
+
+    def _check(self, end):
+        if end > self._budget:
+            raise _Refused('the archive expands past %d MiB' % (self._budget >> 20))
+
+    def read(self, size=-1):
+        if size is None or size < 0 or size > HEADER_MAX_BYTES:
+            raise _Refused('a tar header or read of %s bytes (over %d MiB)' % (size, HEADER_MAX_BYTES >> 20))
+        self._check(self._fileobj.tell() + size)
+        return self._fileobj.read(size)
+
+    def seek(self, offset, whence=0):
+        if whence != 0:
+            raise _Refused('unexpected seek in the archive')
+        self._check(offset)
+        return self._fileobj.seek(offset)
+
+    def tell(self):
+        return self._fileobj.tell()
+
+
+class _Refused(Exception):
+    """The whole snapshot is refused (a cap, or not a gzip'ed tar)."""
+
+
+def _member_name(member):
+    """The member's relative name, or raise ValueError with why it is refused."""
+    name = member.name
+    if '\0' in name or name.startswith('/') or name.startswith('\\'):
+        raise ValueError('absolute name')
+    parts = [p for p in name.split('/') if p and p != '.']
+    if '..' in parts:
+        raise ValueError("'..' in the name")
+    if not parts:
+        raise ValueError('empty name')
+    return '/'.join(parts)
+
+
+def _link_target(name, target):
+    """A symlink's target as stored: relative, normalised, inside the root -> (stored, note).
+
+    On the node '/..' is '/', and an absolute target names a path of the node: both are
+    re-rooted, as SysRoot follows them. The stored form is '../' * k + a path down, from the
+    link's directory (a real directory: no member lies below a symlink), so that whatever
+    follows the links on disk stays inside the root. Links into /dev (_capture._device_target:
+    /dev/null masks a unit or modules-load.d file) are re-rooted too: the snapshot holds no
+    device, and the machine that reads it never opens its own."""
+    if not target or '\0' in target or len(target) > 4095:
+        raise ValueError('empty or invalid link target')
+    parent = '/' + posixpath.dirname(name)
+    joined = target if target.startswith('/') else posixpath.join(parent, target)
+    node_path = normalise_path(joined)
+    stored = posixpath.relpath(node_path, parent)
+    note = None
+    if target.startswith('/'):
+        if node_path != _DEV_NULL:
+            note = 'absolute link to %s re-rooted' % ascii(target[:200])
+    elif _climbs(parent, target):
+        note = 'link to %s leaves the snapshot: re-rooted' % ascii(target[:200])
+    return stored, note
+
+
+def _climbs(parent, target):
+    depth = len([p for p in parent.split('/') if p])
+    for part in target.split('/'):
+        if part == '..':
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part and part != '.':
+            depth += 1
+    return False
+
+
+def unpack(archive, dest):
+    """Unpack the snapshot ``archive`` into the new directory ``dest`` -> [notes on members].
+
+    Only directories (0755), regular files (0644) and symlinks (re-rooted, see _link_target)
+    are made, by this code and owned by whoever runs it: no device, FIFO, hard link, setuid or
+    world-writable mode, owner or time from the archive. A member with an absolute name, '..',
+    below a symlink or a file, or twice, is refused and noted. Raises _Refused (the whole
+    snapshot) when the archive is not a gzip'ed tar or passes a cap.
+    """
+    notes = []
+    kinds = {'': 'dir'}
+    total = members = 0
+    try:
+        fd = os.open(archive, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
+    except OSError as exc:
+        raise _Refused('cannot open: %s' % (exc.strerror or exc))
+    with os.fdopen(fd, 'rb') as raw:
+        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            raise _Refused('not a regular file')
+        budget = SNAPSHOT_MAX_BYTES + SNAPSHOT_MAX_MEMBERS * 2048
+        try:
+            with gzip.GzipFile(fileobj=raw, mode='rb') as unzipped, \
+                    tarfile.open(fileobj=_Bounded(unzipped, budget), mode='r:') as tar:
+                for member in tar:
+                    members += 1
+                    if members > SNAPSHOT_MAX_MEMBERS:
+                        raise _Refused('more than %d members' % SNAPSHOT_MAX_MEMBERS)
+                    if member.isreg():
+                        # The header's size, checked before a byte of it is read.
+                        if member.size > MEMBER_MAX_BYTES:
+                            raise _Refused('%s holds %d bytes, more than %d MiB' % (
+                                ascii(member.name[:200]), member.size, MEMBER_MAX_BYTES >> 20))
+                        total += member.size
+                        if total > SNAPSHOT_MAX_BYTES:
+                            raise _Refused('more than %d MiB of content' % (SNAPSHOT_MAX_BYTES >> 20))
+                    note = _unpack_member(tar, member, dest, kinds)
+                    if note:
+                        notes.append('%s: %s' % (ascii(member.name[:200])[1:-1], note))
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise _Refused('not a gzip\'ed tar (%s)' % exc)
+        except OSError as exc:
+            raise _Refused('cannot unpack: %s' % (exc.strerror or exc))
+    return notes
+
+
+def _unpack_member(tar, member, dest, kinds):
+    """Make one member below dest; None, or a note saying what was refused or changed."""
+    try:
+        name = _member_name(member)
+    except ValueError as exc:
+        return 'refused (%s)' % exc
+    parts = name.split('/')
+    for index in range(1, len(parts)):
+        prefix = '/'.join(parts[:index])
+        kind = kinds.get(prefix)
+        if kind is None:
+            os.mkdir(os.path.join(dest, prefix), 0o755)
+            kinds[prefix] = 'dir'
+        elif kind != 'dir':
+            return 'refused (below a %s)' % ('symlink' if kind == 'link' else 'file')
+    if name in kinds:
+        return None if kinds[name] == 'dir' and member.isdir() else 'refused (a second member of that name)'
+    path = os.path.join(dest, name)
+    special = member.mode & 0o7000 or member.mode & 0o002
+    if member.isdir():
+        os.mkdir(path, 0o755)
+        kinds[name] = 'dir'
+    elif member.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        source = tar.extractfile(member)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o644)
+        with os.fdopen(fd, 'wb') as handle:
+            left = member.size
+            while left > 0:
+                chunk = source.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                handle.write(chunk)
+                left -= len(chunk)
+        kinds[name] = 'file'
+    elif member.issym():
+        try:
+            stored, note = _link_target(name, member.linkname)
+        except ValueError as exc:
+            return 'refused (%s)' % exc
+        if hasattr(tarfile, 'data_filter'):
+            # Python's own check (PEP 706) of the link as stored: it must stay below dest.
+            try:
+                tarfile.data_filter(member.replace(name=name, linkname=stored, deep=False), dest)
+            except tarfile.FilterError as exc:
+                return 'refused (%s)' % exc
+        os.symlink(stored, path)
+        kinds[name] = 'link'
+        return note
+    else:
+        kind = {tarfile.CHRTYPE: 'character device', tarfile.BLKTYPE: 'block device', tarfile.FIFOTYPE: 'FIFO',
+                tarfile.LNKTYPE: 'hard link', tarfile.GNUTYPE_SPARSE: 'sparse file'}.get(member.type, 'member of type %r' % member.type)
+        return 'refused (%s: only files, directories and symlinks are unpacked)' % kind
+    if special:
+        return 'mode %04o not kept (stored %s)' % (member.mode, '0755' if member.isdir() else '0644')
+    return None
+
+
+def unpack_snapshots(directory, out_dir):
+    """The snapshots of ``directory`` (<node>.tar.gz and capture.json), each unpacked into
+    <out_dir>/offline/<node>/root (replaced) -> what offline.yml adds as hosts:
+
+    ``nodes`` {node: root} to analyse; ``lost`` {node: reason} that capture.json names as not
+    captured (an older tarball of such a node is not used); ``failures`` {node: [message]} of
+    what was wrong with a snapshot that was still analysed (members refused or changed), as
+    validate.yml keeps a rescued failure ({stage, task, msg});
+    ``refused`` {node or stand-in name: message} of snapshots and names not analysed at all;
+    ``captured_at``.
+    """
+    result = {'nodes': {}, 'lost': {}, 'failures': {}, 'refused': {}, 'captured_at': None}
+    run, problem = capture_run(directory)
+    if problem:
+        result['refused'][_REFUSED_PREFIX + 'capture.json'] = problem
+    result['captured_at'] = run.get('captured_at') if isinstance(run.get('captured_at'), str) else None
+    for raw, state in sorted((run.get('nodes') or {}).items()):
+        if state == 'ok':
+            continue
+        name, why = node_name(raw)
+        if why:
+            result['refused'][name] = 'capture.json: %s' % why
+        else:
+            result['lost'][name] = state[:2000] if isinstance(state, str) else 'not captured (%s)' % ascii(state)[:200]
+    base = os.path.join(out_dir, 'offline')
+    for entry in sorted(os.listdir(directory)):
+        if not entry.endswith(SUFFIX):
+            continue
+        name, why = node_name(entry[:-len(SUFFIX)])
+        if why:
+            result['refused'][name] = '%s: %s' % (ascii(entry[:200]), why)
+            continue
+        if name in result['lost']:
+            continue
+        tree = os.path.join(base, name)
+        if os.path.lexists(tree):
+            shutil.rmtree(tree)
+        root = os.path.join(tree, 'root')
+        os.makedirs(root, 0o755)
+        try:
+            notes = unpack(os.path.join(directory, entry), root)
+        except _Refused as exc:
+            shutil.rmtree(tree)
+            result['refused'][name] = 'snapshot %s refused: %s' % (entry, exc)
+            continue
+        result['nodes'][name] = root
+        if notes:
+            shown = '; '.join(notes[:20]) + ('; and %d more' % (len(notes) - 20) if len(notes) > 20 else '')
+            result['failures'][name] = [{'stage': 'offline', 'task': 'Unpack each snapshot into its node root',
+                                         'msg': 'snapshot %s: %d member(s) refused or changed: %s' % (entry, len(notes), shown)}]
+    return result
+
+
+def log_entries(files):
+    """find's files (dicts with path, size, or paths) -> (paths to parse, [{log, recognised: False, reason}])."""
+    paths, refused = [], []
+    for entry in files or []:
+        path = entry.get('path') if isinstance(entry, dict) else entry
+        size = entry.get('size') if isinstance(entry, dict) else None
+        if isinstance(size, int) and size > LOG_MAX_BYTES:
+            refused.append({'log': path, 'recognised': False,
+                            'reason': 'not read: %d bytes, more than %d MiB' % (size, LOG_MAX_BYTES >> 20)})
+        else:
+            paths.append(path)
+    return paths, refused

@@ -17,7 +17,8 @@ Schema (SCHEMA_VERSION 1; docs/report.md describes every field):
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
+import re
+from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
 SCHEMA = 'hpc.gpu_fabric/report'
 SCHEMA_VERSION = 1
@@ -112,6 +113,41 @@ def policy(report, expression=DEFAULT_POLICY):
 
 # ---------------------------------------------------------------------------- renderers
 
+# Host names, subjects and causes carry what nodes and tools printed (an ANSI colour code, a
+# NUL, a '<script>' in a perftest log): every renderer escapes them for its own format.
+# XML 1.0 section 2.2 'Char': tab, LF, CR and U+0020 up; no C0 control, no lone surrogate,
+# not U+FFFE/U+FFFF. Such a character is replaced by U+FFFD, in every format alike.
+_NOT_XML_CHAR_RE = re.compile('[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]')
+# What CommonMark gives a meaning to inside a paragraph or a table cell ('|' ends a GFM cell);
+# '<', '>' and '&' become entities, so no HTML inside the Markdown survives either.
+# An '_' between two letters or digits opens no emphasis (CommonMark 6.2, left-flanking '_'),
+# so GDR_ACS_REDIRECT stays readable.
+_MD_SPECIAL_RE = re.compile(r'([\\`*\[\]{}()#+!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))')
+_CODE_RE = re.compile(r'^[\w.:-]+$')
+
+
+def _clean(value):
+    return _NOT_XML_CHAR_RE.sub('\ufffd', '%s' % (value,))
+
+
+def escape(value):
+    return _xml_escape(_clean(value))
+
+
+def quoteattr(value):
+    return _xml_quoteattr(_clean(value))
+
+
+def _md(value):
+    """Text for a Markdown paragraph or table cell: one line, nothing taken as markup."""
+    text = _clean(value).replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
+    return _MD_SPECIAL_RE.sub(r'\\\1', ' '.join(text.split()))
+
+
+def _md_code(value):
+    return '`%s`' % value if _CODE_RE.match('%s' % (value,)) else _md(value)
+
+
 def markdown(report, html_path=None):
     summary = report['summary']
     lines = ['# GPU fabric report', '',
@@ -119,25 +155,27 @@ def markdown(report, html_path=None):
              % (summary['hosts'], summary['hosts_ok'], summary['hosts_failed'], summary['hosts_unreachable'],
                 summary['errors'], summary['warnings'], summary['roots']), '']
     if html_path:
-        lines += ['Full report: %s' % html_path, '']
+        lines += ['Full report: %s' % _md(html_path), '']
     lines += ['| host | status | ports active | GPUs | GPUDirect RDMA |', '|---|---|---|---|---|']
     for host, entry in sorted(report['hosts'].items()):
         gdr = {True: 'ready', False: 'not ready', None: '-'}[entry['gdr_ready']]
-        lines.append('| %s | %s | %s/%s | %s | %s |' % (host, entry['status'], entry['ports_active'], entry['ports'], entry['gpus'], gdr))
+        lines.append('| %s | %s | %s/%s | %s | %s |' % tuple(_md(v) for v in (
+            host, entry['status'], entry['ports_active'], entry['ports'], entry['gpus'], gdr)))
     roots = [f for f in report['findings'] if f['explained_by'] is None and f['severity'] != 'info']
     if roots:
         lines += ['', '## Root causes', '']
         for item in roots:
             symptoms = [f for f in report['findings'] if f['explained_by'] == item['id']]
-            lines.append('- **%s** %s `%s` on %s %s: %s. Fix: %s.%s' % (
-                item['severity'], item['layer'], item['code'], item['host'] or 'the fleet', item['subject'] or '',
-                item['cause'], item['remedy'], (' Explains %d symptom(s): %s.' % (len(symptoms), ', '.join(
-                    sorted(set(s['code'] for s in symptoms))))) if symptoms else ''))
+            lines.append('- **%s** %s %s on %s %s: %s. Fix: %s.%s' % (
+                _md(item['severity']), _md(item['layer']), _md_code(item['code']), _md(item['host'] or 'the fleet'),
+                _md(item['subject'] or ''), _md(item['cause']), _md(item['remedy']),
+                (' Explains %d symptom(s): %s.' % (len(symptoms), ', '.join(
+                    _md(code) for code in sorted(set('%s' % s['code'] for s in symptoms))))) if symptoms else ''))
     if report.get('drift'):
         d = report['drift']
-        lines += ['', '## Drift since %s' % d['baseline_generated_at'], '',
-                  '- new findings: %s' % (', '.join(d['new_findings']) or 'none'),
-                  '- cleared findings: %s' % (', '.join(d['cleared_findings']) or 'none'),
+        lines += ['', '## Drift since %s' % _md(d['baseline_generated_at']), '',
+                  '- new findings: %s' % (', '.join(_md(f) for f in d['new_findings']) or 'none'),
+                  '- cleared findings: %s' % (', '.join(_md(f) for f in d['cleared_findings']) or 'none'),
                   '- regressions beyond %g %%: %d' % (d['regression_pct'], len(d['regressions']))]
     return '\n'.join(lines) + '\n'
 
@@ -167,7 +205,9 @@ def junit(report):
 
 
 def _label(value):
-    return '"%s"' % str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+    # Text exposition format 0.0.4: a label value is UTF-8 with '\\', '"' and line feed escaped
+    # as '\\\\', '\\"' and '\\n' (prometheus docs, exposition_formats.md 'Text format details').
+    return '"%s"' % _clean(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
 def _labels(**labels):

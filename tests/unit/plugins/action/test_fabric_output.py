@@ -121,3 +121,17 @@ def test_relative_dest_is_relative_to_the_working_directory(tmp_path, monkeypatc
     result = run({'dest': 'rel', 'files': {'a.json': 'x'}, 'mode': 0o640})
     assert result['dest'] == str(tmp_path / 'rel')
     assert stat.S_IMODE(os.stat(tmp_path / 'rel' / 'a.json').st_mode) == 0o640
+
+
+@pytest.mark.parametrize('mode', [True, False, 1.5, [644], '+644', '6_44', '-1', 'true', -1, 0o10000])
+def test_a_mode_that_is_no_mode_is_refused_and_nothing_written(tmp_path, mode):
+    """mode: true used to write a file of mode 0001 (a bool is an int to Python)."""
+    with pytest.raises(AnsibleActionFail, match='mode'):
+        run({'dest': str(tmp_path), 'files': {'a.json': 'x'}, 'mode': mode})
+    assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize('mode, expected', [('0640', 0o640), ('640', 0o640), ('0o640', 0o640), (0o640, 0o640), (' 0600 ', 0o600)])
+def test_modes_of_every_spelling(tmp_path, mode, expected):
+    run({'dest': str(tmp_path), 'files': {'a.json': 'x'}, 'mode': mode})
+    assert stat.S_IMODE(os.stat(str(tmp_path / 'a.json')).st_mode) == expected

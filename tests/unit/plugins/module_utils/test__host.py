@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 
+import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
@@ -294,3 +295,11 @@ def test_gdr_facts_returns_host(sim_root, monkeypatch):
     host = result['ansible_facts']['gpu_fabric_gdr']['host']
     assert (host['memlock']['soft'], host['memlock']['limits_conf']) == (65536, [])
     assert host['default_route_interface'] == 'enp209s0f0np0' and host['cpu_governors'] == {'performance': 16}
+
+
+@pytest.mark.parametrize('value', ['\u00b2', '\u0663', '1_0', '9' * 5000, '12\0'])
+def test_limits_conf_value_that_is_no_decimal_is_not_a_size(value):
+    """'\u00b2'.isdigit() is True but int() refuses it; a run past int()'s digit limit neither."""
+    entries = _host.parse_limits_conf('* soft memlock %s\n' % value, '/etc/security/limits.d/x.conf')
+    assert entries == [{'domain': '*', 'type': 'soft', 'value': value, 'bytes': None, 'file': '/etc/security/limits.d/x.conf'}]
+    assert _host.parse_systemd_size(value) is None

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _nccl
@@ -417,3 +419,30 @@ def test_json_problem_fields():
     assert [problem['text'] for problem in parsed['problems']] == [
         'config.devices[0]', 'out_of_bounds.count', 'average_bus_bandwidth.bandwidth']
     assert parsed['header']['threads'] is None
+
+
+@pytest.mark.parametrize('launcher', ['mpirun', 'srun'])
+@pytest.mark.parametrize('host', ['a,b', '-oProxyCommand=sh', 'n1 n2', 'n1\0', ''])
+def test_launch_argv_refuses_a_host_that_is_not_one(launcher, host):
+    with pytest.raises(ValueError, match=r'^hosts: '):
+        _nccl.launch_argv(launcher, ['all_reduce_perf'], {'hosts': ['ok-node', host], 'slots_per_host': 1})
+
+
+@pytest.mark.parametrize('text', [
+    '# nThread 1 nGpus %s minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0'
+    % ('9' * 5000),
+    '#  Rank  %s Group  0 Pid   1401 on vm device  0 [0000:00:06] NVIDIA H200' % ('1' * 5000),
+    '# Out of bounds values : %s OK' % ('1' * 5000),
+])
+def test_numbers_past_the_int_digit_limit_are_problems_not_tracebacks(text):
+    status, failure = _nccl.outcome(_nccl.parse_text(text))
+    assert status == 'failed' and failure['kind'] in ('truncated', 'unparsed')
+
+
+def test_json_integers_past_a_float_are_problems():
+    doc = json.loads(fixture_text('real', 'h200x2', 'all_reduce.json'))
+    doc['results'][0]['out_of_place']['time'] = 10 ** 400
+    doc['average_bus_bandwidth']['bandwidth'] = -(10 ** 400)
+    parsed = _nccl.parse_json(json.dumps(doc))
+    assert parsed['problems'][0]['text'] == 'results[0]' and 'time' in parsed['problems'][0]['reason']
+    assert parsed['avg_busbw_gbs'] is None

@@ -131,3 +131,26 @@ def test_non_root_reader_gets_a_clear_message(node, monkeypatch):
 def test_not_a_node(monkeypatch, tmp_path):
     result, failed = run_module(acs_disable.main, {'root': str(tmp_path)}, monkeypatch)
     assert failed and 'not a Linux node' in result['msg']
+
+
+def test_devices_without_scope_imply_scope_devices(node, monkeypatch):
+    """devices given, scope left out: exactly those bridges (before: silently ignored, changed
+    false and devices [] from the default scope gpu_nic_paths)."""
+    root, ctx = node
+    result, failed = run_module(acs_disable.main, {'root': root, 'devices': [ctx['bridge']], '_ansible_check_mode': True},
+                                monkeypatch)
+    assert not failed and result['changed'] is True
+    assert [d['pci_address'] for d in result['devices']] == [ctx['bridge']]
+
+
+@pytest.mark.parametrize('extra, message', [
+    ({'scope': 'all'}, 'devices lists bridges, but scope=all'),
+    ({'scope': 'gpu_nic_paths'}, 'devices lists bridges, but scope=gpu_nic_paths'),
+    ({'restore': {'0000:10:00.0': 0}}, 'devices and restore are mutually exclusive'),
+])
+def test_devices_with_a_contradicting_option_fail(node, monkeypatch, extra, message):
+    root, ctx = node
+    before = config_hashes(root)
+    result, failed = run_module(acs_disable.main, dict(extra, root=root, devices=[ctx['bridge']]), monkeypatch)
+    assert failed is True and message in result['msg']
+    assert config_hashes(root) == before

@@ -291,3 +291,31 @@ def test_bad_thresholds_fail_the_task(monkeypatch):
     result, failed = run_module(collective_bench.main, {'from_log': fixture_path('real', 'h200x2', 'all_reduce.json'),
                                                         'healthy_ratio': 0.6, 'warn_ratio': 0.7}, monkeypatch)
     assert failed and 'need 0 < warn_ratio <= healthy_ratio' in result['msg']
+
+
+@pytest.mark.parametrize('args, option, entry', [
+    ({'env': {'NCCL_IB_HCA\0X': 'mlx5_0'}}, 'env', 'NCCL_IB_HCA'),
+    ({'env': {'NCCL IB': '1'}}, 'env', 'NCCL IB'),
+    ({'env': {'NCCL_IB_HCA': 'mlx5_0\0'}}, 'env', 'NCCL_IB_HCA'),
+    ({'extra_args': ['-b', '8\0']}, 'extra_args', '8\\x00'),
+    ({'launcher': 'mpirun', 'hosts': ['n1,n9'], 'slots_per_host': 8}, 'hosts', "'n1,n9'"),
+    ({'launcher': 'mpirun', 'hosts': ['n1', '-oProxyCommand=touch /tmp/x'], 'slots_per_host': 8}, 'hosts', '-oProxyCommand'),
+    ({'launcher': 'srun', 'hosts': ['n1', 'n2 n3']}, 'hosts', "'n2 n3'"),
+    ({'launcher': 'mpirun', 'processes': 2, 'launcher_args': ['--mca\0']}, 'launcher_args', '--mca'),
+])
+def test_hostile_arguments_fail_naming_the_option(monkeypatch, args, option, entry):
+    """A NUL, a comma or a leading '-' never reaches the command line: fail_json names the option
+    and the entry (before: a ValueError traceback from subprocess, or an extra host / option)."""
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: '/bin/true')
+    monkeypatch.setattr(basic.AnsibleModule, 'run_command', lambda self, argv, **kw: (0, '', ''))
+    result, failed = run_module(collective_bench.main, dict(args, timeout=5), monkeypatch)
+    assert failed is True
+    assert result['msg'].startswith(option + ':') and entry in result['msg']
+
+
+def test_host_names_of_every_kind_still_pass(monkeypatch, tools):
+    processes = tools(REAL_TEXT)
+    result, failed = run_module(collective_bench.main, {
+        'launcher': 'mpirun', 'hosts': ['gpu-node_01.cluster', '10.7.96.17', 'fe80::1'], 'slots_per_host': 1}, monkeypatch)
+    assert failed is False
+    assert processes.calls[0][:5] == ['/usr/bin/mpirun', '-np', '3', '--host', 'gpu-node_01.cluster:1,10.7.96.17:1,fe80::1:1']

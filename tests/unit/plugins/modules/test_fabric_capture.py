@@ -334,10 +334,18 @@ def test_a_real_gpu_nodes_snapshot_gives_its_live_facts(monkeypatch, tmp_path):
     with open(os.path.join(REAL_SNAPSHOT, 'live_facts.json')) as handle:
         live = json.load(handle)
     facts = facts_of(root, monkeypatch)
+
+    def values(item):
+        # The words of reasons, notes and chains are the code's and may be reworded since the
+        # capture; every value read from the node must be the same, and so must their number.
+        if isinstance(item, dict):
+            return dict((k, len(v) if k in ('reasons', 'notes', 'chain') else values(v)) for k, v in item.items())
+        return [values(v) for v in item] if isinstance(item, list) else item
+
     for name in ('ib', 'gdr'):
         expected = dict(live[name])
         assert expected.pop('root') == '/'
-        assert facts[name][0] == expected, name
+        assert values(facts[name][0]) == values(expected), name
     # What the node is: one H200, no RDMA device, no peer-memory client, dma-buf possible.
     gdr = facts['gdr'][0]
     assert [g['device_id'] for g in gdr['gpus']] == ['0x2335'] and gdr['nics'] == [] and gdr['gdr_ready'] is False

@@ -108,3 +108,37 @@ def test_default_path_spawns_no_tool(sim_root, monkeypatch):
     for main in (ib_link_facts.main, gdr_facts.main):
         result, failed = run_module(main, {'root': root}, monkeypatch)
         assert not failed, result
+
+
+def test_a_name_that_is_not_utf8_costs_no_other_fact(sim_root, monkeypatch, tmp_path):
+    """A directory under /sys/class/infiniband (and a counter) named in bytes that are not
+    UTF-8: both facts modules keep the real devices, leave the entry out or report it as
+    U+FFFD, warn naming it, and return a result that can be written as UTF-8."""
+    import json
+    import shutil
+    root = str(tmp_path / 'node')
+    shutil.copytree(sim_root('metax_c500_cx7')[0], root, symlinks=True)
+    bad = os.path.join(root.encode(), b'sys/class/infiniband/mlx5_\xff')
+    os.makedirs(os.path.join(bad, b'ports', b'1'))
+    with open(os.path.join(bad, b'ports', b'1', b'state'), 'w') as handle:
+        handle.write('4: ACTIVE\n')
+    counters = os.path.realpath(os.path.join(root, 'sys/class/infiniband/mlx5_0/ports/1/counters')).encode()
+    with open(os.path.join(counters, b'vendor_\xfe'), 'w') as handle:
+        handle.write('7\n')
+    expected = [d['name'] for d in run_module(ib_link_facts.main, {'root': sim_root('metax_c500_cx7')[0]}, monkeypatch)[0][
+        'ansible_facts']['gpu_fabric_ib']['devices']]
+
+    result, failed = run_module(ib_link_facts.main, {'root': root}, monkeypatch)
+    assert not failed
+    devices = result['ansible_facts']['gpu_fabric_ib']['devices']
+    assert [d['name'] for d in devices] == expected
+    assert devices[0]['ports'][0]['counters']['vendor_\ufffd'] == 7
+    assert any('mlx5_\\udcff' in w and 'not UTF-8' in w for w in result['warnings'])
+    assert any('vendor_\ufffd' in w for w in result['warnings'])
+    json.dumps(result, ensure_ascii=False).encode('utf-8')
+
+    result, failed = run_module(gdr_facts.main, {'root': root}, monkeypatch)
+    assert not failed
+    assert [n['name'] for n in result['ansible_facts']['gpu_fabric_gdr']['nics']] == expected
+    assert any('mlx5_\\udcff' in w for w in result['warnings'])
+    json.dumps(result, ensure_ascii=False).encode('utf-8')

@@ -225,3 +225,33 @@ def test_loopback_server_failure_is_the_cause(monkeypatch, tools):
     assert not failed and result['status'] == 'failed'
     assert (result['failure']['kind'], result['failure']['side']) == ('mr_failed', 'server')
     assert result['server']['failure']['kind'] == 'mr_failed'
+
+
+@pytest.mark.parametrize('args, option', [
+    ({'role': 'server', 'extra_args': ['-F', '--report_gbits\0']}, 'extra_args'),
+    ({'role': 'client', 'peer': '-oProxyCommand=touch /tmp/x'}, 'peer'),
+    ({'role': 'client', 'peer': '10.0.0.1 10.0.0.2'}, 'peer'),
+    ({'role': 'server', 'device': '-h'}, 'device'),
+    ({'role': 'loopback', 'client_device': 'mlx5_0,mlx5_1'}, 'client_device'),
+    ({'sequence': [{'tests': [{'side': 'client', 'peer': '--help'}]}], 'address': '10.0.0.1', 'run_id': 'r'},
+     'sequence step 1: peer'),
+    ({'sequence': [{'tests': [{'side': 'server', 'peer': 'b', 'device': 'mlx5_0\0'}]}], 'address': '10.0.0.1', 'run_id': 'r'},
+     'sequence step 1: device'),
+    ({'sequence': [], 'address': '-x', 'run_id': 'r'}, 'address'),
+])
+def test_hostile_arguments_fail_naming_the_option(monkeypatch, args, option):
+    """A NUL, a space or a leading '-' in what goes onto perftest's command line: fail_json
+    naming the option (before: a ValueError traceback from subprocess, or an option of it)."""
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: '/bin/true')
+    result, failed = run_module(perftest_run.main, dict(args, test='ib_write_bw', timeout=5), monkeypatch)
+    assert failed is True
+    assert result['msg'].startswith(option + ':'), result['msg']
+
+
+def test_build_argv_refuses_an_option_for_an_address():
+    with pytest.raises(ValueError, match='peer'):
+        _perftest.build_argv('ib_write_bw', 'ib_write_bw', {}, '-oProxyCommand=x')
+    with pytest.raises(ValueError, match='device'):
+        _perftest.build_argv('ib_write_bw', 'ib_write_bw', {'device': '--help'})
+    assert _perftest.build_argv('ib_write_bw', 'ib_write_bw', {'device': 'mlx5_0'}, 'fe80::1') == [
+        'ib_write_bw', '-d', 'mlx5_0', 'fe80::1']

@@ -84,3 +84,53 @@ def test_renderings(report):
     assert 'gpu_fabric_pair_bandwidth_gbps{client="b",memory="gpu",rail="0",server="a"} 270.0' in prom
     text = _report.markdown(report, 'out/report.html')
     assert '| c | unreachable |' in text and '`GDR_ACS_REDIRECT` on b' in text and 'Explains 1 symptom(s): BENCH_GPU_MEMORY_LOW' in text
+
+
+HOSTILE_HOST = 'n1 | x\n<script>alert(1)</script>\x1b[31m\x00'
+HOSTILE_CAUSE = 'perftest said <script>alert(2)</script> | and\x1b[0m *bold* [link](http://x) `code`\x0b\ud800'
+
+
+@pytest.fixture
+def hostile(report):
+    """The report with a node whose name, and a finding whose texts, hold what a tool printed."""
+    report = copy.deepcopy(report)
+    report['hosts'][HOSTILE_HOST] = dict(report['hosts']['a'])
+    report['findings'].append({'id': 'hostile', 'host': HOSTILE_HOST, 'hosts': [], 'layer': 'ib', 'code': 'X`Y|Z',
+                               'severity': 'error', 'subject': HOSTILE_HOST, 'cause': HOSTILE_CAUSE,
+                               'remedy': 'run <b>this</b>\n| then', 'explained_by': None})
+    return report
+
+
+def test_markdown_escapes_names_and_tool_messages(hostile):
+    """report.md used to carry '<script>' verbatim, and a '|' or a newline in a name broke its table."""
+    text = _report.markdown(hostile)
+    assert '<script>' not in text and '<b>' not in text and '&lt;script&gt;' in text
+    assert '\x1b' not in text and '\x00' not in text and '\ud800' not in text
+    rows = [line for line in text.splitlines() if line.startswith('| ')]
+    assert len(rows) == 1 + len(hostile['hosts'])                           # no row split by a newline
+    for row in rows:
+        assert len(re.findall(r'(?<!\\)\|', row)) == 6, row                  # every cell's '|' escaped
+    root = [line for line in text.splitlines() if 'perftest said' in line]
+    assert len(root) == 1 and r'\*bold\*' in root[0] and r'\[link\]' in root[0] and r'\`code\`' in root[0]
+
+
+def test_junit_is_well_formed_whatever_the_names_hold(hostile):
+    """A control character (an ANSI colour code, a NUL) made junit.xml unparsable."""
+    suite = ElementTree.fromstring(_report.junit(hostile).encode('utf-8'))
+    failure = suite.find("testcase[@classname='gpu_fabric.n1 | x\n<script>alert(1)</script>\ufffd[31m\ufffd'][@name='ib']/failure")
+    assert failure is not None and '<script>alert(2)</script>' in failure.text and '\x1b' not in failure.text
+
+
+def test_prometheus_label_values_are_escaped(hostile):
+    prom = _report.prometheus(hostile)
+    line = [entry for entry in prom.splitlines() if entry.startswith('gpu_fabric_host_status{host="n1')][0]
+    # Text exposition format: '\\', '"' and line feed escaped; nothing else ends the value.
+    assert line == 'gpu_fabric_host_status{host="n1 | x\\n<script>alert(1)</script>\ufffd[31m\ufffd"} 0'
+    assert _report._labels(a='say "hi"\\n\n') == '{a="say \\"hi\\"\\\\n\\n"}'
+    prom.encode('utf-8')
+
+
+def test_html_escapes_the_hostile_report(hostile):
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html
+    page = _html.render(hostile)
+    assert 'alert(1)</script>' not in page and 'alert(2)</script>' not in page and page.count('<script>') == 1

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Fuzzing every text and JSON parser: no input makes one raise, none takes a second.
+
+Inputs: the captured outputs under tests/fixtures (public, real, seeds), each damaged by
+_mutate.mutate (byte flips, lines dropped, duplicated, swapped or glued, truncation, numbers
+replaced by 400 or 5000 digits, 1e999, nan, superscript digits, NUL, non-UTF-8 and ANSI
+bytes, launcher and quote prefixes), some random bytes, and hypothesis' own text and JSON.
+A parser may answer with a failure structure; it may not raise.
+
+Figures (this 2-core machine, python 3.11, ansible-core 2.19; the fuzz directory alone:
+``pytest tests/unit/fuzz -p no:cacheprovider``, 35 s wall with test_fuzz_readers):
+10,000 seeded inputs per parser, each parser a test (nccl text with outcome, nccl -J JSON
+and parse_any/merge by bytes, perftest parse/summarize/outcome, /proc/net/tcp, ibv_devinfo,
+sysfs values, host files, gdr/pci values), 10,000 structure mutations of a real -J document,
+300 hypothesis JSON documents and 200 hypothesis texts per parser: this file about 19 s. The
+slowest single input took 0.11 s (nccl -J bytes: a document whose lines were duplicated into
+a long text, read as text), every other parser's under 0.03 s. Found with it and fixed: _nccl
+header, device-line and out-of-bounds numbers past int()'s digit limit (ValueError) and -J
+integers past a float (OverflowError); _ib port state codes past the digit limit; _host
+limits.conf '\u00b2' (str.isdigit() but not int()); _gdr kernel_version digits.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _nccl, _pci, _perftest, _sysroot
+from tests.unit.fuzz import _mutate
+
+PER_PARSER = 10000
+# A parser that takes longer than this on one input of a few kB has gone quadratic.
+DEADLINE_S = 1.0
+
+
+def _perftest_all(text):
+    parsed = _perftest.parse_output(text, text[:300])
+    _perftest.summarize(parsed['results'])
+    return _perftest.outcome(parsed, 1, 'client', text[-300:])
+
+
+def _ib_values(text):
+    return (_ib.parse_rate(text), _ib.parse_state(text), _ib.gid_ipv4(text), _ib.parse_counters({'symbol_error': text, 'x': text}),
+            _sysroot.parse_int(text), _sysroot.parse_int(text, 16), _sysroot.parse_hex(text), _sysroot.parse_numa(text))
+
+
+def _host_all(text):
+    return (_host.parse_proc_limits(text), _host.parse_cap_ipc_lock(text), _host.parse_limits_conf(text, '/p'),
+            _host.parse_systemd_size(text), _host.parse_system_conf('[Manager]\n' + text, '/p'),
+            _host.parse_module_list(text), _host.parse_module_list(text, debian=True), _host.parse_proc_modules(text),
+            _host.parse_default_route(text))
+
+
+def _gdr_pci(text):
+    return (_gdr.parse_modules(text), _gdr.parse_ofed_version(text), _gdr.kernel_version(text),
+            _gdr.symvers_exports(text, 'mm_kobj'), _gdr.symvers_exports(text.encode('utf-8', 'surrogateescape'), 'mm_kobj'),
+            _pci.normalise_bdf(text), _pci.split_device_path(text),
+            _pci.parse_acs(text.encode('utf-8', 'surrogateescape')))
+
+
+# Lines the host parsers look for, so that mutations reach their number handling.
+_HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\nDefaultLimitMEMLOCK=8M:infinity\n'
+               b'Max locked memory         8388608              8388608              bytes\nCapEff:\t000001ffffffffff\n'
+               b'Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\nens3\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\n')
+_GDR_LINES = (b'5.15.0-105-generic\nnv_peer_mem 16384 0 - Live 0x0\nMLNX_OFED_LINUX-23.10-1.1.9.0:\n'
+              b'0x12345678\tmm_kobj\tvmlinux\tEXPORT_SYMBOL_GPL\n/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0\n10:00.0\n')
+
+PARSERS = {
+    'nccl_text': (lambda text: _nccl.outcome(_nccl.parse_text(text, text[:200]), 1),
+                  ('public/nccl_tests', 'public/nccl_info', 'public/misc', 'seeds', 'real/h200x2'), ()),
+    'nccl_json_bytes': (lambda text: _nccl.outcome(_nccl.merge(_nccl.parse_any(text), _nccl.parse_text('')), 0),
+                        ('real/h200x2/all_reduce.json', 'real/h200-vm-snapshot/capture.json'), ()),
+    'perftest': (_perftest_all, ('public/perftest', 'real/cpu-vm-no-rdma'), ()),
+    'proc_net_tcp': (lambda text: _perftest.parse_proc_net_tcp(text, 18515), ('real/host',),
+                     (b'  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n'
+                      b'   0: 00000000:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1\n',)),
+    'ibv_devinfo': (_ib.parse_ibv_devinfo, ('public/ibv_devinfo', 'real/cpu-vm-no-rdma'), ()),
+    'sysfs_values': (_ib_values, ('public/sysfs_ib',),
+                     (b'400 Gb/sec (4X NDR)', b'4: ACTIVE', b'fe80:0000:0000:0000:0000:ffff:0a07:6011', b'0x10de', b'-1')),
+    'host_files': (_host_all, ('real/host',), (_HOST_LINES,)),
+    'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
+                       (_GDR_LINES,)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(PARSERS))
+def test_parser_survives_mutated_fixtures(name):
+    parse, dirs, extra = PARSERS[name]
+    corpus = _mutate.fixtures(*dirs) + list(extra)
+    clock = _mutate.Clock()
+    for rng, data in _mutate.inputs(sum(map(ord, name)), corpus, PER_PARSER):
+        text = _mutate.decode(rng, data)
+        try:
+            clock.run(parse, text)
+        except Exception as exc:  # the point of the test: name the input that raised
+            pytest.fail('%s raised %r on %r' % (name, exc, text[:300]))
+    assert clock.count == PER_PARSER
+    assert clock.slowest[0] < DEADLINE_S, 'slowest input took %.2f s: %r' % (clock.slowest[0], clock.slowest[1][0][:300])
+
+
+def test_nccl_json_survives_mutated_documents():
+    """Wrong types, missing keys, numbers past a float or int() anywhere in a real -J document."""
+    docs = [json.loads(data) for data in _mutate.fixtures('real/h200x2/all_reduce.json')]
+    rng = random.Random(7)
+    clock = _mutate.Clock()
+    for _index in range(PER_PARSER):
+        text = _mutate.mutate_json(rng, rng.choice(docs))
+        try:
+            parsed = clock.run(_nccl.parse_json, text)
+            _nccl.outcome(parsed, 0)
+            json.dumps(parsed)
+        except Exception as exc:
+            pytest.fail('parse_json raised %r on %r' % (exc, text[:300]))
+    assert clock.slowest[0] < DEADLINE_S
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+                        st.sampled_from(['results', 'config', 'args', 'devices', 'size', 'count', 'out_of_place',
+                                         'in_place', 'time', 'alg_bw', 'bus_bw', 'nwrong', 'average_bus_bandwidth',
+                                         'bandwidth', 'out_of_bounds', 'errors', 'nccl_version', 'validation', 'x']),
+                        children, max_size=6), max_leaves=20)
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=1000)
+@given(JSON)
+def test_nccl_json_survives_any_document(doc):
+    text = json.dumps(doc)
+    status, _failure = _nccl.outcome(_nccl.parse_json(text), 0)
+    assert status in ('ok', 'failed')
+
+
+@pytest.mark.parametrize('name', sorted(PARSERS))
+@settings(max_examples=200, derandomize=True, database=None, deadline=1000)
+@given(text=st.text(alphabet=st.characters(codec='utf-8', exclude_categories=()), max_size=300)
+       | st.binary(max_size=300).map(lambda data: data.decode('utf-8', 'surrogateescape')))
+def test_parser_survives_any_text(name, text):
+    PARSERS[name][0](text)

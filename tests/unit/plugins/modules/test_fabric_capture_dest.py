@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""fabric_capture's dest: checked before the capture, and no temporary tarball left on any error."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
+from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture
+from tests.unit.plugins.modules.utils import run_module
+
+
+def _everything(top):
+    return sorted(os.path.relpath(os.path.join(d, n), top) for d, dirs, files in os.walk(top) for n in dirs + files)
+
+
+@pytest.mark.parametrize('dest', ['', '.', '..', 'out/', 'out'])
+def test_dest_that_is_no_file_name_fails_first(sim_root, monkeypatch, tmp_path, dest):
+    """dest '' used to write the whole capture to a temporary file next to the working
+    directory and leave it there when atomic_move failed."""
+    work = tmp_path / 'work'
+    (work / 'out').mkdir(parents=True)
+    monkeypatch.chdir(str(work))
+    before = _everything(str(tmp_path))
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
+    assert failed is True and 'dest must be the path of the tarball' in result['msg']
+    assert _everything(str(tmp_path)) == before
+
+
+def test_a_failed_move_leaves_no_temporary_file(sim_root, monkeypatch, tmp_path):
+    def atomic_move(self, src, dest, **kwargs):
+        self.fail_json(msg='Could not replace file: %s to %s' % (src, dest))
+
+    monkeypatch.setattr(basic.AnsibleModule, 'atomic_move', atomic_move)
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': str(tmp_path / 'n.tar.gz')},
+                                monkeypatch)
+    assert failed is True and 'Could not replace file' in result['msg']
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_an_error_while_writing_leaves_no_temporary_file(sim_root, monkeypatch, tmp_path):
+    def write_tar(handle, members, meta):
+        handle.write(b'half')
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(_capture, 'write_tar', write_tar)
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': str(tmp_path / 'n.tar.gz')},
+                                monkeypatch)
+    assert failed is True and 'No space left on device' in result['msg']
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_an_unexpected_error_leaves_no_temporary_file(sim_root, monkeypatch, tmp_path):
+    def write_tar(handle, members, meta):
+        raise RuntimeError('a bug')
+
+    monkeypatch.setattr(_capture, 'write_tar', write_tar)
+    with pytest.raises(RuntimeError):
+        run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': str(tmp_path / 'n.tar.gz')}, monkeypatch)
+    assert os.listdir(str(tmp_path)) == []
