@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded simulated cluster, without root:
-# renders six simulated MetaX GPU nodes with a few injected faults (among them the
-# seed-000 mm_kobj chain), runs the whole validate_fabric.yml over them with local
+# renders six simulated MetaX GPU nodes with a few injected faults (among them a kernel
+# without the mm_kobj export, so no GPUDirect RDMA), runs the whole validate_fabric.yml over them with local
 # connections - facts, the pairwise perftest benchmark (progress: step k of N), the
 # collective benchmark and its culprit search, the report - and prints a short summary
 # with the path of the HTML report.

@@ -6,9 +6,9 @@
 # It turns on `set -euo pipefail` for the script that sources it, because every
 # helper below assumes that a failed command stops the caller.
 #
-# Facts behind the workarounds are in ../shared/RECIPES.md (measured on the
-# project's CI machines: Debian 12, root, Python 3.11, no Docker, offline except
-# PyPI and Debian's archive).
+# Each workaround below says the fact it rests on, as measured on the project's CI
+# machines (Debian 12, root, Python 3.11, no Docker, offline except PyPI and
+# Debian's archive).
 
 set -euo pipefail
 

@@ -55,7 +55,8 @@ step_sanity() {
     # (15-19 s against 6-7 s measured here); the requirements are in our venv.
     (cd "$tree" && ansible-test sanity --local --python "$pyver" --color no)
 }
-step_lint() { (cd "$REPO" && ansible-lint --offline -q); }
+# antsibull-changelog lint checks changelogs/fragments/ and changelog.yaml (about a second).
+step_lint() { (cd "$REPO" && ansible-lint --offline -q && antsibull-changelog lint); }
 # One worker per core, two to four: the tests are ansible-playbook runs, one per simulated
 # cluster, each in its own tmp dir, and CPU-bound (two workers on a 2-core machine: ~16 min).
 # Artefacts (the report's screenshot) go to the checkout's out/artifacts, not to the copy.

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 class ModuleDocFragment(object):
 
-    # The one root every hardware read goes through (../DESIGN.md "One root").
+    # The one root every hardware read goes through: / on a live node, an unpacked snapshot or a
+    # simulated node otherwise (module_utils/_sysroot.py keeps every read below it).
     DOCUMENTATION = r'''
 options:
   root:

@@ -4,54 +4,8 @@
 
 from __future__ import annotations
 
-DOCUMENTATION = r'''
-name: bench_report
-author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
-short_description: Bookkeeping of the pairwise fabric benchmark (role fabric_bench)
-version_added: 0.1.0
-description:
-  - C(bench_report) turns the records every node kept (C(fabric_bench_records)) and its plan
-    (C(fabric_bench_plan)) into the verdict of every pair (bandwidth against the slower port's rate,
-    GPU memory against host memory on the same pair, latency against a bound), an N x N matrix per
-    memory kind and rail (server -> client -> Gb/s), and the error-counter increases attributed to the
-    pair and link that ran while they rose; C(skipped) and C(excluded) say what was not tested and why.
-  - C(bench_fleet_plan) (hostvars, play hosts, perftest test) picks the nodes the mesh can test - an HCA and
-    perftest found (a check-mode C(perftest_run)) - and gives every other node's reason and, with fewer than
-    two nodes left, why nothing runs.
-  - The same file provides the role's other filters - C(bench_node_plan) (a node's rails, port rates and
-    the nearest GPU of each HCA from ib_link_facts and gdr_facts), C(bench_address) (the node's address in
-    a CIDR, with netaddr) and C(bench_round_records) (one record per test of a round).
-options:
-  _input:
-    description: C(hostvars).
-    type: dict
-    required: true
-  hosts:
-    description: The nodes of the benchmark.
-    type: list
-    elements: str
-    required: true
-  options:
-    description: Thresholds C(bw_ratio), C(gpu_ratio), C(lat_max_us).
-    type: dict
-    default: {}
-'''
-
-EXAMPLES = r'''
-- name: Everything measured, judged
-  ansible.builtin.set_fact:
-    bench: "{{ hostvars | hpc.gpu_fabric.bench_report(groups['gpu'], {'bw_ratio': 0.9}) }}"
-  run_once: true
-'''
-
-RETURN = r'''
-_value:
-  description:
-    - C(pairs) (one verdict per pair, rail and memory), C(matrix), C(counters), C(verdicts) (counts), C(thresholds).
-    - C(skipped) (why the mesh did not run, or null), C(excluded) ({node - why it was left out}), C(test).
-  type: dict
-'''
-
+# Several filters live here: each is documented in its own plugins/filter/<name>.yml, which
+# ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench

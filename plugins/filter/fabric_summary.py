@@ -4,39 +4,8 @@
 
 from __future__ import annotations
 
-DOCUMENTATION = r'''
-name: fabric_summary
-author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
-short_description: One readable block per node from gpu_fabric_ib and gpu_fabric_gdr
-version_added: 0.1.0
-description:
-  - Turns the facts of C(hpc.gpu_fabric.ib_link_facts) and C(hpc.gpu_fabric.gdr_facts) of every
-    node into lines a person reads at the end of a run; nodes without facts are named as such.
-options:
-  _input:
-    description: C(hostvars).
-    type: dict
-    required: true
-  hosts:
-    description: The nodes to summarise, in order.
-    type: list
-    elements: str
-    required: true
-'''
-
-EXAMPLES = r'''
-- name: Print the summary
-  ansible.builtin.debug:
-    msg: "{{ hostvars | hpc.gpu_fabric.fabric_summary(groups['all']) }}"
-'''
-
-RETURN = r'''
-_value:
-  description: Lines of text, one node after the other.
-  type: list
-  elements: str
-'''
-
+# Several filters live here: each is documented in its own plugins/filter/<name>.yml, which
+# ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import to_nice_json
 

@@ -34,16 +34,19 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: C(outcome), C(vendors) (the vendors whose path is missing), C(message) and C(options) (what can be done).
+  description: C(outcome), C(vendors) (the vendors whose path is missing), C(message), C(options) (what can be done),
+    C(code) (the diagnosis' finding code for the same root, null when C(ok)) and C(chain) (its causes, deepest first).
   type: dict
 '''
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+
 
 def _options(gdr):
     options = [
-        'run a kernel that still exports mm_kobj (seed 000: RHEL 9.4 / OpenShift 4.18 did, RHEL 9.6 does not)',
+        'run a kernel that still exports mm_kobj (RHEL 9.4 and OpenShift 4.18 do, RHEL 9.6 and OpenShift 4.19 do not)',
         'install the GPU and NIC vendors\' fix for this kernel (an OFED or GPU driver release that '
         'registers its peer-memory client without memory_peers)',
     ]
@@ -63,10 +66,11 @@ def peermem_verdict(gdr):
     paths = (gdr.get('peer_memory') or {}).get('paths') or {}
     kernel = gdr.get('kernel') or {}
     ofed = gdr.get('ofed') or {}
-    missing = sorted(vendor for vendor, path in paths.items() if not path.get('detected'))
-    # dma-buf stands in for NVIDIA's and AMD's peer memory (see gdr_facts notes); MetaX has no such path.
-    blocking = [v for v in missing if not (v in ('nvidia', 'amd') and (gdr.get('dmabuf') or {}).get('possible'))]
-    verdict = {'outcome': 'ok', 'vendors': blocking, 'message': '', 'options': [],
+    # The decision is gdr_facts' own (module_utils/_gdr.py peer_verdict): the same root, in the
+    # same order, as the facts' reasons and the diagnosis' GDR_* finding.
+    verdicts = dict((vendor, _gdr.peer_verdict(vendor, path, kernel, ofed, gdr.get('dmabuf'))) for vendor, path in paths.items())
+    blocking = sorted(vendor for vendor, found in verdicts.items() if found and found['blocking'])
+    verdict = {'outcome': 'ok', 'vendors': blocking, 'message': '', 'options': [], 'code': None, 'chain': [],
                'kernel_release': kernel.get('release'), 'ofed_version': ofed.get('version')}
     if not paths:
         verdict.update(outcome='not_applicable', message='no GPU of a supported vendor on this node')
@@ -74,27 +78,27 @@ def peermem_verdict(gdr):
     if not blocking:
         verdict['message'] = 'peer-memory path present for %s' % ', '.join(sorted(paths))
         return verdict
-    if ofed.get('version') is None and ofed.get('config_header') is None:
-        verdict.update(outcome='not_applicable',
-                       message='no MLNX OFED: the inbox RDMA stack has no peer-memory clients; use the dma-buf path')
-        return verdict
-    unloaded = [v for v in blocking if not paths[v].get('module_loaded')]
-    if unloaded:
-        verdict.update(outcome='module', vendors=unloaded, message='peer-memory module not loaded for %s: %s (role rdma_modules)'
-                       % (', '.join(unloaded), ', '.join(m for v in unloaded for m in paths[v].get('modules', [])[:1])))
-        return verdict
-    chain = ' -> '.join(paths[blocking[0]].get('chain') or [])
-    if kernel.get('mm_kobj_exported') is False:
-        verdict.update(outcome='kernel', options=_options(gdr),
-                       message='kernel %s does not export mm_kobj, so no OFED build can create memory_peers: %s'
+    # Several vendors on one node: the deepest root first.
+    order = list(_gdr.PEER_OUTCOMES)
+    first = min(blocking, key=lambda vendor: (verdicts[vendor]['outcome'] != 'not_applicable', order.index(verdicts[vendor]['code'])))
+    root = verdicts[first]
+    vendors = [v for v in blocking if (verdicts[v]['code'], verdicts[v]['outcome']) == (root['code'], root['outcome'])]
+    chain = ' -> '.join(root['chain'])
+    verdict.update(outcome=root['outcome'], vendors=vendors, code=root['code'], chain=root['chain'])
+    if root['outcome'] == 'not_applicable':
+        verdict['message'] = 'no MLNX OFED: the inbox RDMA stack has no peer-memory clients; use the dma-buf path'
+    elif root['outcome'] == 'module':
+        verdict['message'] = 'peer-memory module not loaded for %s: %s (role rdma_modules)' % (
+            ', '.join(vendors), ', '.join(m for v in vendors for m in paths[v].get('modules', [])[:1]))
+    elif root['outcome'] == 'kernel':
+        verdict.update(options=_options(gdr), message='kernel %s does not export mm_kobj, so no OFED build can create memory_peers: %s'
                        % (kernel.get('release'), chain))
-    elif kernel.get('mm_kobj_exported') is True and ofed.get('have_mm_kobj_exported') is False:
-        verdict.update(outcome='rebuild',
-                       options=['rebuild MLNX OFED (mlnx-ofa_kernel) against kernel %s and reload it' % kernel.get('release')],
+    elif root['outcome'] == 'rebuild':
+        verdict.update(options=['rebuild MLNX OFED (mlnx-ofa_kernel) against kernel %s and reload it' % kernel.get('release')],
                        message='OFED %s was built without HAVE_MM_KOBJ_EXPORTED although kernel %s exports mm_kobj: '
                                'rebuild OFED against this kernel' % (ofed.get('version'), kernel.get('release')))
     else:
-        verdict.update(outcome='unknown', message=chain or 'peer-memory client missing for %s' % ', '.join(blocking))
+        verdict['message'] = chain
     return verdict
 
 

@@ -4,59 +4,8 @@
 
 from __future__ import annotations
 
-DOCUMENTATION = r'''
-name: fabric_report
-author: hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
-short_description: Diagnose the fleet and build report.json (the one source of truth of a run)
-version_added: 0.1.0
-description:
-  - Runs the diagnosis rules over every host's facts (C(gpu_fabric_ib), C(gpu_fabric_gdr)), the pairwise benchmark
-    (C(bench_report)) and the collective outcome (role fabric_collective), links each symptom to the lower-layer
-    root cause that explains it, and returns the report (schema C(hpc.gpu_fabric/report), version 1).
-  - Every host of O(hosts) is a node, whatever its name (C(localhost) included). Hosts without facts are reported
-    unreachable, with nothing of theirs checked; a task that failed on a host and was rescued (C(gpu_fabric_failures))
-    is a finding naming the task; a run in which no host returned facts is itself an error. A host with facts
-    that did not get through a later stage (C(gpu_fabric_stages), set at the end of each stage) is reported lost
-    mid-run (C(HOST_LOST)), with what was measured on the others kept.
-  - The same file provides C(report_drift) (report, baseline report, percentage - new and cleared findings,
-    regressions), C(report_policy) (report, JMESPath expression - what the exit policy matched),
-    C(report_markdown), C(report_html) (one self-contained page with inline SVG plots, nothing loaded from anywhere),
-    C(report_junit) and C(report_prometheus) (the renderings of a report).
-options:
-  _input:
-    description: C(hostvars).
-    type: dict
-    required: true
-  hosts:
-    description: The nodes of the run (inventory names).
-    type: list
-    elements: str
-    required: true
-  bench:
-    description: The pairwise benchmark's report (C(bench_report)), or null.
-    type: dict
-  collective:
-    description: The collective outcome (C(fabric_collective_result)), or null.
-    type: dict
-  generated_at:
-    description: Time stamp written into the report.
-    type: str
-'''
-
-EXAMPLES = r'''
-- name: Diagnose and report
-  ansible.builtin.set_fact:
-    report: "{{ hostvars | hpc.gpu_fabric.fabric_report(groups['gpu'], bench, collective, now(utc=true).isoformat()) }}"
-  delegate_to: localhost
-  run_once: true
-'''
-
-RETURN = r'''
-_value:
-  description: The report - C(schema), C(schema_version), C(summary), C(hosts), C(findings), C(bench), C(collective), C(drift).
-  type: dict
-'''
-
+# Several filters live here: each is documented in its own plugins/filter/<name>.yml, which
+# ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report

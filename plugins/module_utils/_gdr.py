@@ -4,11 +4,14 @@
 
 """GPUDirect RDMA readiness of one node, read from sysfs/procfs and the OFED install.
 
-The chain this exists to find (seed 000): the running kernel stopped exporting
-``mm_kobj`` -> MLNX OFED's configure did not define HAVE_MM_KOBJ_EXPORTED ->
-ib_core never creates /sys/kernel/mm/memory_peers/<client>/version -> the
-collective library does not detect GPUDirect RDMA and stages every transfer
-through host memory (4.57 GB/s instead of 24.38 GB/s busbw in the seed).
+The chain this exists to find: the running kernel stopped exporting ``mm_kobj``
+(upstream https://lkml.kernel.org/r/2023080436-algebra-cabana-417d@gregkh, in RHEL 9.6
+through CentOS Stream 9 commit f5f98e718ccbadf22fae8f73625542a68ee79132) -> MLNX OFED's
+configure did not define HAVE_MM_KOBJ_EXPORTED -> ib_core never creates
+/sys/kernel/mm/memory_peers/<client>/version -> the collective library does not detect
+GPUDirect RDMA and stages every transfer through host memory (4.57 GB/s instead of
+24.38 GB/s busbw on two MetaX C500 nodes: tests/fixtures/seeds/000_mccl_allreduce_2node_16gpu_*.txt,
+from https://wangzheng422.github.io/docker_env/redhat/notes/2025/2025.12.metax.mccl.perf.debug.html).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import re
 import zlib
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
+from collections import OrderedDict
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _pci
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
@@ -30,7 +35,9 @@ MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
 #   memory_peers/amdkfd/version (kfd_peerdirect.c "amdkfd"), else looks for
 #   ib_register_peer_memory_client in /proc/kallsyms.
 # MetaX: MCCL needs memory_peers/mxcd/version, created when metax.ko registers
-#   with OFED's peer_mem (seed 000 section 5.1); nothing else stands in for it.
+#   with OFED's peer_mem (ib_register_peer_memory_client, mlnx-ofa_kernel
+#   drivers/infiniband/core/peer_mem.c, under #ifdef HAVE_MM_KOBJ_EXPORTED); nothing else
+#   stands in for it.
 PEER_PATHS = {
     'nvidia': {
         'modules': ('nvidia_peermem', 'nv_peer_mem'),
@@ -58,6 +65,11 @@ PEER_PATHS = {
 # NCCL's default NCCL_NET_GDR_LEVEL is PXB (src/graph/paths.cc ncclTopoCheckGdr):
 # a GPU whose nearest NIC is further away than that gets no GPUDirect RDMA.
 DEFAULT_GDR_LEVEL = 'PXB'
+# The distance classes beyond it: PHB, NODE, SYS.
+BEYOND_GDR_LEVEL = _pci.DISTANCE_CLASSES[_pci.DISTANCE_CLASSES.index(DEFAULT_GDR_LEVEL) + 1:]
+# The vendors whose library can register GPU memory through dma-buf (ibv_reg_dmabuf_mr) instead
+# of a peer-memory client: NCCL (src/transport/net_ib.cc ncclIbDmaBufSupport) and RCCL; MCCL cannot.
+DMABUF_VENDORS = ('nvidia', 'amd')
 
 # The configure of mlnx-ofa_kernel writes compat/config.h and the package installs
 # it under /usr/src/ofa_kernel/<arch>/<kver>/ (default -> alternatives symlink;
@@ -142,8 +154,8 @@ def read_kernel(sysroot):
 
     The export table of the build (Module.symvers, or RHEL's /boot/symvers-<release>.gz)
     is read first: it is what OFED's configure greps (compat/config/rdma.m4
-    LB_CHECK_SYMBOL_EXPORT), and a file read is cheap. /proc/kallsyms (seed 000
-    section 5.2: __ksymtab_mm_kobj) is the fallback: the kernel generates it on
+    LB_CHECK_SYMBOL_EXPORT), and a file read is cheap. /proc/kallsyms (an exported
+    symbol has its ``__ksymtab_mm_kobj`` entry there) is the fallback: the kernel generates it on
     read, ~100 ms on a stock kernel, so it is only read when no export table is there.
     """
     release = sysroot.text('/proc/sys/kernel/osrelease')
@@ -340,32 +352,88 @@ def read_acs(sysroot, pairs):
     return bridges
 
 
-def _peer_chain(vendor, path, kernel, ofed):
-    """Why a vendor's peer-memory path is missing, as the steps of a causal chain."""
-    want = '%s/%s/version' % (MEMORY_PEERS, path['client'])
+def dmabuf_stands_in(vendor, dmabuf):
+    """Can the dma-buf path (facts ``dmabuf``) carry this vendor's GPU memory instead of peer memory?"""
+    return bool((dmabuf or {}).get('possible')) and vendor in DMABUF_VENDORS
+
+
+# The peer-memory verdicts, deepest root first (peer_verdict): code -> what peermem_verdict answers.
+PEER_OUTCOMES = OrderedDict((
+    (_findings.GDR_MM_KOBJ_NOT_EXPORTED, 'kernel'),
+    (_findings.GDR_OFED_STALE_BUILD, 'rebuild'),
+    (_findings.GDR_PEERMEM_NOT_LOADED, 'module'),
+    (_findings.GDR_MEMORY_PEERS_MISSING, 'unknown'),
+))
+
+
+def peer_verdict(vendor, path, kernel, ofed, dmabuf=None):
+    """Why a vendor's peer-memory path is missing: the one decision that the facts' chain and
+    reasons, the diagnosis (GDR_* code and remedy) and the peermem_verdict filter all read.
+
+    None when the path is there. Otherwise {code, outcome, chain (the causes, deepest first,
+    ending in what the library does), remedy (the registry's remedy variant, or None), blocking
+    (False where dma-buf stands in)}. The order follows the causality, deepest root first:
+      1. no MLNX OFED: the inbox stack has no peer-memory client API (ib_register_peer_memory_client
+         is MLNX OFED's), so no module or kernel change brings the path;
+      2. a library that accepts the module alone (NCCL: /sys/module/nvidia_peermem/version) and the
+         module is not loaded: loading it is enough, whatever memory_peers says;
+      3. the kernel does not export mm_kobj: OFED cannot define HAVE_MM_KOBJ_EXPORTED against it,
+         so memory_peers never appears and loading the module would not help;
+      4. the kernel exports it (or cannot be read) and OFED was built without it: rebuild OFED;
+      5. the module is not loaded;
+      6. everything is in place but the client did not register.
+    Where a deeper root wins while the module is not loaded either, the chain says so.
+    """
+    if path.get('detected'):
+        return None
+    kernel, ofed = kernel or {}, ofed or {}
+    want = '%s/%s/version' % (MEMORY_PEERS, path.get('client'))
+    modules = ' or '.join(path.get('modules') or [])
     consequence = ('%s does not detect GPUDirect RDMA and stages every transfer through host memory, '
-                   'a fraction of the cross-node bandwidth' % path['library'])
-    if not path['module_loaded']:
-        return ['peer-memory module %s is not loaded (/proc/modules)' % ' or '.join(path['modules']),
-                'so %s does not exist' % want, consequence]
-    if ofed['version'] is None and ofed['config_header'] is None:
-        return ['no MLNX OFED is installed: the inbox RDMA stack has no peer-memory client API',
-                'so %s does not exist' % want, consequence]
-    if kernel['mm_kobj_exported'] is False:
-        built = ('was built without HAVE_MM_KOBJ_EXPORTED (%s)' % ofed['config_header']
-                 if ofed['have_mm_kobj_exported'] is False else 'cannot define HAVE_MM_KOBJ_EXPORTED')
-        return ['kernel %s does not export mm_kobj (no __ksymtab_mm_kobj, %s)' % (kernel['release'], kernel['mm_kobj_source']),
-                'so MLNX OFED %s %s' % (ofed['version'] or '(version unknown)', built),
-                'so ib_core never creates /sys/kernel/mm/memory_peers and %s does not exist' % want,
-                consequence]
-    if ofed['have_mm_kobj_exported'] is False:
-        return ['kernel %s exports mm_kobj but MLNX OFED %s was built without HAVE_MM_KOBJ_EXPORTED (%s): '
-                'it was built against another kernel and must be rebuilt for this one'
-                % (kernel['release'], ofed['version'] or '(version unknown)', ofed['config_header']),
-                'so %s does not exist' % want, consequence]
-    return ['module %s is loaded and OFED supports memory_peers, but client %s has not registered '
-            '(see the kernel log of %s)' % (path['module_loaded'], path['client'], path['module_loaded']),
-            'so %s does not exist' % want, consequence]
+                   'a fraction of the cross-node bandwidth' % path.get('library'))
+    unloaded = 'peer-memory module %s is not loaded (/proc/modules)' % modules
+    also = ('' if path.get('module_loaded') else
+            '; peer-memory module %s is not loaded either (/proc/modules), but loading it alone would not help' % modules)
+    remedy, outcome = None, None
+    module_suffices = bool(PEER_PATHS.get(vendor, {}).get('module_version_files'))
+    if ofed.get('version') is None and ofed.get('config_header') is None:
+        code = _findings.GDR_MEMORY_PEERS_MISSING if path.get('module_loaded') else _findings.GDR_PEERMEM_NOT_LOADED
+        remedy, outcome = 'no_ofed', 'not_applicable'
+        chain = ['no MLNX OFED is installed: the inbox RDMA stack has no peer-memory client API%s' % also,
+                 'so %s does not exist' % want, consequence]
+    elif not path.get('module_loaded') and module_suffices:
+        code = _findings.GDR_PEERMEM_NOT_LOADED
+        chain = [unloaded, 'so %s does not exist' % want, consequence]
+    elif kernel.get('mm_kobj_exported') is False:
+        code = _findings.GDR_MM_KOBJ_NOT_EXPORTED
+        built = ('was built without HAVE_MM_KOBJ_EXPORTED (%s)' % ofed.get('config_header')
+                 if ofed.get('have_mm_kobj_exported') is False else 'cannot define HAVE_MM_KOBJ_EXPORTED')
+        chain = ['kernel %s does not export mm_kobj (no __ksymtab_mm_kobj, %s)%s'
+                 % (kernel.get('release'), kernel.get('mm_kobj_source'), also),
+                 'so MLNX OFED %s %s' % (ofed.get('version') or '(version unknown)', built),
+                 'so ib_core never creates /sys/kernel/mm/memory_peers and %s does not exist' % want, consequence]
+    elif ofed.get('have_mm_kobj_exported') is False:
+        code = _findings.GDR_OFED_STALE_BUILD
+        if kernel.get('mm_kobj_exported') is None:
+            outcome = 'unknown'
+            first = ('MLNX OFED %s was built without HAVE_MM_KOBJ_EXPORTED (%s) and whether kernel %s exports mm_kobj is '
+                     'unknown (no export table, no /proc/kallsyms): if it does, OFED must be rebuilt for it'
+                     % (ofed.get('version') or '(version unknown)', ofed.get('config_header'), kernel.get('release')))
+        else:
+            first = ('kernel %s exports mm_kobj but MLNX OFED %s was built without HAVE_MM_KOBJ_EXPORTED (%s): '
+                     'it was built against another kernel and must be rebuilt for this one'
+                     % (kernel.get('release'), ofed.get('version') or '(version unknown)', ofed.get('config_header')))
+        chain = [first + also, 'so %s does not exist' % want, consequence]
+    elif not path.get('module_loaded'):
+        code = _findings.GDR_PEERMEM_NOT_LOADED
+        chain = [unloaded, 'so %s does not exist' % want, consequence]
+    else:
+        code = _findings.GDR_MEMORY_PEERS_MISSING
+        chain = ['module %s is loaded and OFED supports memory_peers, but client %s has not registered '
+                 '(see the kernel log of %s)' % (path['module_loaded'], path.get('client'), path['module_loaded']),
+                 'so %s does not exist' % want, consequence]
+    return {'code': code, 'outcome': outcome or PEER_OUTCOMES[code], 'chain': chain, 'remedy': remedy,
+            'blocking': not dmabuf_stands_in(vendor, dmabuf)}
 
 
 def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
@@ -377,11 +445,12 @@ def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
     if not nics:
         reasons.append('no RDMA NIC (/sys/class/infiniband is empty)')
     for vendor, path in sorted(peer['paths'].items()):
-        if path['detected']:
+        verdict = peer_verdict(vendor, path, kernel, ofed, dmabuf)
+        if verdict is None:
             continue
-        path['chain'] = _peer_chain(vendor, path, kernel, ofed)
+        path['chain'] = verdict['chain']
         text = '%s GPUs: %s' % (vendor, ' -> '.join(path['chain']))
-        if dmabuf['possible'] and vendor in ('nvidia', 'amd'):
+        if not verdict['blocking']:
             notes.append(text + '; the dma-buf path is possible and %s can use it instead' % path['library'])
         else:
             reasons.append(text)
@@ -393,8 +462,7 @@ def assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf):
         if not nearest:
             continue
         pair = nearest[0]
-        level = _pci.DISTANCE_CLASSES.index(pair['distance'])
-        if level > _pci.DISTANCE_CLASSES.index(DEFAULT_GDR_LEVEL):
+        if pair['distance'] in BEYOND_GDR_LEVEL:
             reasons.append('%s (%s): nearest RDMA NIC %s is %s away; NCCL_NET_GDR_LEVEL defaults to %s, so '
                            'GPUDirect RDMA is not used for it'
                            % (gpu['name'], gpu['pci_address'], pair['nic'], pair['distance'], DEFAULT_GDR_LEVEL))

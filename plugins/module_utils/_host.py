@@ -4,8 +4,9 @@
 
 """Host settings RDMA jobs depend on, read below one root (gdr_facts ``host``).
 
-The host layer of the diagnosis: the CPU frequency governor (seed 002: perftest's
-"CPU Frequency is not max" until ``cpupower frequency-set -g performance``), the
+The host layer of the diagnosis: the CPU frequency governor (perftest's "CPU Frequency
+is not max", as in tests/fixtures/public/perftest/deepops_roce_ib_write_bw_rdma_cm_cpufreq_warn.txt,
+until ``cpupower frequency-set -g performance``), the
 locked-memory limit a job gets (verbs pin every registered buffer against
 RLIMIT_MEMLOCK), which kernel modules are loaded now and which are loaded again at
 the next boot, and the interface of the default route (NCCL_SOCKET_IFNAME).

@@ -681,7 +681,7 @@ def outcome(parsed, rc=None):
 # Benchmark options -> nccl-tests flags (common.cu longopts).
 BENCH_FLAGS = (
     ('min_bytes', '-b'), ('max_bytes', '-e'), ('step_factor', '-f'), ('step_bytes', '-i'), ('gpus_per_process', '-g'),
-    ('threads', '-t'), ('iterations', '-n'), ('warmup_iters', '-w'), ('datatype', '-d'), ('op', '-o'), ('root', '-r'),
+    ('threads', '-t'), ('iterations', '-n'), ('warmup_iters', '-w'), ('datatype', '-d'), ('op', '-o'), ('root_rank', '-r'),
     ('check', '-c'), ('blocking', '-z'), ('cuda_graph', '-G'), ('test_timeout', '-T'),
 )
 

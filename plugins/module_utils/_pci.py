@@ -16,10 +16,10 @@ PCI_DEVICES = '/sys/bus/pci/devices'
 _BDF_RE = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
 _HOST_BRIDGE_RE = re.compile(r'^pci[0-9a-f]{4}:[0-9a-f]{2}$')
 
-# GPU vendors we know how to check (PCI SIG vendor IDs; MetaX enumerates as
-# 9999:4001 in lspci, seed 000) and the PCI classes their compute GPUs use:
+# GPU vendors we know how to check (PCI SIG vendor IDs; a MetaX C500 enumerates as
+# 9999:4001 in lspci) and the PCI classes their compute GPUs use:
 # 0x03 display (0x0300 VGA, 0x0302 3D controller: NVIDIA data-centre GPUs,
-# ../shared/fixtures/real/h200x2/pci_sysfs.txt) and 0x12 processing accelerator
+# tests/fixtures/real/h200x2/pci_sysfs.txt) and 0x12 processing accelerator
 # (AMD Instinct). Audio functions (0x0403) and NVSwitches (0x0680) are not GPUs.
 GPU_VENDORS = {0x10de: 'nvidia', 0x1002: 'amd', 0x9999: 'metax'}
 GPU_BASE_CLASSES = (0x03, 0x12)
@@ -43,7 +43,8 @@ ACS_BITS = (
 )
 # Request/Completion Redirect and Egress Control send peer-to-peer TLPs up to
 # the root complex instead of across the switch: GPU<->NIC P2P then crawls or
-# fails (seed 000 section 2.2, seed 001). Source Validation alone does not redirect.
+# fails (NCCL's troubleshooting guide: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/
+# troubleshooting.html#pci-access-control-services-acs). Source Validation alone does not redirect.
 ACS_P2P_REDIRECT_MASK = 0x0004 | 0x0008 | 0x0020
 _EXT_CAP_START = 0x100
 _CONFIG_SPACE_SIZE = 4096

@@ -27,8 +27,8 @@ Everything runs in one thread (processes are started from the main thread only: 
 with threads is unsafe). The loop sleeps in select() on the beacon's socket and on a
 SIGCHLD wake-up pipe, at most TICK_S: a probe is answered and a perftest's exit seen the
 moment they happen, not at the next tick (each tick of delay is paid in every round). Each
-perftest is a ``Launched`` (own session, killed with the module) and is reaped whatever
-happens.
+perftest is a ``_process.Launched`` (own session, killed with the module) and is reaped
+whatever happens.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import signal
 import socket
 import time
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _process
 
 BEACON_TAG = 'gf-fabric-bench'
 TICK_S = 0.01
@@ -322,7 +322,7 @@ class Test(object):
         if self.first_launch is None:
             self.first_launch = now
             self.deadline = now + self.timeout
-        self.launched = _perftest.Launched(self.argv, env, self.side)
+        self.launched = _process.Launched(self.argv, env, self.side)
 
     def fail(self, kind, message):
         if self.launched is not None and self.launched.rc is None:
@@ -360,7 +360,7 @@ def _step_tick(test, peer, step, env, now):
             return
         if test.launched.exited():
             test.launched.finish()
-            report = test.launched.report('client')
+            report = _perftest.side_report(test.launched, 'client')
             if _perftest.refused(report) and peer_step is not None and peer_step > step:
                 test.fail('peer_moved_on', 'server %s is %s: it gave up on this test of step %d before the client connected'
                           % (name, _where(peer_step), step))
@@ -372,12 +372,12 @@ def _step_tick(test, peer, step, env, now):
         elif now >= test.deadline:
             test.launched.timed_out = True
             test.launched.finish()
-            test.report = test.launched.report('client')
+            test.report = _perftest.side_report(test.launched, 'client')
         return
     # server
     if test.launched.exited():
         test.launched.finish()
-        test.report = test.launched.report('server')
+        test.report = _perftest.side_report(test.launched, 'server')
         return
     if test.arrived is None:
         if peer_step is not None and peer_step >= step:
@@ -395,7 +395,7 @@ def _step_tick(test, peer, step, env, now):
     elif now >= test.deadline:
         test.launched.timed_out = True
         test.launched.finish()
-        test.report = test.launched.report('server')
+        test.report = _perftest.side_report(test.launched, 'server')
 
 
 def _wait_listening(servers, beacon, wakeup=None):
@@ -409,7 +409,7 @@ def _wait_listening(servers, beacon, wakeup=None):
             if test.launched.exited() or '-R' in test.argv or '--rdma_cm' in test.argv:
                 continue
             port = _tcp_port(test.argv)
-            if _perftest.listening(port, test.launched.proc.pid) is False:
+            if _process.listening(port, test.launched.proc.pid) is False:
                 pending.append(test)
         if not pending:
             return
@@ -449,7 +449,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     before the first step and after each step. An entry has ``side`` (server or client) and
     ``peer`` (the other node's address); everything else in it is returned as given.
     """
-    env = env if env is not None else _perftest.c_locale_env()
+    env = env if env is not None else _process.c_locale_env()
     beacon = Beacon(options['address'], options['beacon_port'], options['run_id'])
     started = time.time()
     peers = {}
@@ -458,7 +458,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     live = []
     wakeup = None
     try:
-        with _perftest._Guard():
+        with _process.Guard():
             wakeup = ChildWakeup()
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()

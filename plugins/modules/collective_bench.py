@@ -116,9 +116,10 @@ options:
   op:
     description: Reduction operation (C(-o)), for example C(sum), C(max).
     type: str
-  root:
-    description: Root rank of rooted collectives (C(-r)).
+  root_rank:
+    description: Root rank of rooted collectives (C(-r)) such as broadcast and reduce.
     type: int
+    aliases: [root]
   check:
     description: Validation iterations (C(-c)); C(0) disables validation and the tool prints C(N/A) as C(#wrong).
     type: int
@@ -175,13 +176,16 @@ options:
       - Without it RV(verdict) still flags data corruption and failures, with C(status=unknown) otherwise.
     type: float
   healthy_ratio:
-    description: Share of O(expected_busbw_gbs) at or above which the run is healthy (80 %, the share of the NICs' bandwidth a healthy fabric carries).
+    description:
+      - Share of O(expected_busbw_gbs) at or above which the run is healthy.
+      - Left out, the share a healthy fabric carries of its NICs' bandwidth (C(HEALTHY_RATIO) of C(plugins/module_utils/_collective.py),
+        which says why); RV(verdict) returns the share used.
     type: float
-    default: 0.8
   warn_ratio:
-    description: Share at or above which a run below O(healthy_ratio) is a warning, below it low (70 %, below which the configuration is suspect).
+    description:
+      - Share at or above which a run below O(healthy_ratio) is a warning, below it low.
+      - Left out, the share below which the configuration is suspect (C(WARN_RATIO) of C(plugins/module_utils/_collective.py)).
     type: float
-    default: 0.7
 requirements:
   - nccl-tests, rccl-tests or the MetaX mccl tests on the nodes, and Open MPI or Slurm across nodes (not for O(from_log)).
 notes:
@@ -346,7 +350,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _collective, _nccl, _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _collective, _nccl, _process
 
 RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
                'out_of_bounds', 'wrong_total', 'transport', 'format', 'problems')
@@ -461,17 +465,9 @@ def run(module, params):
 
 
 def execute(cmd, added, timeout, json_path):
-    env = _perftest.c_locale_env()
+    env = _process.c_locale_env()
     env.update(added)
-    launched = None
-    with _perftest._Guard():
-        try:
-            launched = _perftest.Launched(cmd, env, 'benchmark')
-            if not launched.wait_until(launched.started + timeout):
-                launched.timed_out = True
-        finally:
-            if launched is not None:
-                launched.finish()
+    launched = _process.run(cmd, timeout, env, 'benchmark')
     stdout, stderr = launched.output()
     parsed = _nccl.parse_text(stdout, stderr)
     if json_path and os.path.exists(json_path):
@@ -528,7 +524,7 @@ def main():
             warmup_iters=dict(type='int'),
             datatype=dict(type='str'),
             op=dict(type='str'),
-            root=dict(type='int'),
+            root_rank=dict(type='int', aliases=['root']),
             check=dict(type='int'),
             blocking=dict(type='bool'),
             cuda_graph=dict(type='int'),
@@ -541,13 +537,17 @@ def main():
             fail_on_error=dict(type='bool', default=False),
             from_log=dict(type='path'),
             expected_busbw_gbs=dict(type='float'),
-            healthy_ratio=dict(type='float', default=0.8),
-            warn_ratio=dict(type='float', default=0.7),
+            healthy_ratio=dict(type='float'),
+            warn_ratio=dict(type='float'),
         ),
         mutually_exclusive=[('step_factor', 'step_bytes')],
         supports_check_mode=True,
     )
     params = module.params
+    # Left out: the thresholds of the rule that judges (module_utils/_collective.py).
+    for name, default in (('healthy_ratio', _collective.HEALTHY_RATIO), ('warn_ratio', _collective.WARN_RATIO)):
+        if params[name] is None:
+            params[name] = default
     try:
         validate(params)
         if not 0 < params['warn_ratio'] <= params['healthy_ratio']:
@@ -557,7 +557,7 @@ def main():
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot run %s: %s' % (params['benchmark'], exc))
-    except _perftest.Terminated as exc:
+    except _process.Terminated as exc:
         module.fail_json(msg='collective_bench stopped by %s; every process it started was killed' % exc)
     # Explicit: Ansible counts a result with a non-zero rc and no 'failed' as failed.
     result['changed'] = False

@@ -17,7 +17,8 @@ description:
   - With O(sequence), runs this node's whole share of a pairwise benchmark in one process - step after step,
     the tests of one step (one per rail) at once - and keeps in step with the other nodes through a small TCP
     beacon on O(address) (see O(sequence)). This is how the C(fabric_bench) role runs a full mesh with one
-    async task per node instead of several tasks per round.
+    async task per node instead of several tasks per round; M(hpc.gpu_fabric.perftest_watch) follows such a
+    run step by step.
   - Every perftest process runs in its own session, bounded by O(timeout), and is killed
     and reaped with its whole process group when the time is up or anything fails; it also
     dies with the module (Linux C(PR_SET_PDEATHSIG)). A server never outlives its test.
@@ -214,20 +215,13 @@ options:
     description: With O(sequence), seconds a peer's beacon may take to appear at the start (nodes start at different times).
     type: int
     default: 60
-  watch_step:
+  counters_root:
     description:
-      - Follow a sequence that runs on this node (started with O(sequence), asynchronously) instead of running
-        anything - wait until its beacon (O(address), O(beacon_port), O(run_id)) reports a step past this one, at
-        most O(timeout) seconds, and return where it is (RV(progress)). One call per step shows a run's
-        progress (step k of N) without polling every node.
-      - A beacon that stops answering means the run ended on this node (finished, or it died); before step 1
-        it may take O(start_grace) seconds to appear.
-    type: int
-  root:
-    description:
-      - With O(sequence), read the ports' error counters below this root before the first step and after
-        each step (RV(counters_start), and C(counters) of each of RV(steps)); V(null) reads none.
+      - With O(sequence), read the ports' error counters below this filesystem root (V(/) on a live node) before
+        the first step and after each step (RV(counters_start), and C(counters) of each of RV(steps)); V(null)
+        reads none.
     type: path
+    aliases: [root]
   keep_output:
     description: With O(sequence), return C(stdout) and C(stderr) of every test, not only of failed ones.
     type: bool
@@ -243,6 +237,7 @@ notes:
   - Tool warnings are returned in RV(tool_warnings), not as Ansible warnings (a benchmark
     over hundreds of pairs would repeat them hundreds of times).
 seealso:
+  - module: hpc.gpu_fabric.perftest_watch
   - name: perftest
     description: The RDMA performance tests.
     link: https://github.com/linux-rdma/perftest
@@ -386,30 +381,21 @@ elapsed_s:
   sample: 1.82
 steps:
   description:
-    - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(root) is given) and
+    - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(counters_root) is given) and
       C(tests), each test as given in O(sequence) (less C(peer)) with C(status), C(failure), C(results),
       C(summary), C(settings), C(tool_warnings), C(cmd), C(attempts), C(elapsed_s).
   returned: with O(sequence), when not in check mode
   type: list
   elements: dict
 counters_start:
-  description: With O(sequence) and O(root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
-  returned: with O(sequence) and O(root), when not in check mode
+  description: With O(sequence) and O(counters_root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
+  returned: with O(sequence) and O(counters_root), when not in check mode
   type: dict
-progress:
-  description:
-    - With O(watch_step), where the followed sequence is - C(step) (the step its beacon reports, null once
-      finished), C(finished) (its beacon said every step is done), C(gone) (its beacon stopped answering - the
-      run ended there, finished or dead), C(timed_out) (still at or before O(watch_step) after O(timeout)),
-      C(waited_s).
-  returned: with O(watch_step), when not in check mode
-  type: dict
-  sample: {step: 4, finished: false, gone: false, timed_out: false, waited_s: 2.31}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _perftest, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _perftest, _process, _sequence
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -440,15 +426,6 @@ def validate(params):
                     _argv.check_args(test.get('extra_args'), 'sequence step %d: extra_args' % number)
     except ValueError as exc:
         raise ArgumentError(str(exc))
-    if params['watch_step'] is not None:
-        if params['sequence'] is not None or params['role'] is not None:
-            raise ArgumentError('watch_step follows a running sequence: it runs nothing (no role, no sequence)')
-        for key in ('address', 'run_id'):
-            if not params[key]:
-                raise ArgumentError('watch_step needs %s' % key)
-        if params['watch_step'] < 1:
-            raise ArgumentError('watch_step must be a positive integer (steps count from 1)')
-        return
     if params['sequence'] is not None:
         validate_sequence(params)
         return
@@ -530,9 +507,9 @@ def run_sequence(module, params):
                 'units': None, 'msg': 'perftest is not run in check mode',
                 'cmds': [[build(t) for t in step.get('tests') or []] for step in params['sequence']]}
     counters = None
-    if params['root']:
+    if params['counters_root']:
         def counters():
-            return error_counters(read_ib(SysRoot(params['root'])))
+            return error_counters(read_ib(SysRoot(params['counters_root'])))
     options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
                                                   'dead_after', 'start_grace'))
     try:
@@ -728,8 +705,7 @@ def main():
             run_id=dict(type='str'),
             dead_after=dict(type='int', default=10),
             start_grace=dict(type='int', default=60),
-            watch_step=dict(type='int'),
-            root=dict(type='path'),
+            counters_root=dict(type='path', aliases=['root']),
             keep_output=dict(type='bool', default=False),
         ),
         mutually_exclusive=[('iterations', 'duration'), ('use_cuda', 'use_rocm', 'use_maca')],
@@ -740,12 +716,6 @@ def main():
         validate(params)
         if params['from_log'] is not None:
             result = parse_log(module, params)
-        elif params['watch_step'] is not None:
-            if module.check_mode:
-                module.exit_json(changed=False, skipped=True, msg='nothing runs in check mode, so there is nothing to follow')
-            module.exit_json(changed=False, progress=_sequence.watch(
-                params['address'], params['beacon_port'], params['run_id'], params['watch_step'], params['timeout'],
-                params['start_grace']))
         elif params['sequence'] is not None:
             result = run_sequence(module, params)
             result.update(test=params['test'], role='sequence')
@@ -756,7 +726,7 @@ def main():
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot run %s: %s' % (params['test'], exc))
-    except _perftest.Terminated as exc:
+    except _process.Terminated as exc:
         module.fail_json(msg='perftest_run stopped by %s; every perftest process it started was killed' % exc)
     # Explicit: Ansible counts a result with a non-zero rc and no 'failed' as failed.
     result['changed'] = False

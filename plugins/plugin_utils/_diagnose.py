@@ -4,9 +4,9 @@
 
 """Diagnosis: pure rules over every host's facts and the benchmark results -> findings.
 
-Bottom-up, as seed 000 teaches: the IB layer (ports, rates, counters, MTU, RoCE GIDs), then
+Bottom-up, the order in which a slow cross-node collective is debugged: the IB layer (ports, rates, counters, MTU, RoCE GIDs), then
 IB+GPU (peer memory and why, ACS, NUMA), then what the benchmarks measured (pairs, GPU vs
-host memory, the collective). A finding (DESIGN.md): code, layer, severity, host, subject,
+host memory, the collective). A finding (docs/report.md, findings[]): code, layer, severity, host, subject,
 evidence, cause, remedy. A higher-layer finding that a lower-layer one on the same host
 explains gets ``explained_by`` (that finding's id): the report shows the roots, each with
 the symptoms it causes, not twenty symptoms.
@@ -14,19 +14,17 @@ the symptoms it causes, not twenty symptoms.
 
 from __future__ import annotations
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import LAYERS, finding
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, peer_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
 
-LAYERS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
-SEVERITIES = ('info', 'warning', 'error')
-# NCCL_NET_GDR_LEVEL default (PXB): a GPU farther from its NIC than this is not used for GDR.
-FAR = ('PHB', 'NODE', 'SYS')
-_DISTANCE = ('PIX', 'PXB', 'PHB', 'NODE', 'SYS')
-
-
-def finding(code, layer, severity, host, subject, evidence, cause, remedy):
-    return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,
-            'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': remedy, 'explained_by': None}
+# NCCL_NET_GDR_LEVEL default (PXB, module_utils/_gdr.py): a GPU farther from its NIC than this is not used for GDR.
+FAR = BEYOND_GDR_LEVEL
 
 
 # ---------------------------------------------------------------------------- IB layer
@@ -41,11 +39,10 @@ def ib_findings(host, ib):
                 why = ('no link partner (cable, transceiver or switch port)' if port.get('phys_state') == 'Polling'
                        else 'the link is down or disabled')
                 found.append(finding(
-                    'IB_PORT_DOWN', 'ib', 'error', host, subject,
+                    F.IB_PORT_DOWN, host, subject,
                     {'state': port.get('state'), 'phys_state': port.get('phys_state')},
                     'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'), why),
-                    'check the cable and the switch port (iblinkinfo, ibstat %s); a disabled port: ibportstate enable'
-                    % device['name']))
+                    device=device['name']))
                 continue
             others = [p.get('rate_gbps') for d in (ib or {}).get('devices') or [] for p in d.get('ports') or []
                       if p is not port and p.get('state') == 'ACTIVE' and p.get('link_layer') == port.get('link_layer')
@@ -53,27 +50,24 @@ def ib_findings(host, ib):
             best = max(others) if others else None
             if port.get('width') == '1X' or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
                 found.append(finding(
-                    'IB_RATE_DEGRADED', 'ib', 'error', host, subject,
+                    F.IB_RATE_DEGRADED, host, subject,
                     {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best},
                     'the link trained at %s (%s), below the node\'s other %s ports (%s Gb/s): every test and every '
-                    'ring through it runs at this rate' % (port.get('rate'), port.get('width'), port.get('link_layer'), best or '?'),
-                    'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width'))
+                    'ring through it runs at this rate' % (port.get('rate'), port.get('width'), port.get('link_layer'), best or '?')))
             counters = dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS and v)
             if counters or port.get('counters_saturated'):
                 found.append(finding(
-                    'IB_ERROR_COUNTERS', 'ib', 'warning', host, subject,
+                    F.IB_ERROR_COUNTERS, host, subject,
                     {'counters': counters, 'saturated': port.get('counters_saturated') or []},
                     'the port has counted link errors since the counters were last cleared%s' % (
-                        ' (some saturated: the real count is unknown)' if port.get('counters_saturated') else ''),
-                    'clear the counters (perfquery -x -R) and watch whether they rise under load; rising symbol or '
-                    'receive errors mean a bad cable or transceiver'))
+                        ' (some saturated: the real count is unknown)' if port.get('counters_saturated') else '')))
             if port.get('link_layer') == 'Ethernet':
                 types = [g.get('type') for g in port.get('gids') or []]
                 if 'RoCE v2' not in types:
                     found.append(finding(
-                        'ROCE_NO_V2_GID', 'ib', 'error', host, subject, {'gid_types': types},
+                        F.ROCE_NO_V2_GID, host, subject, {'gid_types': types},
                         'no RoCE v2 GID on the port (no IP address on its netdev, or RoCE v2 disabled): NCCL cannot '
-                        'pick a routable GID (NCCL_IB_GID_INDEX)', 'give the port\'s netdev an IP address; check cma_roce_mode'))
+                        'pick a routable GID (NCCL_IB_GID_INDEX)'))
     return found
 
 
@@ -96,11 +90,9 @@ def mtu_findings(nodes):
             for (lay, mtu), ports in sorted(seen.items()):
                 if lay == layer and mtu != common:
                     for port in ports:
-                        found.append(finding('MTU_MISMATCH', 'ib', 'warning', port.split(':')[0], port.split(':')[1],
+                        found.append(finding(F.MTU_MISMATCH, port.split(':')[0], port.split(':')[1],
                                              {'mtu': mtu, 'most_ports': common},
-                                             '%s MTU %s differs from the %s most ports use' % (layer, mtu, common),
-                                             'set the same MTU on every port of the fabric (subnet manager partition MTU, '
-                                             'netdev MTU for RoCE)'))
+                                             '%s MTU %s differs from the %s most ports use' % (layer, mtu, common)))
     return found
 
 
@@ -159,70 +151,55 @@ def gdr_findings(host, gdr, ib=None):
     if not gdr.get('gpus') and not gdr.get('nics') and not devices:
         # Fail closed: a node where nothing of the GPU fabric was found was not validated, it is
         # not "ok" (a container that does not see /sys, a driver not loaded, the wrong inventory).
-        found.append(finding('HOST_NOTHING_TO_CHECK', 'host', 'error', host, 'node',
+        found.append(finding(F.HOST_NOTHING_TO_CHECK, host, 'node',
                              {'gpus': 0, 'rdma_devices': 0, 'reasons': gdr.get('reasons') or []},
                              'no GPU of a supported vendor and no RDMA device were found on %s, so nothing of the GPU '
                              'fabric could be checked (GPU and HCA drivers not loaded, a container or VM that does not '
-                             'see the devices or /sys, or a host that is not a GPU node)' % host,
-                             'check lspci for the GPUs and HCAs and that their drivers are loaded; run against the '
-                             'node itself (not a container without /sys); leave non-GPU hosts out of the inventory group'))
+                             'see the devices or /sys, or a host that is not a GPU node)' % host))
         return found
     if gdr.get('gpus') and not gdr.get('nics') and not devices:
-        found.append(finding('GDR_NO_RDMA_NIC', 'ib_gpu', 'error', host, 'node',
+        found.append(finding(F.GDR_NO_RDMA_NIC, host, 'node',
                              {'gpus': len(gdr['gpus']), 'rdma_devices': 0, 'nccl_path': 'socket'},
                              '%d GPU(s) but no RDMA device (/sys/class/infiniband is empty): NCCL has no IB/RoCE '
                              'transport and uses %s between nodes; GPUDirect RDMA is impossible'
-                             % (len(gdr['gpus']), _PATH_WORDS['socket']),
-                             'check that the HCA is on the PCI bus (lspci) and that its drivers are loaded (mlx5_core, '
-                             'mlx5_ib, ib_uverbs: role rdma_modules); in a VM or container, pass the RDMA devices through'))
+                             % (len(gdr['gpus']), _PATH_WORDS['socket'])))
         return found
     if not gdr.get('gpus') or not gdr.get('nics'):
         return found
     path_now = gpu_net_path(gdr)
     for vendor, path in sorted(((gdr.get('peer_memory') or {}).get('paths') or {}).items()):
-        if path.get('detected'):
+        # Which root, in which words, and whether dma-buf stands in: the facts' own decision.
+        verdict = peer_verdict(vendor, path, kernel, ofed, gdr.get('dmabuf'))
+        if verdict is None:
             continue
-        chain = ' -> '.join(path.get('chain') or [])
-        # NVIDIA and AMD can use dma-buf instead of a peer-memory client (gdr_facts' notes).
-        severity = 'warning' if dmabuf and vendor in ('nvidia', 'amd') else 'error'
-        if kernel.get('mm_kobj_exported') is False:
-            code, remedy = 'GDR_MM_KOBJ_NOT_EXPORTED', ('a kernel that exports mm_kobj, then rebuild MLNX OFED against it '
-                                                        '(role ofed_peermem, tag ofed_peermem)')
-        elif ofed.get('have_mm_kobj_exported') is False:
-            code, remedy = 'GDR_OFED_STALE_BUILD', 'rebuild MLNX OFED for the running kernel (role ofed_peermem, tag ofed_peermem)'
-        elif not path.get('module_loaded'):
-            code, remedy = 'GDR_PEERMEM_NOT_LOADED', 'load the peer-memory module now and at boot (role rdma_modules, tag rdma_modules)'
-        else:
-            code, remedy = 'GDR_MEMORY_PEERS_MISSING', 'check the kernel log of the peer-memory module; reload it (role ofed_peermem)'
-        found.append(finding(code, 'ib_gpu', severity, host, vendor,
+        found.append(finding(verdict['code'], host, vendor,
                              {'client': path.get('client'), 'module_loaded': path.get('module_loaded'),
                               'mm_kobj_exported': kernel.get('mm_kobj_exported'),
                               'have_mm_kobj_exported': ofed.get('have_mm_kobj_exported'), 'dmabuf_possible': dmabuf,
                               'nccl_path': path_now},
-                             '%s; NCCL will use %s' % (chain, _PATH_WORDS[path_now]), remedy))
+                             '%s; NCCL will use %s' % (' -> '.join(verdict['chain']), _PATH_WORDS[path_now]),
+                             severity=None if verdict['blocking'] else 'warning', remedy=verdict['remedy']))
     for pair in gdr.get('topology') or []:
         gpu = next((g for g in gdr.get('gpus') or [] if g['name'] == pair['gpu']), {})
         if gpu.get('nearest_nic') != pair['nic']:
             continue
         subject = '%s<->%s' % (pair['gpu'], pair['nic'])
         if pair.get('acs_redirect'):
-            found.append(finding('GDR_ACS_REDIRECT', 'ib_gpu', 'error', host, subject,
+            found.append(finding(F.GDR_ACS_REDIRECT, host, subject,
                                  {'bridges': pair.get('acs_redirect_bridges')},
                                  'PCIe ACS on %s redirects GPU<->NIC peer-to-peer traffic up to the root complex'
-                                 % ', '.join(pair.get('acs_redirect_bridges') or []),
-                                 'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)'))
+                                 % ', '.join(pair.get('acs_redirect_bridges') or [])))
         if pair.get('distance') in FAR:
-            found.append(finding('GPU_NIC_FAR', 'ib_gpu', 'warning', host, subject, {'distance': pair['distance']},
+            found.append(finding(F.GPU_NIC_FAR, host, subject, {'distance': pair['distance']},
                                  '%s is the nearest NIC of %s but %s away (across the CPU or NUMA nodes): NCCL does not use '
-                                 'GPUDirect RDMA beyond PXB by default and the traffic crosses the socket'
-                                 % (pair['nic'], pair['gpu'], pair['distance']),
-                                 'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node'))
+                                 'GPUDirect RDMA beyond %s by default and the traffic crosses the socket'
+                                 % (pair['nic'], pair['gpu'], pair['distance'], DEFAULT_GDR_LEVEL)))
     # A NIC that no GPU is near, while the node's other NICs each have one: it was seated in
     # the wrong slot (the other socket), and the GPU that should use it shares another NIC.
-    near = dict((nic['name'], min([_DISTANCE.index(p['distance']) for p in gdr.get('topology') or []
-                                   if p['nic'] == nic['name'] and p.get('distance') in _DISTANCE] or [len(_DISTANCE)]))
+    near = dict((nic['name'], min([DISTANCE_CLASSES.index(p['distance']) for p in gdr.get('topology') or []
+                                   if p['nic'] == nic['name'] and p.get('distance') in DISTANCE_CLASSES] or [len(DISTANCE_CLASSES)]))
                 for nic in gdr.get('nics') or [])
-    close = [name for name, level in near.items() if level <= _DISTANCE.index('PXB')]
+    close = [name for name, level in near.items() if level < len(DISTANCE_CLASSES) and DISTANCE_CLASSES[level] not in FAR]
     # Only a NIC of the compute rails: a storage or management NIC is meant to sit elsewhere.
     # Rails are told by their model (hca_type, board_id), which a fault elsewhere cannot change;
     # the rate only where the model is unknown, and then the rails' full rate: one rail trained
@@ -234,18 +211,17 @@ def gdr_findings(host, gdr, ib=None):
     if len(close) >= 2:
         for name, level in sorted(near.items()):
             rail = (models.get(name) in rail_models) if models.get(name) and rail_models else rates.get(name) == rail_rate
-            if name not in close and level < len(_DISTANCE) and rail:
-                found.append(finding('GPU_NIC_FAR', 'ib_gpu', 'warning', host, name, {'nearest_gpu_distance': _DISTANCE[level]},
+            if name not in close and level < len(DISTANCE_CLASSES) and rail:
+                found.append(finding(F.GPU_NIC_FAR, host, name, {'nearest_gpu_distance': DISTANCE_CLASSES[level]},
                                      '%s has no GPU nearer than %s while the node\'s other NICs sit under a GPU\'s PCIe switch: '
-                                     'a GPU whose rail it is reaches it across the socket' % (name, _DISTANCE[level]),
-                                     'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'))
+                                     'a GPU whose rail it is reaches it across the socket' % (name, DISTANCE_CLASSES[level]),
+                                     remedy='nic_slot'))
     if gdr.get('gdr_ready') is False and not any(f['severity'] != 'info' for f in found):
         # Fail closed: the facts say GPUDirect RDMA is not ready for a reason no rule above names.
-        found.append(finding('GDR_NOT_READY', 'ib_gpu', 'error', host, 'node',
+        found.append(finding(F.GDR_NOT_READY, host, 'node',
                              {'reasons': gdr.get('reasons') or [], 'nccl_path': path_now},
                              'GPUDirect RDMA is not ready: %s; NCCL will use %s'
-                             % ('; '.join(gdr.get('reasons') or ['no reason given']), _PATH_WORDS[path_now]),
-                             'see the reasons; gdr_facts lists them with the facts behind each'))
+                             % ('; '.join(gdr.get('reasons') or ['no reason given']), _PATH_WORDS[path_now])))
     return found
 
 
@@ -263,7 +239,7 @@ MEMLOCK_NEEDED_BYTES = 2 * 8 * 1024 * 1024
 # MLNX OFED's openibd service loads them at boot, rdma-core's /etc/rdma/modules files do (read
 # into modules_persistent); on a node with neither only modules-load.d brings them back. ib_core
 # and the HCA driver come back with the device (PCI modalias).
-PEER_MODULES = ('nvidia_peermem', 'nv_peer_mem')
+PEER_MODULES = PEER_PATHS['nvidia']['modules']
 RDMA_USER_MODULES = ('ib_uverbs', 'ib_umad', 'rdma_ucm', 'ib_ipoib')
 
 
@@ -287,12 +263,11 @@ def host_findings(host, gdr):
     slow = dict((name, count) for name, count in governors.items() if name != 'performance')
     if facts.get('cpufreq') and slow:
         found.append(finding(
-            'HOST_CPU_GOVERNOR', 'host', 'warning', host, 'cpufreq', {'governors': governors},
+            F.HOST_CPU_GOVERNOR, host, 'cpufreq', {'governors': governors},
             '%d of %d CPUs run %s, not performance: RDMA polling loops and NCCL proxy threads run on cores '
             'that are not at full clock; perftest says "Conflicting CPU frequency values" and "CPU Frequency is '
             'not max", and latencies read high'
-            % (sum(slow.values()), sum(governors.values()), ', '.join(sorted(slow))),
-            'run playbooks/configure.yml --tags cpu_governor (role cpu_governor: performance now and at every boot)'))
+            % (sum(slow.values()), sum(governors.values()), ', '.join(sorted(slow)))))
     # Locked memory and boot modules matter where verbs run: a node with an RDMA NIC.
     if not (gdr or {}).get('nics'):
         return found
@@ -311,11 +286,10 @@ def host_findings(host, gdr):
             # root is not either; what matters then is what other users' jobs get.
             if not configured:
                 found.append(finding(
-                    'HOST_MEMLOCK_LIMITED', 'host', 'warning', host, 'memlock', evidence,
+                    F.HOST_MEMLOCK_LIMITED, host, 'memlock', evidence,
                     'locked memory is limited to %s and no limits.conf entry or DefaultLimitMEMLOCK raises it: this '
                     'process has CAP_IPC_LOCK (root) and is exempt, but a job of another user gets this limit and its '
-                    'ibv_reg_mr fails with ENOMEM beyond it' % _human_bytes(soft),
-                    'run playbooks/configure.yml --tags memlock (role memlock: unlimited for logins and services)'))
+                    'ibv_reg_mr fails with ENOMEM beyond it' % _human_bytes(soft), severity='warning'))
         else:
             severity = 'error' if soft < MEMLOCK_NEEDED_BYTES else 'warning'
             why = ('below the %s one ib_write_bw of the benchmark registers (2 x 8 MiB messages): ibv_reg_mr fails with '
@@ -324,10 +298,9 @@ def host_findings(host, gdr):
                    'enough for the benchmark, but NCCL, UCX and MPI register more as jobs grow; registrations beyond '
                    'it fail with ENOMEM')
             found.append(finding(
-                'HOST_MEMLOCK_LIMITED', 'host', severity, host, 'memlock', evidence,
+                F.HOST_MEMLOCK_LIMITED, host, 'memlock', evidence,
                 'a job started like the benchmark may lock %s of memory (soft RLIMIT_MEMLOCK), %s.%s'
-                % (_human_bytes(soft), why, stale),
-                'run playbooks/configure.yml --tags memlock (role memlock: unlimited for logins and services)'))
+                % (_human_bytes(soft), why, stale), severity=severity))
     loaded = set(facts.get('modules_loaded') or [])
     persistent = facts.get('modules_persistent') or {}
     judged = list(PEER_MODULES)
@@ -337,13 +310,13 @@ def host_findings(host, gdr):
     if lost:
         peer = [name for name in lost if name in PEER_MODULES]
         found.append(finding(
-            'HOST_MODULES_NOT_PERSISTENT', 'host', 'warning', host, 'modules',
+            F.HOST_MODULES_NOT_PERSISTENT, host, 'modules',
             {'not_persistent': lost, 'ofed': ((gdr or {}).get('ofed') or {}).get('version')},
             '%s loaded now, but no modules-load.d file, /etc/modules or rdma-core file lists %s: after the next '
             'reboot %s not loaded%s' % (', '.join(lost), 'it' if len(lost) == 1 else 'them',
                                         'it is' if len(lost) == 1 else 'they are',
-                                        ', and without %s GPUDirect RDMA is off (GDR_PEERMEM_NOT_LOADED)' % peer[0] if peer else ''),
-            'run playbooks/configure.yml --tags rdma_modules (role rdma_modules writes /etc/modules-load.d/gpu-fabric.conf)'))
+                                        ', and without %s GPUDirect RDMA is off (%s)' % (peer[0], F.GDR_PEERMEM_NOT_LOADED)
+                                        if peer else '')))
     return found
 
 
@@ -353,15 +326,12 @@ def bench_findings(bench):
     found = []
     # Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest).
     if (bench or {}).get('skipped'):
-        found.append(finding('BENCH_NOT_RUN', 'benchmark', 'error', None, 'pairwise',
+        found.append(finding(F.BENCH_NOT_RUN, None, 'pairwise',
                              {'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
-                             'the pairwise benchmark did not run: %s' % bench['skipped'],
-                             'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and '
-                             'perftest (%s) installed' % ((bench.get('test') or 'ib_write_bw'))))
+                             'the pairwise benchmark did not run: %s' % bench['skipped'], test=bench.get('test') or 'ib_write_bw'))
     for host, why in sorted(((bench or {}).get('excluded') or {}).items()):
-        found.append(finding('BENCH_NODE_NOT_TESTED', 'benchmark', 'error', host, 'node', {'reason': why},
-                             '%s was left out of the pairwise benchmark: %s' % (host, why),
-                             'fix the reason and run the benchmark again; none of its links was tested'))
+        found.append(finding(F.BENCH_NODE_NOT_TESTED, host, 'node', {'reason': why},
+                             '%s was left out of the pairwise benchmark: %s' % (host, why)))
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     for pair in (bench or {}).get('pairs') or []:
@@ -369,12 +339,12 @@ def bench_findings(bench):
             continue
         subject = '%s->%s rail %s %s' % (pair['server'], pair['client'], pair.get('rail'), pair.get('memory'))
         gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
-            and pair.get('gpu_vs_host') < (bench.get('thresholds') or {}).get('gpu_ratio', 0.9)
-        code = 'BENCH_PAIR_FAILED' if pair.get('verdict') == 'failed' else ('BENCH_GPU_MEMORY_LOW' if gpu_low else 'BENCH_PAIR_LOW')
-        if code == 'BENCH_PAIR_FAILED' and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
+            and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
+        code = F.BENCH_PAIR_FAILED if pair.get('verdict') == 'failed' else (F.BENCH_GPU_MEMORY_LOW if gpu_low else F.BENCH_PAIR_LOW)
+        if code == F.BENCH_PAIR_FAILED and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
             # The link works (host memory passed on the same pair and rail): GPU memory itself could not be
             # used, e.g. ibv_reg_mr refused without a peer-memory client - the IB+GPU layer's symptom.
-            code = 'BENCH_GPU_MEMORY_FAILED'
+            code = F.BENCH_GPU_MEMORY_FAILED
         severity, cause = 'error', '; '.join(pair.get('reasons') or [])
         if gpu_low and pair.get('gpu_distance') in FAR:
             # Topology, not a fault of the pair: no GPU sits near this HCA (a storage NIC, or a rail wired to
@@ -383,17 +353,15 @@ def bench_findings(bench):
             severity = 'info'
             cause += ('; the nearest GPU of this HCA is %s away, so GPU memory through it crosses the socket'
                       % pair['gpu_distance'])
-        found.append(finding(code, 'benchmark', severity, None, subject,
+        found.append(finding(code, None, subject,
                              {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
                               'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
                               'failure': pair.get('failure')},
-                             cause, 'see the lower-layer findings of both nodes' if severity == 'error' else
-                             'leave this HCA out of GPU-memory tests (fabric_bench_hcas), or pin jobs to NICs near their GPUs'))
+                             cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near'))
         found[-1]['hosts'] = [pair['server'], pair['client']]
     for rise in (bench or {}).get('counters') or []:
-        found.append(finding('IB_ERRORS_UNDER_LOAD', 'ib', 'error', rise['host'], '%s (%s)' % (rise['hca'], rise['pair']),
-                             rise['increase'], 'error counters rose while %s ran' % rise['pair'],
-                             'replace the cable or transceiver of %s on %s' % (rise['hca'], rise['host'])))
+        found.append(finding(F.IB_ERRORS_UNDER_LOAD, rise['host'], '%s (%s)' % (rise['hca'], rise['pair']),
+                             rise['increase'], 'error counters rose while %s ran' % rise['pair'], hca=rise['hca']))
     return found
 
 
@@ -410,25 +378,21 @@ def _local_collective_findings(local):
                     'failure': entry.get('failure'), 'wrong_total': entry.get('wrong_total')}
         subject = entry.get('benchmark') or 'collective'
         if status in ('failed', 'corrupt'):
-            code = 'COLLECTIVE_DATA_CORRUPTION' if status == 'corrupt' else 'COLLECTIVE_FAILED'
-            found.append(finding(code, 'collective', 'error', host, subject, evidence,
+            code = F.COLLECTIVE_DATA_CORRUPTION if status == 'corrupt' else F.COLLECTIVE_FAILED
+            found.append(finding(code, host, subject, evidence,
                                  'the collective over the GPUs of %s: %s' % (host, '; '.join(verdict.get('reasons') or [status])),
-                                 'install the benchmark (nccl-tests, rccl-tests) or give fabric_collective_binary'
-                                 if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
-                                 else 'see the run\'s output and the node\'s lower-layer findings'))
+                                 remedy='missing_binary' if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
+                                 else 'node'))
             continue
         if status in ('warning', 'low'):
-            found.append(finding('COLLECTIVE_BUSBW_LOW', 'collective', 'warning' if status == 'warning' else 'error', host,
-                                 subject, evidence, '; '.join(verdict.get('reasons') or []),
-                                 'check the GPUs\' links (nvidia-smi topo -m, nvidia-smi nvlink -s) and the node\'s findings'))
+            found.append(finding(F.COLLECTIVE_BUSBW_LOW, host, subject, evidence, '; '.join(verdict.get('reasons') or []),
+                                 severity='warning' if status == 'warning' else 'error', remedy='node'))
         if entry.get('slow'):
-            found.append(finding('COLLECTIVE_NODE_SLOW', 'collective', 'error', host, subject, evidence,
+            found.append(finding(F.COLLECTIVE_NODE_SLOW, host, subject, evidence,
                                  'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
                                  'below %.0f %% is slow): something on this node differs'
                                  % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),
-                                    entry.get('peer_median_gbs') or 0, 100 * (local.get('healthy_ratio') or 0.8)),
-                                 'compare the node with its peers: GPU links (nvidia-smi topo -m, nvidia-smi nvlink -s), '
-                                 'PCIe ACS, clocks and power limits, the fleet findings'))
+                                    entry.get('peer_median_gbs') or 0, 100 * local.get('healthy_ratio', HEALTHY_RATIO))))
     return found
 
 
@@ -437,18 +401,17 @@ def collective_findings(collective, nodes=None):
     skipped = (collective or {}).get('skipped')
     if skipped:
         # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
-        found.append(finding('COLLECTIVE_NOT_RUN', 'collective', 'info', None, 'collective', {'skipped': skipped},
-                             'the collective benchmark did not run: %s' % skipped,
-                             'run playbooks/benchmark.yml --tags fabric_collective on the nodes of one GPU vendor'))
+        found.append(finding(F.COLLECTIVE_NOT_RUN, None, 'collective', {'skipped': skipped},
+                             'the collective benchmark did not run: %s' % skipped))
     fleet = (collective or {}).get('fleet') or {}
     verdict = fleet.get('verdict') or {}
     if verdict.get('status') in ('warning', 'low', 'corrupt', 'failed'):
-        code = {'corrupt': 'COLLECTIVE_DATA_CORRUPTION', 'failed': 'COLLECTIVE_FAILED'}.get(verdict['status'], 'COLLECTIVE_BUSBW_LOW')
+        code = {'corrupt': F.COLLECTIVE_DATA_CORRUPTION, 'failed': F.COLLECTIVE_FAILED}.get(verdict['status'], F.COLLECTIVE_BUSBW_LOW)
         severity = 'warning' if verdict['status'] == 'warning' else 'error'
-        found.append(finding(code, 'collective', severity, None, fleet.get('benchmark') or 'collective',
+        found.append(finding(code, None, fleet.get('benchmark') or 'collective',
                              {'busbw_gbs': verdict.get('busbw_gbs'), 'expected_gbs': verdict.get('expected_gbs'),
                               'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total')},
-                             '; '.join(verdict.get('reasons') or []), 'see the culprit nodes and their lower-layer findings'))
+                             '; '.join(verdict.get('reasons') or []), severity=severity))
     transport = fleet.get('transport') or {}
     ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in (nodes or {}).items()
                  if (node.get('gdr') or {}).get('gpus'))
@@ -456,77 +419,29 @@ def collective_findings(collective, nodes=None):
         # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
         # settings or environment, not the nodes (NCCL_NET_GDR_LEVEL below the GPU<->NIC distance,
         # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set).
-        found.append(finding('COLLECTIVE_GDR_NOT_USED', 'collective', 'error', None, 'transport',
+        found.append(finding(F.COLLECTIVE_GDR_NOT_USED, None, 'transport',
                              {'evidence': transport.get('evidence'), 'gdr_ready': ready},
                              'the collective ran over IB without GPUDirect RDMA although gdr_facts finds every node '
-                             'GPUDirect-RDMA ready: data went through host memory',
-                             'compare the job\'s NCCL_* environment with the recommended settings (report hosts.*.nccl, '
-                             'role nccl_conf); check NCCL_NET_GDR_LEVEL and that containers see the peer-memory module'))
+                             'GPUDirect-RDMA ready: data went through host memory'))
     if transport.get('net') == 'Socket' and fleet.get('hosts') and len(fleet['hosts']) > 1:
-        found.append(finding('COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error', None, 'transport',
-                             {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA',
-                             'check that the RDMA devices are visible in the job (NCCL_IB_HCA, container devices)'))
+        found.append(finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
+                             {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA'))
     found.extend(_local_collective_findings((collective or {}).get('nodes')))
     for host in ((collective or {}).get('search') or {}).get('culprits') or []:
         run = next((r for r in reversed(collective['search'].get('runs') or []) if r.get('group') == [host]), {})
-        found.append(finding('COLLECTIVE_CULPRIT', 'collective', 'error', host, 'node',
+        found.append(finding(F.COLLECTIVE_CULPRIT, host, 'node',
                              {'run': run}, 'runs that include %s are %s; the same runs without it are healthy'
-                             % (host, run.get('status', 'not healthy')),
-                             'take %s out of the job and fix its lower-layer findings' % host))
+                             % (host, run.get('status', 'not healthy'))))
     for host in ((collective or {}).get('search') or {}).get('unresolved') or []:
-        found.append(finding('COLLECTIVE_SUSPECT', 'collective', 'warning', host, 'node', {},
-                             'no healthy group to compare with: %s is among the suspects' % host,
-                             'give fabric_collective a known-good reference node'))
+        found.append(finding(F.COLLECTIVE_SUSPECT, host, 'node', {},
+                             'no healthy group to compare with: %s is among the suspects' % host))
     return found
 
 
 # ---------------------------------------------------------------------------- roots and symptoms
 
-# Which codes a root on the same host explains (a symptom anywhere above it).
-EXPLAINS = {
-    'IB_PORT_DOWN': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'),
-    # No RDMA device, or nothing at all: the node cannot join the mesh; alone, nothing can run.
-    'GDR_NO_RDMA_NIC': ('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'),
-    'HOST_NOTHING_TO_CHECK': ('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'),
-    'RUN_NOTHING_VALIDATED': ('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'),
-    'IB_RATE_DEGRADED': ('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    'IB_ERRORS_UNDER_LOAD': ('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'),
-    'GDR_MM_KOBJ_NOT_EXPORTED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    'GDR_OFED_STALE_BUILD': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    'GDR_PEERMEM_NOT_LOADED': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    'GDR_MEMORY_PEERS_MISSING': ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    'GDR_ACS_REDIRECT': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'),
-    'GPU_NIC_FAR': ('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    # ibv_reg_mr fails beyond the limit: the pair's test does not start, NCCL on that node fails.
-    # Not HOST_CPU_GOVERNOR: seed 002 measured the same bandwidth plateau before and after cpupower.
-    'HOST_MEMLOCK_LIMITED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT'),
-    # A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
-    'HOST_LOST': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_SUSPECT'),
-    'HOST_TASK_FAILED': ('BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
-                         'COLLECTIVE_SUSPECT', 'BENCH_NODE_NOT_TESTED'),
-    # Fewer HCAs, GPUs or ports than the node's peers (plugin_utils/_fleet.py): the tests of the
-    # missing rail find no device, a GPU without its own NIC reaches a farther one, NCCL runs on fewer rails.
-    'FLEET_HW_MISSING': ('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_FAILED', 'BENCH_GPU_MEMORY_LOW',
-                         'COLLECTIVE_CULPRIT'),
-    'FLEET_RAIL_SLOWER': ('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    'COLLECTIVE_CULPRIT': ('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'),
-}
-
-
-def _failure_kind(symptom):
-    failure = (symptom.get('evidence') or {}).get('failure')
-    return failure.get('kind') if isinstance(failure, dict) else None
-
-
-# Where a root explains a symptom only when the symptom looks like what that root causes: a
-# memlock limit makes ibv_reg_mr fail (mr_failed), not a peer vanish; a lost node makes its
-# pairs fail through it (lost peers, refused or hung connections), not a buffer refused.
-EXPLAINS_ONLY_IF = {
-    ('HOST_MEMLOCK_LIMITED', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
-    ('HOST_MEMLOCK_LIMITED', 'BENCH_GPU_MEMORY_FAILED'): lambda symptom: _failure_kind(symptom) in ('mr_failed', None),
-    ('HOST_LOST', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) != 'mr_failed',
-    ('HOST_TASK_FAILED', 'BENCH_PAIR_FAILED'): lambda symptom: _failure_kind(symptom) != 'mr_failed',
-}
+# Which codes a root on the same host explains, and when: the registry's (module_utils/_findings.py).
+EXPLAINS = F.EXPLAINS
 
 
 def _hosts_of(item):
@@ -542,9 +457,7 @@ def link_causes(findings):
     """
     for symptom in findings:
         for root in findings:
-            if root is symptom or symptom['code'] not in EXPLAINS.get(root['code'], ()):
-                continue
-            if not EXPLAINS_ONLY_IF.get((root['code'], symptom['code']), lambda _symptom: True)(symptom):
+            if root is symptom or not F.explains(root['code'], symptom):
                 continue
             fleetwide = not _hosts_of(symptom)
             if fleetwide or set(_hosts_of(root)) & set(_hosts_of(symptom)):
@@ -572,11 +485,10 @@ def lost_findings(stages):
     for host in sorted(stages or {}):
         missing = [stage for stage in ran if stage not in (stages[host] or [])]
         if missing and stages[host]:
-            found.append(finding('HOST_LOST', 'host', 'error', host, 'node', {'completed': stages[host], 'missing': missing},
+            found.append(finding(F.HOST_LOST, host, 'node', {'completed': stages[host], 'missing': missing},
                                  '%s completed %s but not %s: it stopped answering or a task failed on it mid-run, so '
                                  'what %s checks on it is missing (its pairs show node_lost or peer_lost)' % (
-                                     host, ', '.join(stages[host]), ', '.join(missing), ', '.join(missing)),
-                                 'see the run\'s output for %s (unreachable or failed task), bring it back, run again' % host))
+                                     host, ', '.join(stages[host]), ', '.join(missing), ', '.join(missing))))
     return found
 
 
@@ -586,12 +498,11 @@ def failure_findings(failures):
     for host in sorted(failures or {}):
         for index, failure in enumerate(failures[host] or []):
             failure = failure if isinstance(failure, dict) else {'msg': str(failure)}
-            found.append(finding('HOST_TASK_FAILED', 'host', 'error', host,
+            found.append(finding(F.HOST_TASK_FAILED, host,
                                  '%s%s' % (failure.get('stage') or 'run', '#%d' % index if index else ''),
                                  {'stage': failure.get('stage'), 'task': failure.get('task'), 'msg': failure.get('msg')},
                                  'task "%s" failed on %s during %s: %s' % (
-                                     failure.get('task') or '?', host, failure.get('stage') or 'the run', failure.get('msg')),
-                                 'fix what the message names and run again; what this stage checks on %s is missing' % host))
+                                     failure.get('task') or '?', host, failure.get('stage') or 'the run', failure.get('msg'))))
     return found
 
 
@@ -617,18 +528,15 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     findings.extend(f for f in lost_findings(stages) if not set(f['evidence']['missing']) & failed_stages.get(f['host'], set()))
     if not judged:
         # Fail closed: a run that validated nothing is not a pass.
-        findings.append(finding('RUN_NOTHING_VALIDATED', 'host', 'error', None, 'run',
+        findings.append(finding(F.RUN_NOTHING_VALIDATED, None, 'run',
                                 {'hosts': sorted(set(nodes) | set(unreachable or []))},
                                 'no node returned facts, so nothing was validated: %s' % (
                                     'the host pattern (gpu_fabric_hosts, --limit) matched no inventory host'
                                     if not nodes and not unreachable else
-                                    'every node was unreachable or failed (%s)' % ', '.join(sorted(set(nodes) | set(unreachable or []))[:20])),
-                                'check the inventory and gpu_fabric_hosts (a group or host pattern); a host named '
-                                'localhost is a node too (-i localhost, -c local validates this machine)'))
+                                    'every node was unreachable or failed (%s)' % ', '.join(sorted(set(nodes) | set(unreachable or []))[:20]))))
     for host in sorted(unreachable or []):
-        findings.append(finding('HOST_UNREACHABLE', 'host', 'error', host, 'node', {},
-                                'no facts came back from %s (unreachable, or its facts tasks failed)' % host,
-                                'check that the node is up and reachable over SSH; nothing on it was checked'))
+        findings.append(finding(F.HOST_UNREACHABLE, host, 'node', {},
+                                'no facts came back from %s (unreachable, or its facts tasks failed)' % host))
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
     findings.sort(key=lambda f: (order.get(f['layer'], 9), f['host'] or '', f['code'], f['subject'] or ''))
     return link_causes(findings)

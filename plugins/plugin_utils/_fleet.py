@@ -30,13 +30,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _nccl_env
 
 # One node against another names no culprit: with two nodes (or a tie) either may be the odd one.
 MIN_MAJORITY = 3
 # Per-node findings of _diagnose.gdr_findings that already say a node has no RDMA device at all.
-NO_RDMA_CODES = ('GDR_NO_RDMA_NIC', 'HOST_NOTHING_TO_CHECK')
+NO_RDMA_CODES = (_findings.GDR_NO_RDMA_NIC, _findings.HOST_NOTHING_TO_CHECK)
 # NCCL settings compared (_nccl_env.recommend): how many ports NCCL_IB_HCA lists (the names
 # may legitimately differ from node to node), the GID index, the GPUDirect RDMA level.
 NCCL_COMPARED = ('NCCL_IB_GID_INDEX', 'NCCL_NET_GDR_LEVEL')
@@ -141,7 +142,7 @@ def roce_mtu(host, node, ctx):
 def gid_index(host, node, ctx):
     # Per ACTIVE RoCE port the lowest index of a RoCE v2 GID with an IPv4 address (what
     # NCCL_IB_GID_INDEX must name, _nccl_env.gid_index). ROCE_NO_V2_GID owns a port without v2.
-    if 'ROCE_NO_V2_GID' in ctx['codes'][host]:
+    if _findings.ROCE_NO_V2_GID in ctx['codes'][host]:
         return None
     indexes = set()
     for _device, port in _ports(node):
@@ -193,7 +194,7 @@ def nccl_settings(host, node, ctx):
 # ---------------------------------------------------------------------------- judging
 
 def _count_judge(host, value, ref, ref_hosts, ctx):
-    return ('FLEET_HW_MISSING', 'error') if value < ref else ('FLEET_DIFFERS', 'warning')
+    return (_findings.FLEET_HW_MISSING, 'error') if value < ref else (_findings.FLEET_DIFFERS, 'warning')
 
 
 def _set_judge(host, value, ref, ref_hosts, ctx):
@@ -202,7 +203,7 @@ def _set_judge(host, value, ref, ref_hosts, ctx):
     difference = _hca_difference(host, ref_hosts, ctx)
     if (difference < 0 and set(value) < set(ref)) or (difference > 0 and set(value) > set(ref)):
         return None
-    return 'FLEET_DIFFERS', 'warning'
+    return _findings.FLEET_DIFFERS, 'warning'
 
 
 def _per_hca_judge(host, value, ref, ref_hosts, ctx):
@@ -213,7 +214,7 @@ def _per_hca_judge(host, value, ref, ref_hosts, ctx):
     common = set(model(e) for e in value) & set(model(e) for e in ref)
     if [e for e in value if model(e) in common] == [e for e in ref if model(e) in common]:
         return None
-    return 'FLEET_DIFFERS', 'warning'
+    return _findings.FLEET_DIFFERS, 'warning'
 
 
 def _rail_judge(host, value, ref, ref_hosts, ctx):
@@ -231,14 +232,14 @@ def _rail_judge(host, value, ref, ref_hosts, ctx):
         best[layer] = max(best.get(layer) or 0, rate or 0)
     slower = [e for e in extra if e[0] in best and e[1] is not None and e[1] < best[e[0]]]
     if slower:
-        return 'FLEET_RAIL_SLOWER', 'error'
+        return _findings.FLEET_RAIL_SLOWER, 'error'
     if _hca_difference(host, ref_hosts, ctx):
         return None      # the ports of a missing or an extra HCA: hca_count's finding
     if [e for e in extra if e[0] not in best]:
-        return 'FLEET_RAIL_SLOWER', 'error'      # another link layer: NCCL cannot join it to the peers' rails
+        return _findings.FLEET_RAIL_SLOWER, 'error'      # another link layer: NCCL cannot join it to the peers' rails
     if extra:
-        return 'FLEET_DIFFERS', 'warning'
-    return ('FLEET_HW_MISSING', 'error') if lacking else None
+        return _findings.FLEET_DIFFERS, 'warning'
+    return (_findings.FLEET_HW_MISSING, 'error') if lacking else None
 
 
 def _show(value):
@@ -298,7 +299,7 @@ def _context(nodes, nccl):
         gdr_found = [f for f in _diagnose.gdr_findings(host, node.get('gdr'), node.get('ib')) if f['severity'] != 'info']
         ctx['gdr_codes'][host] = set(f['code'] for f in gdr_found)
         ctx['codes'][host] = set(f['code'] for f in ib_found) | ctx['gdr_codes'][host]
-        ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in ('IB_PORT_DOWN', 'IB_RATE_DEGRADED'))
+        ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED))
     if nccl is None:
         ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items())
     return ctx
@@ -329,11 +330,12 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
                 code, severity = verdict
                 ctx['named'].add(host)
                 found.append(finding(
-                    code, layer, severity, host, name,
+                    code, host, name,
                     {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
                      'nodes_compared': known, 'kind': kind},
                     '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
-                    % (words, show(value), show(ref), len(ref_hosts), known, kind), remedy))
+                    % (words, show(value), show(ref), len(ref_hosts), known, kind),
+                    severity=severity, layer=layer, attribute_remedy=remedy))
         return found
     # No majority: a value stays in the split only when no other value explains it away
     # (a node whose difference another finding accounts for is not one side of it).
@@ -345,11 +347,11 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
     ctx['named'].update(host for _value, members in left for host in members)
     why = ('two nodes, so neither is the odd one' if known == 2 else
            'no value is held by more than half of the %d nodes' % known)
-    return [finding('FLEET_SPLIT', layer, 'warning', None, '%s (%s)' % (name, kind),
+    return [finding(_findings.FLEET_SPLIT, None, '%s (%s)' % (name, kind),
                     {'attribute': name, 'kind': kind, 'values': [{'value': _plain(v), 'hosts': m} for v, m in left]},
                     '%s differ between nodes of one kind (%s) and %s: %s'
                     % (words, kind, why, '; '.join('%s on %s' % (show(v), ', '.join(m)) for v, m in left)),
-                    'find out which is intended and align the others: ' + remedy)]
+                    layer=layer, attribute_remedy=remedy)]
 
 
 def fleet_findings(nodes, nccl=None):
@@ -357,8 +359,7 @@ def fleet_findings(nodes, nccl=None):
 
     ``nodes``: {host: {'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr}}; ``nccl``: {host:
     _nccl_env.recommend(...)} where the caller has it (computed here otherwise)."""
-    # Imported here: _diagnose imports this module for diagnose().
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._diagnose import finding
+    finding = _findings.finding
     kinds = {}
     for host in sorted(nodes or {}, key=natural_key):
         kinds.setdefault(node_kind(nodes[host]), []).append(host)

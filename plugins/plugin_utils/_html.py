@@ -270,6 +270,10 @@ def _findings(report):
     return ''.join(out)
 
 
+def _percent(ratio):
+    return '%.0f %%' % (100 * ratio) if isinstance(ratio, (int, float)) else '?'
+
+
 def _pair_name(pair):
     return '%s->%s rail %s' % (pair['server'], pair['client'], pair.get('rail'))
 
@@ -279,9 +283,11 @@ def _bench(bench):
     out = ['<section id="bench"><h2>Pairwise benchmark</h2>']
     verdicts = bench.get('verdicts') or {}
     thresholds = bench.get('thresholds') or {}
-    out.append('<p>%d pair test(s): %s. Thresholds: %.0f %% of the slower port\'s rate, GPU memory within %.0f %% of host '
+    # The thresholds the report was judged with (bench.thresholds), never a default of this page.
+    bw_ratio, gpu_ratio = thresholds.get('bw_ratio'), thresholds.get('gpu_ratio')
+    out.append('<p>%d pair test(s): %s. Thresholds: %s of the slower port\'s rate, GPU memory within %s of host '
                'memory on the same pair.</p>' % (len(pairs), ', '.join('%d %s' % (n, v) for v, n in sorted(verdicts.items())) or 'none',
-                                                 100 * thresholds.get('bw_ratio', 0.9), 100 * (1 - thresholds.get('gpu_ratio', 0.9))))
+                                                 _percent(bw_ratio), _percent(None if gpu_ratio is None else 1 - gpu_ratio)))
     nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
     kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
     rails = sorted(set(p.get('rail') for p in pairs), key=lambda r: (str(type(r)), r))
@@ -317,8 +323,7 @@ def _bench(bench):
                 series.append({'name': _pair_name(p), 'points': points,
                                'colour': None if p['verdict'] == 'ok' else STATUS_COLOURS.get(p['verdict'])})
         rates = sorted(set(p.get('port_rate_gbps') for p in pairs if p.get('memory') == memory and p.get('port_rate_gbps')))
-        hlines = [(r * thresholds.get('bw_ratio', 0.9), '%.0f %% of %g Gb/s' % (100 * thresholds.get('bw_ratio', 0.9), r))
-                  for r in rates[-1:]]
+        hlines = [(r * bw_ratio, '%s of %g Gb/s' % (_percent(bw_ratio), r)) for r in rates[-1:] if bw_ratio is not None]
         if series:
             single = all(len(s['points']) == 1 for s in series)
             out.append('<figure>%s<figcaption>%s memory%s</figcaption></figure>' % (
@@ -346,11 +351,11 @@ def _collective(collective):
     local = collective.get('nodes') or {}
     if local.get('hosts'):
         # Launcher local: one run per node over its own GPUs, each against its peers' median.
-        out.append('<p>Every node over its own GPUs; median peak bus bandwidth %s GB/s; below %.0f %% of the peers\' '
+        out.append('<p>Every node over its own GPUs; median peak bus bandwidth %s GB/s; below %s of the peers\' '
                    'median is slow.</p><table><thead><tr><th>node</th><th>verdict</th><th class="num">ranks</th>'
                    '<th class="num">peak busbw GB/s</th><th class="num">of peers\' median</th><th>why</th></tr></thead>'
                    '<tbody>%s</tbody></table>' % (
-                       _fmt(local.get('median_busbw_gbs'), 2), 100 * (local.get('healthy_ratio') or 0.8), ''.join(
+                       _fmt(local.get('median_busbw_gbs'), 2), _percent(local.get('healthy_ratio')), ''.join(
                            '<tr><td>%s</td><td>%s</td><td class="num">%s</td><td class="num">%s</td><td class="num">%s</td>'
                            '<td>%s</td></tr>' % (
                                _e(host), _badge('low' if entry.get('slow') else (entry.get('verdict') or {}).get('status', 'unknown')),
@@ -372,9 +377,9 @@ def _collective(collective):
         if any(point[1] is not None for point in points):
             series.append({'name': '%s busbw' % place.replace('_', '-'), 'points': points})
     if series:
-        ratio = verdict.get('healthy_ratio') or 0.8
+        ratio = verdict.get('healthy_ratio')
         hlines = [(expected.get('gbs'), 'expected %s GB/s' % _fmt(expected.get('gbs'), 1))]
-        if expected.get('gbs'):
+        if expected.get('gbs') and ratio is not None:
             hlines.append((expected['gbs'] * ratio, 'healthy %.0f %%' % (100 * ratio)))
         out.append('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
                    % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))

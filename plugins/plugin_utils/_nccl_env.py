@@ -25,7 +25,7 @@ How NCCL reads these values (NVIDIA/nccl sources, and env.html of the NCCL user 
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, natural_key
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, dmabuf_stands_in, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 
 # gdr_facts distance class -> NCCL path type. NCCL has no NODE: its topology has one CPU node
@@ -67,7 +67,8 @@ def select_ports(ib, gdr):
     # The NICs the GPUs use: each GPU's nearest NIC with an ACTIVE port. A NIC that is the
     # nearest of no GPU and slower than those is a storage or management NIC: listed, NCCL
     # would also send collective traffic through it, at its lower rate and away from the GPUs
-    # (seed 000 left its 200 Gb/s BlueField mlx5_2, NODE from every GPU, out of MCCL_IB_HCA).
+    # (a MetaX C500 node's 200 Gb/s BlueField-3 mlx5_2, NODE from every GPU, is one:
+    # tests/fixtures/seeds/000_mx_smi_topo_n.txt).
     names = set(device['name'] for device, _port in active)
     nearest = _nearest(gdr, names)
     serving = set(nic for _distance, nic in nearest.values())
@@ -149,8 +150,7 @@ def _gdr_blockers(gdr):
     paths = ((gdr.get('peer_memory') or {}).get('paths') or {}).items()
     # As gdr_facts judges it (module_utils/_gdr.py assess): a vendor's missing peer-memory path
     # blocks GDR unless the dma-buf path stands in, which NCCL and RCCL can use, MCCL cannot.
-    dmabuf = (gdr.get('dmabuf') or {}).get('possible')
-    if any(not path.get('detected') and not (dmabuf and vendor in ('nvidia', 'amd')) for vendor, path in paths):
+    if any(not path.get('detected') and not dmabuf_stands_in(vendor, gdr.get('dmabuf')) for vendor, path in paths):
         fixes.append('the peer-memory path (role ofed_peermem; a module that is not loaded: role rdma_modules)')
     gpus = gdr.get('gpus') or []
     if any(p.get('acs_redirect') for p in gdr.get('topology') or []

@@ -87,7 +87,7 @@ def bench_records(results, plans):
             outcome.update(status='failed', failure=result.get('failure') or {
                 'kind': 'task_failed', 'message': failure_text(result) if result.get('failed') else
                 'perftest_run could not parse %s' % entry['path']})
-        record = _bench._record(test, outcome, None, None)
+        record = _bench.record_of(test, outcome, None, None)
         record['log'] = entry['path']
         records.setdefault(client, []).append(record)
     return records

@@ -23,7 +23,8 @@ from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 SCHEMA = 'hpc.gpu_fabric/report'
 SCHEMA_VERSION = 1
 CHECKS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
-# Default exit policy: any error that is a root cause (DESIGN.md: the run fails on errors).
+# Default exit policy: the run fails on any error that is a root cause; the symptoms it explains
+# do not count again (docs/report.md, "Exit policy").
 DEFAULT_POLICY = "findings[?severity=='error' && explained_by==null]"
 
 

@@ -182,7 +182,9 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
             if pair['client'] == 'n2' and pair['server'] != 'n4':
                 assert pair['failure']['kind'] == 'unparsed', pair
             if pair['server'] == 'n3' and pair['client'] not in ('n2', 'n4'):
-                assert pair['failure']['kind'] in ('timeout', 'exchange_failed', 'connect_failed'), pair
+                # peer_moved_on: n3's server failed at once and n3 went on before the client's probe saw
+                # it at this step (a loaded machine); the server side's cause is still attached below.
+                assert pair['failure']['kind'] in ('timeout', 'exchange_failed', 'connect_failed', 'peer_moved_on'), pair
                 assert "Couldn't listen to port 18515" in pair['reasons'][-1], pair   # the cause, from the server side
         healthy = [p for p in bench['pairs'] if p['status'] == 'ok']
         assert healthy and all(p['bw_avg_gbps'] > 0 for p in healthy)

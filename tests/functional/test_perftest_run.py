@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
 from ansible_collections.hpc.gpu_fabric.plugins.modules import perftest_run
 from tests.sim import faults, render
 from tests.unit.conftest import fixture_path, fixture_text
@@ -116,7 +116,7 @@ def test_loopback_ok_through_ansible(h100):
                              'tcp_port': port, 'all_sizes': True, 'report_gbits': True, 'timeout': 60}, sim_env(h100))
     assert state == 'ok' and result['status'] == 'ok' and result['failure'] is None, result.get('msg')
     assert [r['bytes'] for r in result['results']] == [2 ** i for i in range(1, 24)]
-    # 400 Gb/s (4X NDR) ports: >= 90 % of the rate at 8 MiB (DESIGN.md), never above it.
+    # 400 Gb/s (4X NDR) ports: >= 90 % of the rate at 8 MiB (fabric_bench_bw_ratio), never above it.
     assert 360 <= result['summary']['bw_avg_gbps'] <= 400 and result['summary']['bytes'] == 8388608
     assert result['results'][0]['bw_avg_gbps'] < 0.1 < result['results'][10]['bw_avg_gbps']
     assert result['settings']['device'] == 'mlx5_1' and result['settings']['link_type'] == 'IB'
@@ -194,7 +194,7 @@ def test_server_dies_mid_run(monkeypatch, h100):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 10
-        while not _perftest.listening(port, server.pid) and time.time() < deadline:
+        while not _process.listening(port, server.pid) and time.time() < deadline:
             time.sleep(0.02)
         killer = threading.Timer(1.5, server.kill)
         killer.start()
@@ -352,7 +352,7 @@ def run_pair(root, tool, args, port):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 10
-        while not _perftest.listening(port, server.pid) and time.time() < deadline:
+        while not _process.listening(port, server.pid) and time.time() < deadline:
             time.sleep(0.02)
         client = subprocess.run([os.path.join(SIM_BIN, tool)] + args + ['-p', str(port), '127.0.0.1'], env=env,
                                 capture_output=True, text=True, timeout=30, check=False)
@@ -406,7 +406,8 @@ def test_lat_header_and_version(h100):
     assert real[1] + ' ' in client.stdout.splitlines() and real[1] + ' ' in server_out.splitlines()
     version = subprocess.run([os.path.join(SIM_BIN, 'ib_read_bw'), '--version'], env=sim_env(fixture_path('real')),
                              capture_output=True, text=True, check=False)
-    # Without a simulated node root it refuses; with one: 'Version: 6.06', exit 1 (RECIPES.md).
+    # Without a simulated node root it refuses; with one: 'Version: 6.06', exit 1 (what perftest 6.06
+    # answers on a real node: its version, and exit status 1).
     assert version.returncode == 1 and 'GF_SIM_ROOT' in version.stderr
     version = subprocess.run([os.path.join(SIM_BIN, 'ib_read_bw'), '--version'], env=sim_env(h100), capture_output=True, text=True, check=False)
     assert (version.returncode, version.stdout, version.stderr) == (1, 'Version: 6.06\n', '')

@@ -31,8 +31,9 @@
 # ansible_ssh_private_key_file=$LAB_DIR/id_ed25519
 # ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'
 #
-# Needs root (namespaces, mounts, bridge). The recipe and its timings are in
-# ../shared/RECIPES.md ("Several nodes over real SSH, without Docker").
+# Needs root (namespaces, mounts, bridge). Per node: ip netns + a veth into the bridge, then
+# unshare --uts --mount, a tmpfs+overlay copy-on-write root (lowerdir=/), proc, /sys and /dev,
+# chroot and sshd bound to the node address (UsePAM no, StrictModes no, key-only root login).
 # Only traffic to this private range is ever generated.
 
 set -euo pipefail

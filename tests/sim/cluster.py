@@ -4,7 +4,7 @@
 
 """Render a simulated cluster (a list of node profiles with faults) and its inventory.
 
-Two connection modes (../shared/DESIGN.md "The simulator"):
+Two connection modes:
   local  - every node is an inventory host with ansible_connection=local and its
            own root and loopback address 127.0.1.N; needs no root (the demo);
   netns  - nodes are reached over real SSH at 10.251.0.(10+N), the lab that

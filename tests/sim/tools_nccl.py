@@ -6,7 +6,7 @@
 simulated nodes.
 
 Output layout follows nccl-tests 2.19 (common.cu) as captured on the real 2 x H200 machine
-(../shared/fixtures/real/h200x2/all_reduce_perf_g2.txt and all_reduce.json): the '#' header,
+(tests/fixtures/real/h200x2/all_reduce_perf_g2.txt and all_reduce.json): the '#' header,
 'Using devices' with one line per rank, NCCL INFO lines when NCCL_DEBUG=INFO, the table
 with #wrong columns, 'Out of bounds values', 'Avg bus bandwidth'; -J writes the JSON
 (version 3) of the same run. The INFO lines that name the network are NCCL's own texts

@@ -32,7 +32,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _nccl, _pci, _perftest, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _nccl, _pci, _perftest, _process, _sysroot
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
@@ -78,7 +78,7 @@ PARSERS = {
     'nccl_json_bytes': (lambda text: _nccl.outcome(_nccl.merge(_nccl.parse_any(text), _nccl.parse_text('')), 0),
                         ('real/h200x2/all_reduce.json', 'real/h200-vm-snapshot/capture.json'), ()),
     'perftest': (_perftest_all, ('public/perftest', 'real/cpu-vm-no-rdma'), ()),
-    'proc_net_tcp': (lambda text: _perftest.parse_proc_net_tcp(text, 18515), ('real/host',),
+    'proc_net_tcp': (lambda text: _process.parse_proc_net_tcp(text, 18515), ('real/host',),
                      (b'  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n'
                       b'   0: 00000000:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1\n',)),
     'ibv_devinfo': (_ib.parse_ibv_devinfo, ('public/ibv_devinfo', 'real/cpu-vm-no-rdma'), ()),

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 import yaml
@@ -58,7 +59,9 @@ def test_bad_input_is_a_filter_error(call, args, kwargs, message):
 
 
 def test_documentation_matches_the_filter():
-    documentation = yaml.safe_load(plugin.DOCUMENTATION)
+    with open(os.path.join(os.path.dirname(plugin.__file__), 'pair_schedule.yml')) as handle:
+        doc = yaml.safe_load(handle)
+    documentation = doc['DOCUMENTATION']
     assert documentation['name'] == 'pair_schedule'
     options = dict(documentation['options'])
     assert options.pop('_input')['type'] == 'list'
@@ -68,5 +71,5 @@ def test_documentation_matches_the_filter():
         if 'default' in option:
             assert option['default'] == parameters[name].default, name
     assert set(inspect.signature(pair_schedule_summary).parameters) <= set(parameters)
-    assert set(yaml.safe_load(plugin.RETURN)['_value']['contains']) == set(pair_schedule(NODES))
-    assert set(yaml.safe_load(plugin.EXAMPLES)[0]) == {'name', 'ansible.builtin.set_fact', 'run_once'}
+    assert set(doc['RETURN']['_value']['contains']) == set(pair_schedule(NODES))
+    assert set(yaml.safe_load(doc['EXAMPLES'])[0]) == {'name', 'ansible.builtin.set_fact', 'run_once'}

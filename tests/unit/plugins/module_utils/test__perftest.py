@@ -301,40 +301,6 @@ def test_help_lists():
     assert not _perftest.help_lists(text, '--use_rocm')
 
 
-# /proc/net/tcp of this test machine, a listener on 127.0.1.1:18515 and a closed
-# connection to it (TIME_WAIT, st 06) on the same local port.
-PROC_NET_TCP = (
-    '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n'
-    '   0: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1579 1 00000000fff5c44d 100 0 0 10 0\n'
-    '   1: 0101007F:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 341457 1 0000000098ef7b0a 100 0 0 10 0\n'
-    '   2: 0100007F:4853 0100007F:B4A0 06 00000000:00000000 03:000010F7 00000000     0        0 0 3 00000000db6e78aa\n')
-
-
-def test_parse_proc_net_tcp():
-    assert _perftest.parse_proc_net_tcp(PROC_NET_TCP, 18515) == {'341457'}
-    assert _perftest.parse_proc_net_tcp(PROC_NET_TCP, 2024) == {'1579'}
-    assert _perftest.parse_proc_net_tcp(PROC_NET_TCP, 22) == set()
-    assert _perftest.parse_proc_net_tcp('', 18515) == set()
-
-
-@pytest.mark.skipif(not os.path.exists('/proc/net/tcp'), reason='needs Linux /proc')
-def test_listening_is_ours_only():
-    sock = socket.socket()
-    sock.bind(('127.0.0.1', 0))
-    port = sock.getsockname()[1]
-    assert _perftest.listening(port, os.getpid()) is False      # bound, not listening
-    sock.listen(1)
-    other = subprocess.Popen(['sleep', '5'])
-    try:
-        assert _perftest.listening(port, os.getpid()) is True
-        # Someone else's listener on the port: a busy port, not our server.
-        assert _perftest.listening(port, other.pid) is False
-    finally:
-        other.kill()
-        other.wait()
-        sock.close()
-
-
 def _gone(pid):
     try:
         with open('/proc/%d/stat' % pid) as handle:

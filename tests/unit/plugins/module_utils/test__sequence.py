@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process, _sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(REPO, 'tests', 'sim', 'bin', 'ib_write_bw')
@@ -57,8 +57,8 @@ def test_beacon_on_a_busy_port_is_a_clear_error():
 
 
 def _node(address, root, steps, options, queue):
-    env = _perftest.c_locale_env(dict(os.environ, GF_SIM_ROOT=root, GF_SIM_ADDR=address, GF_SIM_PYTHON=sys.executable,
-                                      GF_SIM_PERFTEST_MAX_S='0.2'))
+    env = _process.c_locale_env(dict(os.environ, GF_SIM_ROOT=root, GF_SIM_ADDR=address, GF_SIM_PYTHON=sys.executable,
+                                     GF_SIM_PERFTEST_MAX_S='0.2'))
 
     def build(entry):
         argv = [BIN, '-d', entry['device'], '-p', str(entry['tcp_port']), '-s', '65536']

@@ -15,12 +15,12 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
 from ansible_collections.hpc.gpu_fabric.plugins.modules import collective_bench
 from tests.unit.conftest import fixture_path, fixture_text
 from tests.unit.plugins.modules.utils import run_module
 
-REAL_POPEN = _perftest.subprocess.Popen
+REAL_POPEN = _process.subprocess.Popen
 PRINTER = 'import sys; sys.stdout.write(sys.argv[1]); sys.stderr.write(sys.argv[2]); sys.exit(int(sys.argv[3]))'
 REAL_TEXT = fixture_text('real', 'h200x2', 'all_reduce_perf_g2.txt')
 
@@ -59,7 +59,7 @@ def tools(monkeypatch):
                             lambda self, argv, **kw: helps.append(argv) or (0, help_text, ''))
         processes = Processes(*args, **kwargs)
         processes.helps = helps
-        monkeypatch.setattr(_perftest.subprocess, 'Popen', processes)
+        monkeypatch.setattr(_process.subprocess, 'Popen', processes)
         return processes
 
     return install
@@ -246,6 +246,15 @@ def test_check_mode_runs_nothing(monkeypatch, tools):
     assert result['status'] == 'skipped'
     assert result['cmd'] == ['/usr/bin/all_reduce_perf', '-g', '2']
     assert processes.calls == []
+
+
+@pytest.mark.parametrize('option', ['root_rank', 'root'])
+def test_root_rank_and_its_alias_root_give_r(monkeypatch, tools, option):
+    tools(REAL_TEXT)
+    result, failed = run_module(collective_bench.main, {'_ansible_check_mode': True, 'benchmark': 'broadcast_perf', option: 1},
+                                monkeypatch)
+    assert failed is False
+    assert result['cmd'] == ['/usr/bin/broadcast_perf', '-r', '1']
 
 
 def test_timeout_kills_the_process_group(monkeypatch, tools, tmp_path):

@@ -13,12 +13,12 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _process
 from ansible_collections.hpc.gpu_fabric.plugins.modules import perftest_run
 from tests.unit.conftest import fixture_path, fixture_text
 from tests.unit.plugins.modules.utils import run_module
 
-REAL_POPEN = _perftest.subprocess.Popen
+REAL_POPEN = _process.subprocess.Popen
 # Prints, then stays 0.2 s: a loopback server is still there when the module looks for it.
 PRINTER = ('import sys, time; sys.stdout.write(sys.argv[1]); sys.stderr.write(sys.argv[2]); sys.stdout.flush(); time.sleep(0.2); '
            'sys.exit(int(sys.argv[3]))')
@@ -29,7 +29,7 @@ SERVER_ROW = ('-' * 87 + '\n                    RDMA_Write BW Test\n' + '-' * 87
 
 
 class Processes(object):
-    """Stands in for subprocess.Popen in _perftest: records each command line and runs a
+    """Stands in for subprocess.Popen in _process: records each command line and runs a
     process that prints the next canned (stdout, stderr, rc) instead."""
 
     def __init__(self, *outputs):
@@ -46,11 +46,11 @@ class Processes(object):
 def tools(monkeypatch):
     """perftest 'installed' in /usr/bin; returns a function installing Processes."""
     monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: '/usr/bin/' + name)
-    monkeypatch.setattr(_perftest, 'listening', lambda port, pid, proc='/proc': True)
+    monkeypatch.setattr(_process, 'listening', lambda port, pid, proc='/proc': True)
 
     def install(*outputs):
         processes = Processes(*outputs)
-        monkeypatch.setattr(_perftest.subprocess, 'Popen', processes)
+        monkeypatch.setattr(_process.subprocess, 'Popen', processes)
         return processes
 
     return install
@@ -149,6 +149,30 @@ def test_check_mode_runs_nothing(monkeypatch, tools):
     assert (result['status'], result['skipped'], result['changed']) == ('skipped', True, False)
     assert result['cmd'] == ['/usr/bin/ib_write_bw', '-d', 'mlx5_1', '-p', '18515', '127.0.0.1']
     assert result['server_cmd'] == ['/usr/bin/ib_write_bw', '-d', 'mlx5_0', '-p', '18515']
+
+
+@pytest.mark.parametrize('option', ['counters_root', 'root', None])
+def test_sequence_reads_counters_below_counters_root_or_its_alias_root(monkeypatch, tools, option):
+    read = []
+    monkeypatch.setattr(perftest_run, 'read_ib', lambda sysroot: read.append(sysroot) or {})
+    monkeypatch.setattr(perftest_run, 'error_counters', lambda ib: {'read': True})
+
+    def run_sequence(steps, build, options, counters=None, env=None, keep_output=False):
+        return {'steps': [], 'counters_start': counters() if counters else None, 'elapsed_s': 0.0}
+
+    monkeypatch.setattr(perftest_run._sequence, 'run_sequence', run_sequence)
+    args = {'test': 'ib_write_bw', 'sequence': [], 'address': '10.0.0.1', 'run_id': 'r'}
+    if option:
+        args[option] = '/srv/node1'
+    result, failed = run_module(perftest_run.main, args, monkeypatch)
+    assert not failed
+    assert result['counters_start'] == ({'read': True} if option else None)
+    assert len(read) == (1 if option else 0)
+
+
+def test_watch_step_is_perftest_watch_now(monkeypatch):
+    result, failed = run_module(perftest_run.main, {'watch_step': 1, 'address': '10.0.0.1', 'run_id': 'r'}, monkeypatch)
+    assert failed and 'watch_step' in result['msg']
 
 
 def test_client_command_line_and_result(monkeypatch, tools):

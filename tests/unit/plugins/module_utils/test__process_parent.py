@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""A module whose controller is gone stops its children within seconds (_perftest.ParentWatch);
+"""A module whose controller is gone stops its children within seconds (_process.ParentWatch);
 an async job, meant to outlive the controller, does not."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='the watch reads /proc (Linux)')
 
-# The module: what collective_bench and perftest_run do, run_single under _Guard.
+# The module: what collective_bench and perftest_run do, a run under Guard.
 MODULE = '''
 import sys
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
 try:
-    _perftest.run_single(['sleep', sys.argv[1]], 900)
-except _perftest.Terminated:
+    _process.run(['sleep', sys.argv[1]], 900)
+except _process.Terminated:
     sys.exit(3)
 '''
 # A process above it that stays until killed: the '/bin/sh -c' and the worker of the local

@@ -1,0 +1,292 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The registry of finding codes: the one place that says, per code, its layer, its severity,
+what it explains, what fixes it and what it means.
+
+The rules (plugins/plugin_utils/_diagnose.py, _fleet.py; the peer-memory verdict in
+_gdr.py) make findings through ``finding()``, which refuses a code not registered here and
+takes the layer, the severity and the remedy from here; ``link_causes`` reads EXPLAINS; the
+codes table of docs/report.md is ``markdown_rows()`` (tests/unit/plugins/module_utils/test__findings.py
+compares them).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+LAYERS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
+SEVERITIES = ('info', 'warning', 'error')
+
+# layers: the first is the default, the others allowed; severity: the default; other: {severity:
+# when} - the other severities a rule may give it, and when (the docs table says it);
+# explains: {symptom code: None, or (predicate over the symptom finding, when)}; remedy: the
+# default template (%(name)s from the finding's host, subject and the rule's values);
+# remedies: {variant: template} that a rule names instead.
+Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies')
+
+REGISTRY = OrderedDict()
+
+
+def _failure_kind(symptom):
+    failure = (symptom.get('evidence') or {}).get('failure')
+    return failure.get('kind') if isinstance(failure, dict) else None
+
+
+# A root explains a symptom only when the symptom looks like what that root causes: a memlock
+# limit makes ibv_reg_mr fail (mr_failed), not a peer vanish; a lost node makes its pairs fail
+# through it (lost peers, refused or hung connections), not a buffer refused.
+_MR_FAILED = (lambda symptom: _failure_kind(symptom) in ('mr_failed', None), 'mr_failed')
+_NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
+
+
+def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None):
+    layers = (layers,) if isinstance(layers, str) else tuple(layers)
+    if code in REGISTRY or not set(layers) <= set(LAYERS) or severity not in SEVERITIES \
+            or not set(other or {}) <= set(SEVERITIES):
+        raise ValueError('bad registry entry %s' % code)
+    explained = OrderedDict((item, None) if isinstance(item, str) else item for item in explains)
+    REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}))
+    return code
+
+
+_GPU_MEMORY_SYMPTOMS = ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT')
+_NO_OFED = ('install MLNX OFED (its ib_core carries the peer-memory client API the inbox stack lacks), or use the dma-buf '
+            'path (kernel >= 5.12 and a dma-buf capable GPU driver, NCCL_DMABUF_ENABLE)')
+
+# ---------------------------------------------------------------------------- IB layer
+IB_PORT_DOWN = _register(
+    'IB_PORT_DOWN', 'ib', 'error', 'port not ACTIVE (Polling: no link partner)',
+    'check the cable and the switch port (iblinkinfo, ibstat %(device)s); a disabled port: ibportstate enable',
+    explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'))
+IB_RATE_DEGRADED = _register(
+    'IB_RATE_DEGRADED', 'ib', 'error', 'width 1X or rate below the node\'s other ports',
+    'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width',
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+IB_ERROR_COUNTERS = _register(
+    'IB_ERROR_COUNTERS', 'ib', 'warning', 'symbol/receive/link errors counted (saturated counters said)',
+    'clear the counters (perfquery -x -R) and watch whether they rise under load; rising symbol or receive errors mean '
+    'a bad cable or transceiver')
+MTU_MISMATCH = _register(
+    'MTU_MISMATCH', 'ib', 'warning', 'active MTU unlike most ports of the fleet',
+    'set the same MTU on every port of the fabric (subnet manager partition MTU, netdev MTU for RoCE)')
+ROCE_NO_V2_GID = _register(
+    'ROCE_NO_V2_GID', 'ib', 'error', 'RoCE port without a RoCE v2 GID with an IPv4 address',
+    'give the port\'s netdev an IP address; check cma_roce_mode')
+IB_ERRORS_UNDER_LOAD = _register(
+    'IB_ERRORS_UNDER_LOAD', 'ib', 'error', 'counters rose during a pair\'s test',
+    'replace the cable or transceiver of %(hca)s on %(host)s',
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
+
+# ---------------------------------------------------------------------------- fleet (plugin_utils/_fleet.py)
+# The remedy is the compared attribute's (_fleet.ATTRIBUTES).
+FLEET_HW_MISSING = _register(
+    'FLEET_HW_MISSING', ('ib', 'ib_gpu'), 'error',
+    'fewer RDMA devices, GPUs or ports than a strict majority of the nodes of its kind (same GPU model; no GPU: same HCA '
+    'models); subject `hca_count`, `gpu_count` or `rails`', '%(attribute_remedy)s',
+    # The tests of the missing rail find no device, a GPU without its own NIC reaches a farther one,
+    # NCCL runs on fewer rails.
+    explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_FAILED', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+FLEET_RAIL_SLOWER = _register(
+    'FLEET_RAIL_SLOWER', 'ib', 'error',
+    'ports slower than the majority\'s of the kind, or on another link layer (a port `IB_PORT_DOWN` or `IB_RATE_DEGRADED` '
+    'reports is left to them)', '%(attribute_remedy)s',
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+FLEET_DIFFERS = _register(
+    'FLEET_DIFFERS', ('ib', 'ib_gpu', 'host'), 'warning',
+    'unlike the majority of the kind in the subject: `firmware`, `board_id`, `hca_model`, `roce_mtu` (netdev MTU the RDMA '
+    'MTU does not show), `gid_index`, `peer_memory`, `kernel`, `ofed`, `nccl` (recommended settings), or more GPUs/HCAs/'
+    'faster ports; evidence `value`, `most_nodes`', '%(attribute_remedy)s')
+FLEET_SPLIT = _register(
+    'FLEET_SPLIT', ('ib', 'ib_gpu', 'host'), 'warning',
+    'nodes of a kind differ and no strict majority (two nodes, or a tie) says which is right: `evidence.values` lists each '
+    'value with its hosts, no node is blamed', 'find out which is intended and align the others: %(attribute_remedy)s')
+
+# ---------------------------------------------------------------------------- IB + GPU layer
+# The four peer-memory roots: which one a node gets is _gdr.peer_verdict's decision.
+GDR_MM_KOBJ_NOT_EXPORTED = _register(
+    'GDR_MM_KOBJ_NOT_EXPORTED', 'ib_gpu', 'error',
+    'kernel without the `mm_kobj` export (removed upstream, and in RHEL 9.6) → OFED without `HAVE_MM_KOBJ_EXPORTED` → no memory_peers client',
+    'a kernel that exports mm_kobj, then rebuild MLNX OFED against it (role ofed_peermem, tag ofed_peermem)',
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS)
+GDR_OFED_STALE_BUILD = _register(
+    'GDR_OFED_STALE_BUILD', 'ib_gpu', 'error', 'the kernel exports `mm_kobj`, OFED was built without it: rebuild',
+    'rebuild MLNX OFED for the running kernel (role ofed_peermem, tag ofed_peermem)',
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS)
+GDR_PEERMEM_NOT_LOADED = _register(
+    'GDR_PEERMEM_NOT_LOADED', 'ib_gpu', 'error', 'peer-memory module not loaded',
+    'load the peer-memory module now and at boot (role rdma_modules, tag rdma_modules)',
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED})
+GDR_MEMORY_PEERS_MISSING = _register(
+    'GDR_MEMORY_PEERS_MISSING', 'ib_gpu', 'error', 'module loaded, no memory_peers client',
+    'check the kernel log of the peer-memory module; reload it (role ofed_peermem)',
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED})
+GDR_ACS_REDIRECT = _register(
+    'GDR_ACS_REDIRECT', 'ib_gpu', 'error', 'ACS redirects P2P on a GPU↔NIC path',
+    'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)',
+    explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
+GPU_NIC_FAR = _register(
+    'GPU_NIC_FAR', 'ib_gpu', 'warning', 'a GPU\'s nearest NIC is PHB/NODE/SYS, or a compute NIC has no GPU near',
+    'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node',
+    explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
+    remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'})
+# No RDMA device, or nothing at all: the node cannot join the mesh; alone, nothing can run.
+GDR_NO_RDMA_NIC = _register(
+    'GDR_NO_RDMA_NIC', 'ib_gpu', 'error',
+    'GPUs but no RDMA device: NCCL would use its socket transport between nodes (`evidence.nccl_path`: `socket`)',
+    'check that the HCA is on the PCI bus (lspci) and that its drivers are loaded (mlx5_core, mlx5_ib, ib_uverbs: role '
+    'rdma_modules); in a VM or container, pass the RDMA devices through',
+    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'))
+GDR_NOT_READY = _register(
+    'GDR_NOT_READY', 'ib_gpu', 'error',
+    '`gdr_ready` false for a reason no other rule names (the reasons, and the path NCCL takes, in evidence)',
+    'see the reasons; gdr_facts lists them with the facts behind each')
+
+# ---------------------------------------------------------------------------- host layer
+HOST_CPU_GOVERNOR = _register(
+    'HOST_CPU_GOVERNOR', 'host', 'warning', 'CPUs not on the performance governor',
+    'run playbooks/configure.yml --tags cpu_governor (role cpu_governor: performance now and at every boot)')
+# ibv_reg_mr fails beyond the limit: the pair's test does not start, NCCL on that node fails.
+# Not HOST_CPU_GOVERNOR: the governor does not cap RDMA bandwidth (a ConnectX-4 pair's ib_send_bw
+# plateau was the same under powersave as after cpupower frequency-set -g performance:
+# https://chrispaquin.com/2026/03/22/project-nvidia-hpc-infiniband-homelab-gpu-cluster-part-3-rdma-performance-testing/).
+HOST_MEMLOCK_LIMITED = _register(
+    'HOST_MEMLOCK_LIMITED', 'host', 'error', 'locked-memory limit below what RDMA registration needs',
+    'run playbooks/configure.yml --tags memlock (role memlock: unlimited for logins and services)',
+    other={'warning': 'enough for the benchmark, or root exempt by CAP_IPC_LOCK'},
+    explains=(('BENCH_PAIR_FAILED', _MR_FAILED), ('BENCH_GPU_MEMORY_FAILED', _MR_FAILED), 'COLLECTIVE_CULPRIT'))
+HOST_MODULES_NOT_PERSISTENT = _register(
+    'HOST_MODULES_NOT_PERSISTENT', 'host', 'warning', 'an RDMA or peer-memory module loaded now but listed in no modules-load.d',
+    'run playbooks/configure.yml --tags rdma_modules (role rdma_modules writes /etc/modules-load.d/gpu-fabric.conf)')
+HOST_UNREACHABLE = _register(
+    'HOST_UNREACHABLE', 'host', 'error', 'no facts came back; nothing on the node was checked',
+    'check that the node is up and reachable over SSH; nothing on it was checked')
+# A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
+HOST_LOST = _register(
+    'HOST_LOST', 'host', 'error', 'answered at the start, did not get through a later stage (unreachable or a task failed)',
+    'see the run\'s output for %(host)s (unreachable or failed task), bring it back, run again',
+    explains=(('BENCH_PAIR_FAILED', _NOT_MR_FAILED), 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
+              'COLLECTIVE_SUSPECT'))
+HOST_TASK_FAILED = _register(
+    'HOST_TASK_FAILED', 'host', 'error',
+    'a task failed on the node and was rescued (stage, task, message in evidence): what that stage checks there is missing',
+    'fix what the message names and run again; what this stage checks on %(host)s is missing',
+    explains=(('BENCH_PAIR_FAILED', _NOT_MR_FAILED), 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
+              'COLLECTIVE_SUSPECT', 'BENCH_NODE_NOT_TESTED'))
+HOST_NOTHING_TO_CHECK = _register(
+    'HOST_NOTHING_TO_CHECK', 'host', 'error', 'neither GPUs nor RDMA devices found: nothing of the fabric was checked (fail closed)',
+    'check lspci for the GPUs and HCAs and that their drivers are loaded; run against the node itself (not a container '
+    'without /sys); leave non-GPU hosts out of the inventory group',
+    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'))
+RUN_NOTHING_VALIDATED = _register(
+    'RUN_NOTHING_VALIDATED', 'host', 'error', 'no node returned facts (the pattern matched no host, or every node failed)',
+    'check the inventory and gpu_fabric_hosts (a group or host pattern); a host named localhost is a node too '
+    '(-i localhost, -c local validates this machine)',
+    explains=('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'))
+
+# ---------------------------------------------------------------------------- measured
+_LOWER = 'see the lower-layer findings of both nodes'
+BENCH_PAIR_FAILED = _register(
+    'BENCH_PAIR_FAILED', 'benchmark', 'error', 'a pair\'s test failed (kind and the server side\'s cause in evidence)', _LOWER)
+BENCH_PAIR_LOW = _register(
+    'BENCH_PAIR_LOW', 'benchmark', 'error', 'below `fabric_bench_bw_ratio` of the slower port\'s rate', _LOWER)
+BENCH_GPU_MEMORY_FAILED = _register(
+    'BENCH_GPU_MEMORY_FAILED', 'benchmark', 'error', 'GPU memory failed where host memory passed on the same pair and rail', _LOWER)
+BENCH_GPU_MEMORY_LOW = _register(
+    'BENCH_GPU_MEMORY_LOW', 'benchmark', 'error', 'GPU memory below `fabric_bench_gpu_ratio` of host memory on the same pair',
+    _LOWER, other={'info': 'over an HCA with no GPU near'},
+    remedies={'no_gpu_near': 'leave this HCA out of GPU-memory tests (fabric_bench_hcas), or pin jobs to NICs near their GPUs'})
+BENCH_NODE_NOT_TESTED = _register(
+    'BENCH_NODE_NOT_TESTED', 'benchmark', 'error', 'a node left out of the mesh (no HCA, perftest not found), with the reason',
+    'fix the reason and run the benchmark again; none of its links was tested')
+BENCH_NOT_RUN = _register(
+    'BENCH_NOT_RUN', 'benchmark', 'error',
+    'fewer than two nodes could run the mesh: nothing was tested, `evidence.skipped` says why',
+    'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and perftest (%(test)s) installed')
+
+_CULPRITS = 'see the culprit nodes and their lower-layer findings'
+_RUN_OUTPUT = 'see the run\'s output and the node\'s lower-layer findings'
+_INSTALL = 'install the benchmark (nccl-tests, rccl-tests) or give fabric_collective_binary'
+COLLECTIVE_BUSBW_LOW = _register(
+    'COLLECTIVE_BUSBW_LOW', 'collective', 'error', 'fleet busbw below the healthy share of the NICs', _CULPRITS,
+    other={'warning': 'between the warn and the healthy share'},
+    remedies={'node': 'check the GPUs\' links (nvidia-smi topo -m, nvidia-smi nvlink -s) and the node\'s findings'})
+COLLECTIVE_DATA_CORRUPTION = _register(
+    'COLLECTIVE_DATA_CORRUPTION', 'collective', 'error', '`#wrong` > 0 or out of bounds', _CULPRITS,
+    remedies={'node': _RUN_OUTPUT, 'missing_binary': _INSTALL})
+COLLECTIVE_FAILED = _register(
+    'COLLECTIVE_FAILED', 'collective', 'error',
+    'the fleet run (or, launcher local, a node\'s run) did not complete, or could not start (no binary, no launcher)', _CULPRITS,
+    remedies={'node': _RUN_OUTPUT, 'missing_binary': _INSTALL})
+COLLECTIVE_GDR_NOT_USED = _register(
+    'COLLECTIVE_GDR_NOT_USED', 'collective', 'error',
+    'IB without GPUDirect RDMA although every node\'s facts say it is ready (the job\'s settings)',
+    'compare the job\'s NCCL_* environment with the recommended settings (report hosts.*.nccl, role nccl_conf); check '
+    'NCCL_NET_GDR_LEVEL and that containers see the peer-memory module')
+COLLECTIVE_SOCKET_TRANSPORT = _register(
+    'COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error', 'NCCL used Socket on an RDMA fleet',
+    'check that the RDMA devices are visible in the job (NCCL_IB_HCA, container devices)')
+COLLECTIVE_CULPRIT = _register(
+    'COLLECTIVE_CULPRIT', 'collective', 'error', 'the culprit search named this node',
+    'take %(host)s out of the job and fix its lower-layer findings',
+    explains=('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'))
+COLLECTIVE_NODE_SLOW = _register(
+    'COLLECTIVE_NODE_SLOW', 'collective', 'error',
+    'launcher local: the node\'s busbw over its own GPUs below `fabric_collective_healthy_ratio` of its peers\' median',
+    'compare the node with its peers: GPU links (nvidia-smi topo -m, nvidia-smi nvlink -s), PCIe ACS, clocks and power '
+    'limits, the fleet findings')
+COLLECTIVE_SUSPECT = _register(
+    'COLLECTIVE_SUSPECT', 'collective', 'warning', 'the search could not clear or name this node',
+    'give fabric_collective a known-good reference node')
+# Not a fault, but what could not be checked must be said (a mixed fleet, one node).
+COLLECTIVE_NOT_RUN = _register(
+    'COLLECTIVE_NOT_RUN', 'collective', 'info', 'the collective did not run (mixed GPU vendors, one node, check mode)',
+    'run playbooks/benchmark.yml --tags fabric_collective on the nodes of one GPU vendor')
+
+# Which codes a root on the same host explains (a symptom anywhere above it).
+EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY.items() if entry.explains)
+
+
+def explains(root, symptom):
+    """Does a finding of code ``root`` explain the finding ``symptom`` (when on the same host)?"""
+    entry = REGISTRY.get(root)
+    if entry is None or symptom['code'] not in entry.explains:
+        return False
+    condition = entry.explains[symptom['code']]
+    return condition is None or bool(condition[0](symptom))
+
+
+def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, **values):
+    """A finding of a registered code. ``severity``/``layer``: where the rule picks one of the
+    code's other registered ones; ``remedy``: a registered variant's name; ``values`` fill the
+    remedy's template (with ``host`` and ``subject``)."""
+    entry = REGISTRY.get(code)
+    if entry is None:
+        raise ValueError('finding code %r is not registered in plugins/module_utils/_findings.py' % (code,))
+    severity = severity or entry.severity
+    if severity != entry.severity and severity not in entry.other:
+        raise ValueError('%s: severity %r is not registered' % (code, severity))
+    layer = layer or entry.layers[0]
+    if layer not in entry.layers:
+        raise ValueError('%s: layer %r is not registered' % (code, layer))
+    if remedy is not None and remedy not in entry.remedies:
+        raise ValueError('%s: remedy %r is not registered' % (code, remedy))
+    values = dict(values, host=host, subject=subject)
+    text = (entry.remedies[remedy] if remedy is not None else entry.remedy) % values
+    return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,
+            'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': text, 'explained_by': None}
+
+
+def markdown_rows():
+    """The codes table of docs/report.md (its header and rows), in registry order."""
+    def cell(text):
+        return text.replace('|', '\\|')
+    rows = ['| code | layer | severity | found from | explained by |', '|---|---|---|---|---|']
+    for code, entry in REGISTRY.items():
+        severity = entry.severity + ''.join(' (%s %s)' % (other, when) for other, when in sorted(entry.other.items()))
+        roots = ['%s (%s)' % (root, REGISTRY[root].explains[code][1]) if REGISTRY[root].explains[code] else root
+                 for root in REGISTRY if code in REGISTRY[root].explains]
+        explained = ' %s |' % ', '.join(roots) if roots else ' |'
+        rows.append('| `%s` | %s | %s | %s |%s' % (code, ', '.join(entry.layers), severity, cell(entry.doc), explained))
+    return rows
