@@ -122,8 +122,9 @@ _NOT_XML_CHAR_RE = re.compile('[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U00
 # What CommonMark gives a meaning to inside a paragraph or a table cell ('|' ends a GFM cell);
 # '<', '>' and '&' become entities, so no HTML inside the Markdown survives either.
 # An '_' between two letters or digits opens no emphasis (CommonMark 6.2, left-flanking '_'),
-# so GDR_ACS_REDIRECT stays readable.
-_MD_SPECIAL_RE = re.compile(r'([\\`*\[\]{}()#+!|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))')
+# so GDR_ACS_REDIRECT stays readable. '(' and '!' only mean something next to '[' or ']', which
+# are escaped, so '1 GPU(s)' stays as written.
+_MD_SPECIAL_RE = re.compile(r'([\\`*\[\]#|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))')
 _CODE_RE = re.compile(r'^[\w.:-]+$')
 
 
