@@ -208,7 +208,7 @@ class _Plan(object):
         stored = target
         if _device_target(target):
             pass
-        elif target.startswith('/') or _escapes(parent, target):
+        elif target.startswith('/') or climbs_above_root(parent, target):
             # Where the link leads on the node (an absolute target re-rooted, '/..' being
             # '/'), as a path relative to the link, so that it stays inside the extraction.
             stored = posixpath.relpath(posixpath.normpath(posixpath.join(parent, target)), parent)
@@ -320,9 +320,10 @@ def _device_target(target):
     return target == '/dev' or target.startswith('/dev/')
 
 
-def _escapes(parent, target):
-    """Does a relative target climb above the node root (harmless on the node, where
-    '/..' is '/', but out of the extraction directory in a tarball)?"""
+def climbs_above_root(parent, target):
+    """Does a relative link ``target`` in directory ``parent`` climb above the node root
+    (harmless on the node, where '/..' is '/', but out of the extraction directory in a
+    tarball)? Capture keeps such a link out; offline unpacking re-roots it."""
     depth = len([p for p in parent.split('/') if p])
     for part in target.split('/'):
         if part == '..':

@@ -29,6 +29,7 @@ import tarfile
 import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 
@@ -316,21 +317,9 @@ def _link_target(name, target):
     if target.startswith('/'):
         if node_path != _DEV_NULL:
             note = 'absolute link to %s re-rooted' % ascii(target[:200])
-    elif _climbs(parent, target):
+    elif climbs_above_root(parent, target):
         note = 'link to %s leaves the snapshot: re-rooted' % ascii(target[:200])
     return stored, note
-
-
-def _climbs(parent, target):
-    depth = len([p for p in parent.split('/') if p])
-    for part in target.split('/'):
-        if part == '..':
-            depth -= 1
-            if depth < 0:
-                return True
-        elif part and part != '.':
-            depth += 1
-    return False
 
 
 def unpack(archive, dest):

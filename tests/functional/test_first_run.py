@@ -17,8 +17,6 @@ import os
 import subprocess
 import sys
 
-import yaml
-
 from tests.functional.helpers import recap
 from tests.sim import cluster
 
@@ -72,12 +70,8 @@ def test_localhost_is_a_node_and_a_machine_without_gpu_or_rdma_fails_closed(tmp_
         assert '1 host(s): 0 ok, 1 with errors' in handle.read()
 
 
-def _one_node(dest, name, profile, **env):
-    inventory = cluster.build({'nodes': [{'name': name, 'profile': profile}]}, dest, 'local', python=sys.executable)
-    hosts = inventory['all']['children']['gpu_nodes']['hosts']
-    hosts[name]['gpu_fabric_environment'].update(env)
-    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
-        yaml.safe_dump(inventory, handle)
+def _one_node(dest, name, profile):
+    cluster.build({'nodes': [{'name': name, 'profile': profile}]}, dest, 'local', python=sys.executable)
     return os.path.join(dest, 'inventory.yml')
 
 
@@ -121,12 +115,9 @@ def test_per_node_collective_names_the_node_below_its_peers(tmp_path):
     at 120 instead of 327 GB/s) is named against the median of the other two; nothing in its
     facts shows it."""
     dest = str(tmp_path)
-    spec = {'nodes': [{'name': 'g%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in range(1, 4)]}
-    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
-    hosts = inventory['all']['children']['gpu_nodes']['hosts']
-    hosts['g2']['gpu_fabric_environment']['GF_SIM_NVLINK_GBS'] = '120'
-    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
-        yaml.safe_dump(inventory, handle)
+    spec = {'nodes': [{'name': 'g%d' % i, 'profile': 'nvidia_h100_8x_ndr', 'env': {'GF_SIM_NVLINK_GBS': '120'} if i == 2 else {}}
+                      for i in range(1, 4)]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
     out = os.path.join(dest, 'out')
     os.makedirs(out)
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
@@ -148,12 +139,9 @@ def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_pat
     mesh tests the other two and names the third with why; the collective is a failed result
     that says srun is missing; nothing crashes and no node is lost."""
     dest = str(tmp_path)
-    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in range(1, 4)]}
-    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
-    hosts = inventory['all']['children']['gpu_nodes']['hosts']
-    hosts['n3']['gpu_fabric_environment']['PATH'] = '/usr/sbin:/usr/bin:/sbin:/bin'
-    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
-        yaml.safe_dump(inventory, handle)
+    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr',
+                       'env': {'PATH': '/usr/sbin:/usr/bin:/sbin:/bin'} if i == 3 else {}} for i in range(1, 4)]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
     out = os.path.join(dest, 'out')
     result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
                           '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=srun',

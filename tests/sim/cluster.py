@@ -80,6 +80,8 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                         ansible_ssh_private_key_file=key,
                         ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                         ansible_python_interpreter='/usr/bin/python3')
+        # A node's own switches (GF_SIM_NVLINK_GBS, a PATH without a tool, ...) from the spec.
+        host['gpu_fabric_environment'].update(node.get('env') or {})
         hosts[node['name']] = host
     # For the mpirun stand-in: every node by inventory name and by address, with its root
     # and the environment its stand-ins see (fault switches such as GF_SIM_NCCL_WRONG).
