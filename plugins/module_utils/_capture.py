@@ -148,7 +148,7 @@ class RecordingSysRoot(SysRoot):
     def listdir(self, rel):
         with self._recorded():
             try:
-                names = sorted(os.listdir(self.path(rel)))
+                names = sorted(os.listdir(self.host_path(rel)))
             except (IOError, OSError) as exc:
                 self._failed(rel, exc)
                 return super(RecordingSysRoot, self).listdir(rel)

@@ -26,8 +26,6 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv
 BENCHMARKS = ('all_reduce_perf', 'all_gather_perf', 'reduce_scatter_perf', 'sendrecv_perf', 'alltoall_perf',
               'broadcast_perf', 'reduce_perf')
 LAUNCHERS = ('local', 'mpirun', 'srun')
-# Environment prefixes of the libraries (NCCL, RCCL reads NCCL_* and RCCL_*, MetaX MCCL_*).
-ENV_PREFIXES = ('NCCL_', 'RCCL_', 'MCCL_')
 DEBUG_ENV = {'NCCL_DEBUG': 'INFO', 'NCCL_DEBUG_SUBSYS': 'INIT,NET'}
 
 _HEADER_RE = re.compile(
@@ -44,7 +42,6 @@ _TESTS_VERSION_RE = re.compile(r'#\s*nccl-tests version (?P<version>\S+)(?: nccl
 _RCCL_VERSION_RE = re.compile(r'^rc+l-tests: Version (?P<version>.+?)\s*$')
 _LIB_VERSION_RE = re.compile(r'\b(?P<lib>[NRM]CCL) version (?P<version>\S+)')
 _STARTING_RE = re.compile(r'#\s*Collective test starting: (?P<name>\S+)')
-_AVG_RE = re.compile(r'^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+|nan|inf)')
 _OOB_RE = re.compile(r'^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<verdict>\w+)')
 _INFO_RE = re.compile(r'\b(?P<lib>[NRM]CCL) INFO (?P<text>.*)$')
 _USING_NETWORK_RE = re.compile(r'^Using network (?P<net>.+?)\s*$')

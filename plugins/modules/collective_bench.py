@@ -380,9 +380,6 @@ def validate(params):
         for key in ('hosts', 'slots_per_host', 'processes', 'nodes', 'oob_cidr', 'launcher_path'):
             if params[key]:
                 raise ArgumentError('%s applies to launcher mpirun or srun, not local' % key)
-    for name in params['env']:
-        if not name or '=' in name:
-            raise ArgumentError('env names must be non-empty and without "=": %r' % name)
     # Host names reach mpirun --host / srun --nodelist, the rest the command line itself (_argv).
     try:
         _argv.check_hosts(params['hosts'], 'hosts')

@@ -204,7 +204,8 @@ def test_hostile_snapshots_never_reach_the_controller(tmp_path):
     assert 'absolute link' in failed['abslink'] and 'leaves the snapshot' in failed['rellink']
     assert 'FIFO' in failed['fifo'] and 'mode 4777 not kept' in failed['setuid']
     assert "'..' in the name" in failed['dotdot'] and 'more than 64 MiB' in failed['bomb']
-    assert 'character device' in failed.get('chardev', 'character device')
+    if os.geteuid() == 0:      # a device node can only be made as root (the snapshot holds one then)
+        assert 'character device' in failed['chardev']
     refused_names = [host for host in failed if host.startswith('refused-')]
     assert sorted(refused_names) == ['refused-%2E%2E', 'refused-%2E%2E%2F%2E%2E%2Fetc%2Fevil', 'refused-a%2Fb',
                                      'refused-bad%0Aname'], refused_names
@@ -214,8 +215,8 @@ def test_hostile_snapshots_never_reach_the_controller(tmp_path):
     imported = dict((os.path.basename(e['log']), e) for e in report['collective']['imported_logs'])
     bad = imported['bad_avg.log']
     assert imported['good.log']['recognised'] and imported['good.log']['status'] == 'ok'
-    # Not recognised, with the parser's failure; or read as a failed run, the line named as a problem.
-    assert (not bad['recognised'] and bad['reason']) or bad['status'] == 'failed', bad
+    # Read as a failed run (its average line holds no number), not as a measurement.
+    assert bad['recognised'] and bad['status'] == 'failed', bad
 
     # Nothing from outside the snapshots in any output, and nothing but files, directories and
     # links (every one of them pointing inside the output) - no setuid or world-writable mode.

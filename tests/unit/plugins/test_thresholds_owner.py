@@ -35,6 +35,7 @@ def test_roles_leave_the_thresholds_to_the_rules():
 def test_left_out_or_null_is_the_rule_default():
     assert _bench.thresholds({'bw_ratio': None}) == {'bw_ratio': _bench.BW_RATIO, 'gpu_ratio': _bench.GPU_RATIO,
                                                      'lat_max_us': _bench.LAT_MAX_US}
-    assert _bench.report({}, {})['thresholds'] == _bench.thresholds(None)
+    assert _bench.report({}, {})['thresholds'] == {'bw_ratio': _bench.BW_RATIO, 'gpu_ratio': _bench.GPU_RATIO,
+                                                   'lat_max_us': _bench.LAT_MAX_US}
     verdict = collective_verdict({'status': 'ok', 'max_busbw_gbs': 40.0}, 50.0, None, None)
     assert (verdict['healthy_ratio'], verdict['warn_ratio']) == (_collective.HEALTHY_RATIO, _collective.WARN_RATIO)

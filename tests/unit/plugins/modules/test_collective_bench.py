@@ -84,6 +84,7 @@ def test_from_log(monkeypatch, parts, status, avg, kind):
     assert result['avg_busbw_gbs'] == avg
     assert (result['failure'] or {}).get('kind') == kind
     assert isinstance(result['problems'], list)
+    assert result['changed'] is False
 
 
 def test_from_log_returns_the_unreadable_line_and_the_transport(monkeypatch):
@@ -143,7 +144,7 @@ def test_from_log_missing_file_fails_the_task(monkeypatch, tmp_path):
     ({'iterations': 0}, 'iterations must be a positive integer'),
     ({'launcher': 'mpirun'}, 'launcher=mpirun needs hosts'),
     ({'hosts': ['n1']}, 'hosts applies to launcher mpirun or srun'),
-    ({'env': {'A=B': '1'}}, 'env names'),
+    ({'env': {'A=B': '1'}}, 'is not an environment variable name'),
 ])
 def test_bad_arguments_fail_the_task(monkeypatch, tools, args, message):
     tools(REAL_TEXT)
