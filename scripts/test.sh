@@ -29,6 +29,11 @@ gf_venv
 tree=$(gf_collection_tree)
 base=${tree%/ansible_collections/*}
 trap 'rm -rf "$base"' EXIT
+# Every temp file of every step (pytest's basetemp, rendered simulator trees, Chromium's
+# scratch dirs, whatever a test forgets) lands under $base and goes with it: CI machines are
+# reused, and a run that leaked ~300,000 inodes into /tmp filled a disk there.
+export TMPDIR=$base/tmp
+mkdir -p "$TMPDIR"
 # The copy is importable as ansible_collections.hpc.gpu_fabric, and its tests as tests.*.
 export PYTHONPATH=$base:$tree
 export ANSIBLE_COLLECTIONS_PATH=$base

@@ -355,7 +355,10 @@ def open_page(path_or_url, screenshot=None, width=1400, height=900, timeout=60, 
     from_read, from_write = os.pipe()
     # Chromium keeps its crash database under $XDG_CONFIG_HOME/chromium whatever the
     # --user-data-dir; pointing the XDG dirs into workdir keeps every file it writes there.
-    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(workdir, 'config'), XDG_CACHE_HOME=os.path.join(workdir, 'cache'))
+    # TMPDIR too: Chromium makes its org.chromium.Chromium.* scratch dirs there and does not
+    # always remove them when killed.
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(workdir, 'config'), XDG_CACHE_HOME=os.path.join(workdir, 'cache'),
+               TMPDIR=workdir)
     proc = None
     try:
         with open(stderr_path, 'wb') as stderr:
