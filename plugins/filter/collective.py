@@ -8,7 +8,7 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
 
 
 def _ratios(healthy, warn):
@@ -49,16 +49,41 @@ def collective_expected(hostvars, hosts, hcas=None):
     return _collective.expected_busbw(nodes, hcas or None)
 
 
-def culprit_search_start(nodes, reference=None, prior=None):
-    return _collective.search_start(list(nodes), reference, list(prior or []))
+def culprit_search_start(nodes, reference=None, prior=None, pairs=None):
+    if not isinstance(nodes, (list, tuple)):
+        raise AnsibleFilterError('culprit_search_start: the nodes must be a list of inventory names')
+    if pairs is not None and not isinstance(pairs, (list, tuple, dict)):
+        raise AnsibleFilterError('culprit_search_start: pairs must be a fabric_bench report or a list of [node, node]')
+    return _group_search.search_start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs))
 
 
 def culprit_search_next(state):
-    return _collective.search_next(state)
+    return _group_search.search_next(state)
 
 
 def culprit_search_update(state, runs, verdicts):
-    return _collective.search_update(state, runs, verdicts)
+    if len(runs or []) != len(verdicts or []):
+        raise AnsibleFilterError('culprit_search_update: one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
+    return _group_search.search_update(state, runs, verdicts)
+
+
+def culprit_search_verdicts(started, finished):
+    """The verdict of each run of a round, in the order of the runs: started with async (poll 0),
+    waited for with async_status. A run that did not start or did not finish is failed, never cleared."""
+    if not isinstance(started, (list, tuple)) or not isinstance(finished, (list, tuple)):
+        raise AnsibleFilterError('culprit_search_verdicts: the registered results of the loops (their .results)')
+    done = dict((str(r.get('ansible_job_id')), r) for r in finished if isinstance(r, dict) and r.get('ansible_job_id'))
+    verdicts = []
+    for launch in started:
+        launch = launch if isinstance(launch, dict) else {}
+        job = launch.get('ansible_job_id')
+        result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
+        verdict = _collective.normalize(result)['verdict']
+        if verdict.get('status') == 'skipped' or (job and not result.get('finished') and not result.get('failed')):
+            verdict = {'status': 'failed', 'reasons': ['not run: %s' % '; '.join(verdict.get('reasons') or ['unfinished'])],
+                       'ratio': None}
+        verdicts.append(verdict)
+    return verdicts
 
 
 class FilterModule(object):
@@ -72,4 +97,5 @@ class FilterModule(object):
             'culprit_search_start': culprit_search_start,
             'culprit_search_next': culprit_search_next,
             'culprit_search_update': culprit_search_update,
+            'culprit_search_verdicts': culprit_search_verdicts,
         }

@@ -23,6 +23,10 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
             failures[host] = list(hv['gpu_fabric_failures'])
         if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts or host in failures:
             nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
+            if 'gpu_fabric_ib_fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
+                nodes[host]['fabric'] = facts['gpu_fabric_ib_fabric']
+            if 'gpu_fabric_roce' in facts:   # RoCE lossless facts (roce_qos_facts)
+                nodes[host]['roce'] = facts['gpu_fabric_roce']
             # The stages each node got through (set at the end of each stage's play on the nodes).
             stages[host] = list(hv.get('gpu_fabric_stages') or [])
         else:
@@ -31,7 +35,7 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
         stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
     findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)
     # What NCCL should be told on each node, from the same facts (role nccl_conf writes it).
-    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items()
+    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'))) for host, node in nodes.items()
                 if node.get('ib') is not None or node.get('gdr') is not None)
     return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
 

@@ -79,6 +79,47 @@ IB_ERRORS_UNDER_LOAD = _register(
     'replace the cable or transceiver of %(hca)s on %(host)s',
     explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
 
+# ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/_roce_rules.py)
+# One finding per node and code, the ports in the subject; docs/roce.md explains each check.
+_ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW')
+_ROCE_ROLE = 'run playbooks/configure.yml -e gpu_fabric_roce_qos=true --tags roce_qos (role roce_qos), and match the switch ports'
+ROCE_QOS_UNKNOWN = _register(
+    'ROCE_QOS_UNKNOWN', 'ib', 'warning',
+    'RoCE port whose DCB settings (trust, PFC) could not be read: neither mlnx_qos nor dcb answered (fail closed)',
+    'install mlnx-tools (mlnx_qos) or iproute2 with dcb on the node, or run roce_qos_facts with qos_tools=always')
+ROCE_TRUST_PCP = _register(
+    'ROCE_TRUST_PCP', 'ib', 'error',
+    'RoCE port trusts PCP (VLAN priority) while RoCE v2 marks DSCP: untagged RDMA traffic lands on priority 0',
+    'set trust dscp (mlnx_qos -i IF --trust dscp): ' + _ROCE_ROLE,
+    other={'warning': 'RDMA CM ToS carries no DSCP either'}, explains=_ROCE_SYMPTOMS)
+ROCE_PFC_OFF = _register(
+    'ROCE_PFC_OFF', 'ib', 'error', 'PFC enabled on no priority of a RoCE port: RDMA traffic is not lossless',
+    'enable PFC on the RDMA priority (mlnx_qos -i IF --pfc 0,0,0,1,0,0,0,0): ' + _ROCE_ROLE, explains=_ROCE_SYMPTOMS)
+ROCE_TC_NOT_LOSSLESS = _register(
+    'ROCE_TC_NOT_LOSSLESS', 'ib', 'error',
+    'the RDMA CM ToS (NCCL_IB_TC) maps through the DSCP map to a priority without PFC: RDMA lands in a lossy queue',
+    'set the RDMA CM ToS to the lossless class (106: DSCP 26, ECT) and map DSCP 26 to the PFC priority: ' + _ROCE_ROLE,
+    explains=_ROCE_SYMPTOMS)
+ROCE_ECN_OFF = _register(
+    'ROCE_ECN_OFF', 'ib', 'error',
+    'ECN (DCQCN) off for the RDMA priority at the notification (roce_np) or reaction (roce_rp) point',
+    'enable ECN on the RDMA priority (echo 1 > /sys/class/net/IF/ecn/roce_np/enable/3 and roce_rp/enable/3): ' + _ROCE_ROLE,
+    explains=_ROCE_SYMPTOMS)
+ROCE_CNP_LOSSY = _register(
+    'ROCE_CNP_LOSSY', 'ib', 'warning',
+    'CNPs are sent on a priority that is neither PFC-enabled nor on a strict-priority TC: congestion feedback can be dropped',
+    'send CNPs on priority 6 with DSCP 48 (ecn/roce_np/cnp_802p_prio, cnp_dscp) and give that TC strict priority: ' + _ROCE_ROLE)
+ROCE_MTU_MISMATCH = _register(
+    'ROCE_MTU_MISMATCH', 'ib', 'warning',
+    'the netdev MTU of a RoCE port leaves an RDMA MTU below 4096 (the netdev must carry 4096 + the RoCE headers)',
+    'set the netdev MTU of the RoCE port to 9000 (or at least 4200) on the node and the switch port',
+    explains=('BENCH_PAIR_LOW',))
+ROCE_CONGESTION = _register(
+    'ROCE_CONGESTION', 'ib', 'warning',
+    'RoCE loss counters (out_of_sequence, packet_seq_err, local_ack_timeout_err) counted: packets were dropped and retransmitted',
+    'check PFC on the switch ports of %(subject)s (pause counters: ethtool -S IF | grep prio3_pause) and the lossless '
+    'findings; clear the counters and watch whether they rise under load', explains=('BENCH_PAIR_LOW',))
+
 # ---------------------------------------------------------------------------- fleet (plugin_utils/_fleet.py)
 # The remedy is the compared attribute's (_fleet.ATTRIBUTES).
 FLEET_HW_MISSING = _register(
@@ -96,8 +137,8 @@ FLEET_RAIL_SLOWER = _register(
 FLEET_DIFFERS = _register(
     'FLEET_DIFFERS', ('ib', 'ib_gpu', 'host'), 'warning',
     'unlike the majority of the kind in the subject: `firmware`, `board_id`, `hca_model`, `roce_mtu` (netdev MTU the RDMA '
-    'MTU does not show), `gid_index`, `peer_memory`, `kernel`, `ofed`, `nccl` (recommended settings), or more GPUs/HCAs/'
-    'faster ports; evidence `value`, `most_nodes`', '%(attribute_remedy)s')
+    'MTU does not show), `gid_index`, `roce_qos` (RoCE lossless settings), `peer_memory`, `kernel`, `ofed`, `nccl` '
+    '(recommended settings), or more GPUs/HCAs/faster ports; evidence `value`, `most_nodes`', '%(attribute_remedy)s')
 FLEET_SPLIT = _register(
     'FLEET_SPLIT', ('ib', 'ib_gpu', 'host'), 'warning',
     'nodes of a kind differ and no strict majority (two nodes, or a tie) says which is right: `evidence.values` lists each '
@@ -239,10 +280,62 @@ COLLECTIVE_NODE_SLOW = _register(
 COLLECTIVE_SUSPECT = _register(
     'COLLECTIVE_SUSPECT', 'collective', 'warning', 'the search could not clear or name this node',
     'give fabric_collective a known-good reference node')
+# Culprit search by group testing (plugins/module_utils/_group_search.py): a fault between two nodes.
+COLLECTIVE_PAIR_SLOW = _register(
+    'COLLECTIVE_PAIR_SLOW', 'collective', 'error',
+    'the culprit search: runs with both nodes are bad, each node runs healthy without the other (a link or route between them)',
+    'test the link between %(host)s and %(peer)s (playbooks/benchmark.yml --tags fabric_bench: the pair\'s perftest per rail, '
+    'its switch ports and cables); the nodes alone are not at fault',
+    explains=('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'))
 # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
 COLLECTIVE_NOT_RUN = _register(
     'COLLECTIVE_NOT_RUN', 'collective', 'info', 'the collective did not run (mixed GPU vendors, one node, check mode)',
     'run playbooks/benchmark.yml --tags fabric_collective on the nodes of one GPU vendor')
+
+# ---------------------------------------------------------------------------- fabric beyond the node
+# Rules: plugins/plugin_utils/_fabric.py (rates: module_utils/_rates.py). A switch port whose other end
+# is a node's HCA is that node's finding, so the node's own symptoms on it are one root cause.
+_FABRIC_PORT_SYMPTOMS = ('IB_ERROR_COUNTERS', 'IB_ERRORS_UNDER_LOAD', 'BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED',
+                         'COLLECTIVE_CULPRIT')
+FABRIC_LINK_DEGRADED = _register(
+    'FABRIC_LINK_DEGRADED', 'ib', 'error',
+    'a switch or host link trained below what both ends can do (iblinkinfo "Could be") or below the fabric\'s usual rate '
+    'for such links; subject names both ports',
+    'reseat or replace the cable or transceiver of %(link)s, then check with iblinkinfo that it trains at full width and speed',
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_SLOW_PAIR_PATH'))
+FABRIC_UPLINKS_ASYMMETRIC = _register(
+    'FABRIC_UPLINKS_ASYMMETRIC', 'ib', 'error', 'a leaf switch with fewer active up-links to the spines than its peers',
+    'find the missing up-link of %(switch)s (iblinkinfo: a Down/Polling port among its spine ports) and reconnect it')
+FABRIC_SM_ABSENT = _register(
+    'FABRIC_SM_ABSENT', 'ib', 'error', 'no subnet manager answers as master (sminfo fails or none is MASTER)',
+    'start a subnet manager (opensm on a host, or the switch\'s SM) and give it the highest priority')
+FABRIC_SM_MULTIPLE_MASTERS = _register(
+    'FABRIC_SM_MULTIPLE_MASTERS', 'ib', 'error', 'more than one subnet manager claims to be master',
+    'stop all but one master SM, or set distinct priorities so that the others become standby',
+    explains=('FABRIC_SM_DISAGREE', 'FABRIC_SM_PRIORITY_TIE'))
+FABRIC_SM_PRIORITY_TIE = _register(
+    'FABRIC_SM_PRIORITY_TIE', 'ib', 'warning', 'subnet managers share a priority (the master is chosen by GUID)',
+    'give the intended master the highest sm_priority and the standbys lower, distinct ones')
+FABRIC_SM_DISAGREE = _register(
+    'FABRIC_SM_DISAGREE', 'ib', 'error', 'nodes\' ports of one rail see different SM LIDs (sysfs `sm_lid`)',
+    'find why the subnet is split (two masters, an unfinished handover) with sminfo on the nodes of each group')
+FABRIC_LINK_FLAPPING = _register(
+    'FABRIC_LINK_FLAPPING', 'ib', 'error', '`link_downed` rose at a switch port between two counter reads',
+    'replace the cable or transceiver of %(port)s; a port that keeps flapping can be disabled (ibportstate disable)',
+    explains=_FABRIC_PORT_SYMPTOMS)
+FABRIC_ERROR_RATE = _register(
+    'FABRIC_ERROR_RATE', 'ib', 'error',
+    'symbol errors per second above the IBTA 1e-12 bit error ratio at the link\'s rate, or `link_error_recovery` rising, at a switch port',
+    'replace the cable or transceiver of %(port)s and watch the counters (perfquery -x) under load',
+    explains=_FABRIC_PORT_SYMPTOMS)
+FABRIC_SLOW_PAIR_PATH = _register(
+    'FABRIC_SLOW_PAIR_PATH', 'ib', 'info', 'the switch ports and cables between the two HCAs of a slow or failed pair',
+    'check the cables named in the evidence, starting with those other findings name')
+FABRIC_TOOLS_MISSING = _register(
+    'FABRIC_TOOLS_MISSING', 'ib', 'warning',
+    'the fabric could not be (fully) discovered: infiniband-diags missing, a tool failed or timed out, or the node has no IB port',
+    'install infiniband-diags on the node that discovers the fabric and give it access to umad (root)')
+# ---------------------------------------------------------------------------- end of fabric block
 
 # Which codes a root on the same host explains (a symptom anywhere above it).
 EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY.items() if entry.explains)

@@ -11,6 +11,7 @@ trees; :func:`read_ib` does the I/O through one :class:`SysRoot`.
 from __future__ import annotations
 
 import re
+import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int, parse_numa
 
@@ -337,10 +338,14 @@ def error_counters(devices):
     """Only the error counters of each port (ERROR_COUNTERS, HW_ERROR_COUNTERS), in the
     shape of read_ib()'s devices: what a benchmark compares before and after a test."""
     reduced = []
+    # When the counters were read (epoch seconds; read_ib() runs right before this): two reads
+    # give rates (module_utils/_rates.py). Not in read_ib()'s facts, which must compare equal
+    # between a node and its snapshot.
+    read_at = round(time.time(), 3)
     for device in devices or []:
         ports = []
         for port in device.get('ports', []):
-            ports.append({'port': port.get('port'),
+            ports.append({'port': port.get('port'), 'counters_read_at': read_at,
                           'counters': dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS),
                           'hw_counters': dict((k, v) for k, v in (port.get('hw_counters') or {}).items() if k in HW_ERROR_COUNTERS)})
         reduced.append({'name': device['name'], 'ports': ports})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
 # Which perftest flag puts the buffer on which vendor's GPU.
@@ -117,6 +118,20 @@ def _port_counters(ib, hca):
             values.update((k, integer(mapping(ports[0].get('hw_counters')).get(k))) for k in HW_ERROR_COUNTERS)
             return values
     return {}
+
+
+def _read_at(ib, hca):
+    for device in mappings(mapping(ib).get('devices')):
+        ports = mappings(device.get('ports'))
+        if device.get('name') == hca and ports:
+            return number(ports[0].get('counters_read_at'))
+    return None
+
+
+def counter_seconds(before, after, hca):
+    """Seconds between the two counter reads of the HCA's first port (None when a read has no time)."""
+    old, new = _read_at(before, hca), _read_at(after, hca)
+    return round(new - old, 3) if old is not None and new is not None and new > old else None
 
 
 def counter_delta(before, after, hca):
@@ -236,6 +251,7 @@ def record_of(test, outcome, before, after):
               'server': key(test.get('server')), 'client': key(test.get('client')), 'hca': hca,
               'peer_hca': key(test.get('client_hca' if side == 'server' else 'server_hca')),
               'counters_delta': counter_delta(before, after, hca) if before is not None and after is not None else {},
+              'counters_seconds': counter_seconds(before, after, hca) if before is not None and after is not None else None,
               'status': status if isinstance(status, str) and status else 'failed', 'summary': summary or None,
               'failure': failure, 'settings': outcome.get('settings'),
               'warnings': sequence(outcome.get('tool_warnings')), 'gpu': mapping(test.get('gpu') or outcome.get('gpu')) or None,
@@ -278,6 +294,7 @@ def _checked(record):
         'kind': text(mapping(failure).get('kind')) or 'failed', 'message': text(mapping(failure).get('message')) or ''}
     checked['gpu'] = mapping(record.get('gpu'))
     checked['counters_delta'] = mapping(record.get('counters_delta'))
+    checked['counters_seconds'] = number(record.get('counters_seconds'))
     checked['elapsed_s'] = number(record.get('elapsed_s'))
     return checked
 
@@ -335,7 +352,10 @@ def report(nodes, options):
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
                                  'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
-                                 'increase': record['counters_delta']})
+                                 'increase': record['counters_delta'],
+                                 # The same rules as the fabric's switch ports (module_utils/_rates.py).
+                                 'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'),
+                                                          _rate(plan, record['hca']))})
             if record['side'] != 'client':
                 continue
             server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))

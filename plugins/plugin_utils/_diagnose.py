@@ -22,6 +22,9 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_CO
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fabric import fabric_findings  # fabric beyond the node
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._roce_rules import roce_findings  # RoCE lossless
 
 # NCCL_NET_GDR_LEVEL default (PXB, module_utils/_gdr.py): a GPU farther from its NIC than this is not used for GDR.
 FAR = BEYOND_GDR_LEVEL
@@ -427,14 +430,7 @@ def collective_findings(collective, nodes=None):
         found.append(finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
                              {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA'))
     found.extend(_local_collective_findings((collective or {}).get('nodes')))
-    for host in ((collective or {}).get('search') or {}).get('culprits') or []:
-        run = next((r for r in reversed(collective['search'].get('runs') or []) if r.get('group') == [host]), {})
-        found.append(finding(F.COLLECTIVE_CULPRIT, host, 'node',
-                             {'run': run}, 'runs that include %s are %s; the same runs without it are healthy'
-                             % (host, run.get('status', 'not healthy'))))
-    for host in ((collective or {}).get('search') or {}).get('unresolved') or []:
-        found.append(finding(F.COLLECTIVE_SUSPECT, host, 'node', {},
-                             'no healthy group to compare with: %s is among the suspects' % host))
+    found.extend(search_findings((collective or {}).get('search')))
     return found
 
 
@@ -514,9 +510,11 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     judged = dict((host, node) for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
     for host in sorted(judged):
         findings.extend(ib_findings(host, judged[host].get('ib')))
+        findings.extend(roce_findings(host, judged[host].get('roce')))   # RoCE lossless
     findings.extend(mtu_findings(judged))
     findings.extend(fleet_findings(judged))
     findings.extend(bench_findings(bench) if bench else [])
+    findings.extend(fabric_findings(judged, bench))   # fabric beyond the node
     for host in sorted(judged):
         findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib')))
         findings.extend(host_findings(host, judged[host].get('gdr')))

@@ -179,6 +179,14 @@ def ofed(host, node, ctx):
     return (gdr.get('ofed') or {}).get('version') or 'inbox (no MLNX OFED found)'
 
 
+def roce_qos(host, node, ctx):
+    # RoCE lossless settings (_roce_rules.qos_signature): trust, PFC, ToS, CNP, ECN,
+    # less what a ROCE_* finding of the node names; this sees a node set up consistently but
+    # unlike its peers (PFC on priority 4 where the switches and peers use 3).
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
+    return _roce_rules.qos_signature(node['roce']) if node.get('roce') is not None else None
+
+
 def nccl_settings(host, node, ctx):
     # The settings follow from the facts: a node with a finding of its own (a port down, a
     # missing HCA, GPUDirect RDMA not ready) gets other settings for that reason, reported there.
@@ -284,6 +292,8 @@ ATTRIBUTES = (
      'run the kernel of the other nodes, or move them all to the new one (then rebuild OFED: role ofed_peermem)'),
     ('ofed', 'host', ofed, _set_judge, 'OFED version',
      'install the OFED version of the other nodes'),
+    ('roce_qos', 'ib', roce_qos, _set_judge, 'RoCE lossless settings (trust, PFC, RDMA CM ToS, CNP, ECN)',
+     'apply the same RoCE QoS as the peers (role roce_qos) and match the switch ports'),
     ('nccl', 'host', nccl_settings, _set_judge, 'recommended NCCL settings (hosts.*.nccl)',
      'compare the node\'s facts with a peer\'s: the NCCL settings follow from them (role nccl_conf)'),
 )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from html import escape
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._diagnose import LAYERS
@@ -32,6 +33,20 @@ STATUS_COLOURS = {'ok': '#009e73', 'warning': '#e69f00', 'error': '#d55e00', 'un
 SERIES = ('#0072b2', '#d55e00', '#009e73', '#cc79a7', '#e69f00', '#56b4e9', '#000000', '#f0e442')
 # Beyond this many curves a legend is unreadable; the curves keep their tooltips.
 MAX_LEGEND = 12
+# Pairwise benchmark at scale: beyond HEATMAP_NODES nodes (~1,100 px wide at 34 px a
+# cell) a heatmap cell is a group of nodes, at most HEATMAP_GROUPS a side (576 cells, each ~450
+# bytes with its tooltip: ~4 MB for the 16 heatmaps of 8 rails x 2 memories, where a browser still
+# opens the page at once); the pairs below threshold are listed worst
+# first, at most PAIR_ROWS of them, and the nodes in the most of them, at most WORST_NODES; at most
+# MAX_CURVES pairs get a curve of their own (the worst), the healthy ones one median curve. The
+# whole matrix and every pair stay in report.json (bench.matrix, bench.pairs).
+HEATMAP_NODES = 32
+HEATMAP_GROUPS = 24
+PAIR_ROWS = 200
+WORST_NODES = 20
+MAX_CURVES = 48
+# Worst first: a failed test, then one below threshold, then anything not judged ok.
+VERDICT_RANK = {'failed': 0, 'low': 1, 'ok': 3}
 
 CSS = '''
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -173,9 +188,11 @@ def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_c
     return ''.join(out) + legend
 
 
-def heatmap(nodes, cells, title, cell=34):
+def heatmap(nodes, cells, title, cell=34, diagonal=False):
     """N x N grid, server rows x client columns. ``cells``: {(server, client): {'value', 'ratio',
-    'verdict', 'tip'}}; colour by verdict, shade by the share of the port rate reached."""
+    'verdict', 'tip'}}; colour by verdict, shade by the share of the port rate reached.
+    ``diagonal``: the rows and columns are groups of nodes, whose diagonal holds the pairs
+    within a group (else a node with itself: drawn grey)."""
     label_w = max([len(n) for n in nodes] + [4]) * 7 + 10
     size = len(nodes) * cell
     width, height = label_w + size + 10, label_w + size + 10
@@ -188,7 +205,7 @@ def heatmap(nodes, cells, title, cell=34):
         for c, client in enumerate(nodes):
             x, y = label_w + c * cell, label_w + r * cell
             item = cells.get((server, client))
-            if server == client:
+            if server == client and not diagonal:
                 out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="#f3f3f3"/>' % (x, y, cell - 1, cell - 1))
                 continue
             if item is None:
@@ -278,6 +295,125 @@ def _pair_name(pair):
     return '%s->%s rail %s' % (pair['server'], pair['client'], pair.get('rail'))
 
 
+def _value(pair):
+    return pair.get('bw_avg_gbps') if pair.get('bw_avg_gbps') is not None else pair.get('lat_typical_us')
+
+
+def _worst_key(pair):
+    """Worst first: failed, then below threshold by the share of the port rate reached, then the rest."""
+    ratio = pair.get('bw_ratio')
+    return (VERDICT_RANK.get(pair.get('verdict'), 2), ratio if isinstance(ratio, (int, float)) else 2.0)
+
+
+def node_groups(nodes, limit=HEATMAP_NODES, groups=HEATMAP_GROUPS):
+    """A heatmap's rows and columns: every node while there are at most ``limit``, else at most
+    ``groups`` runs of consecutive names (sorted, the nodes of a rack or leaf usually share a
+    prefix, so a run mostly stays within one). Returns (labels, {node: its label})."""
+    nodes = list(nodes)
+    if len(nodes) <= limit:
+        return nodes, dict((node, node) for node in nodes)
+    size = -(-len(nodes) // groups)
+    labels, group_of = [], {}
+    for start in range(0, len(nodes), size):
+        members = nodes[start:start + size]
+        label = '%s..%s' % (members[0], members[-1]) if len(members) > 1 else members[0]
+        labels.append(label)
+        group_of.update((node, label) for node in members)
+    return labels, group_of
+
+
+def _node_cells(pairs, memory):
+    cells = {}
+    for p in pairs:
+        value = _value(p)
+        tip = '%s %s memory: %s %s (%s)%s' % (
+            _pair_name(p), memory, _fmt(value, 2), 'Gb/s' if p.get('bw_avg_gbps') is not None else 'us',
+            p['verdict'], ('; ' + '; '.join(p.get('reasons') or [])) if p.get('reasons') else '')
+        cells[(p['server'], p['client'])] = {'value': value, 'ratio': p.get('bw_ratio'), 'verdict': p['verdict'], 'tip': tip}
+    # A full mesh tests each pair once, one way: its mirror cell shows the same test
+    # (a link carries both directions), unless that direction was measured too.
+    for (server, client), item in list(cells.items()):
+        cells.setdefault((client, server), dict(item, tip=item['tip'] + ' (measured as %s->%s)' % (server, client)))
+    return cells
+
+
+def group_cells(pairs, group_of):
+    """Heatmap cells between groups of nodes (node_groups), for the pairs of one memory kind and
+    rail: each cell the worst pair between the two groups (either direction: a link carries
+    both), with the counts of tested, failed and below-threshold pairs in its tooltip."""
+    found = {}
+    for p in pairs:
+        ends = (group_of[p['server']], group_of[p['client']])
+        for cell in set((ends, ends[::-1])):
+            entry = found.get(cell)
+            if entry is None:
+                entry = found[cell] = {'tests': 0, 'failed': 0, 'low': 0, 'worst': p}
+            entry['tests'] += 1
+            if p['verdict'] in ('failed', 'low'):
+                entry[p['verdict']] += 1
+            if _worst_key(p) < _worst_key(entry['worst']):
+                entry['worst'] = p
+    cells = {}
+    for (server, client), entry in found.items():
+        worst = entry['worst']
+        value = _value(worst)
+        tip = '%s -> %s: %d pair test(s), %d failed, %d below threshold; worst %s: %s %s (%s)%s' % (
+            server, client, entry['tests'], entry['failed'], entry['low'], _pair_name(worst), _fmt(value, 2),
+            'Gb/s' if worst.get('bw_avg_gbps') is not None else 'us', worst['verdict'],
+            ('; ' + '; '.join(worst.get('reasons') or [])) if worst.get('reasons') else '')
+        cells[(server, client)] = {'value': value, 'ratio': worst.get('bw_ratio'), 'verdict': worst['verdict'], 'tip': tip}
+    return cells
+
+
+def _points(pair):
+    points = [(s.get('bytes'), s.get('bw_avg_gbps')) for s in pair.get('sizes') or []]
+    if not points and pair.get('bw_avg_gbps') is not None and pair.get('bytes'):
+        points = [(pair['bytes'], pair['bw_avg_gbps'])]
+    return points
+
+
+def _curves(pairs):
+    """The curves of one memory kind: one per pair while there are at most MAX_CURVES, else the
+    worst MAX_CURVES pairs one by one and the healthy rest as their median at each size.
+    Returns (series, how many pairs the median stands for, how many pairs below threshold are left out)."""
+    drawn = [p for p in pairs if _points(p)]
+    healthy, total = [], len(drawn)
+    if len(drawn) > MAX_CURVES:
+        ranked = sorted(drawn, key=_worst_key)
+        drawn = [p for p in ranked[:MAX_CURVES] if p['verdict'] != 'ok']
+        healthy = [p for p in ranked if p['verdict'] == 'ok']
+    series = [{'name': _pair_name(p), 'points': _points(p),
+               'colour': None if p['verdict'] == 'ok' else STATUS_COLOURS.get(p['verdict'])} for p in drawn]
+    if healthy:
+        by_size = {}
+        for p in healthy:
+            for x, y in _points(p):
+                if y is not None:
+                    by_size.setdefault(x, []).append(y)
+        series.append({'name': 'median of %d healthy pair test(s)' % len(healthy), 'colour': STATUS_COLOURS['ok'],
+                       'points': [(x, statistics.median(ys)) for x, ys in sorted(by_size.items())]})
+    return series, len(healthy), total - len(drawn) - len(healthy)
+
+
+def _worst_nodes(failed):
+    """The nodes in the most pair tests below threshold or failed: a bad node of a large mesh
+    shows here once, not as hundreds of its pairs."""
+    counts = {}
+    for p in failed:
+        for node in (p['server'], p['client']):
+            entry = counts.setdefault(node, {'failed': 0, 'low': 0, 'rails': set(), 'peers': set()})
+            entry['failed' if p['verdict'] == 'failed' else 'low'] += 1
+            entry['rails'].add('%s' % (p.get('rail'),))
+            entry['peers'].add(p['client'] if node == p['server'] else p['server'])
+    ranked = sorted(counts.items(), key=lambda item: (-(item[1]['failed'] + item[1]['low']), '%s' % (item[0],)))
+    return ('<h3>Nodes in the most pairs below threshold or failed (%d of %d)</h3><table><thead><tr><th>node</th>'
+            '<th class="num">failed</th><th class="num">below threshold</th><th class="num">peers</th><th>rails</th></tr></thead>'
+            '<tbody>%s</tbody></table>' % (min(WORST_NODES, len(ranked)), len(ranked), ''.join(
+                '<tr><td>%s</td><td class="num">%d</td><td class="num">%d</td><td class="num">%d</td><td>%s</td></tr>' % (
+                    _e(node), entry['failed'], entry['low'], len(entry['peers']), _e(', '.join(sorted(entry['rails']))))
+                for node, entry in ranked[:WORST_NODES])))
+
+
 def _bench(bench):
     pairs = bench.get('pairs') or []
     out = ['<section id="bench"><h2>Pairwise benchmark</h2>']
@@ -291,52 +427,51 @@ def _bench(bench):
     nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
     kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
     rails = sorted(set(p.get('rail') for p in pairs), key=lambda r: (str(type(r)), r))
-    out.append('<h3>Pair bandwidth heatmaps (Gb/s; server rows, client columns)</h3><div class="plots">')
+    by_kind = {}
+    for p in pairs:
+        by_kind.setdefault((p.get('memory'), p.get('rail')), []).append(p)
+    labels, group_of = node_groups(nodes)
+    grouped = len(labels) < len(nodes)
+    out.append('<h3>Pair bandwidth heatmaps (Gb/s; server rows, client columns)</h3>')
+    if grouped:
+        out.append('<p class="note">%d nodes: each row and column is a group of up to %d nodes in name order; a cell shows '
+                   'the worst pair test between the two groups (its tooltip: how many were tested, failed, below '
+                   'threshold). The worst pairs and nodes are listed below; every pair is in report.json (bench.pairs, '
+                   'bench.matrix).</p>' % (len(nodes), -(-len(nodes) // len(labels))))
+    out.append('<div class="plots">')
     for memory in kinds:
         for rail in rails:
-            cells = {}
-            for p in pairs:
-                if p.get('memory') != memory or p.get('rail') != rail:
-                    continue
-                value = p.get('bw_avg_gbps') if p.get('bw_avg_gbps') is not None else p.get('lat_typical_us')
-                tip = '%s %s memory: %s %s (%s)%s' % (
-                    _pair_name(p), memory, _fmt(value, 2), 'Gb/s' if p.get('bw_avg_gbps') is not None else 'us',
-                    p['verdict'], ('; ' + '; '.join(p.get('reasons') or [])) if p.get('reasons') else '')
-                cells[(p['server'], p['client'])] = {'value': value, 'ratio': p.get('bw_ratio'), 'verdict': p['verdict'], 'tip': tip}
-            # A full mesh tests each pair once, one way: its mirror cell shows the same test
-            # (a link carries both directions), unless that direction was measured too.
-            for (server, client), item in list(cells.items()):
-                cells.setdefault((client, server), dict(item, tip=item['tip'] + ' (measured as %s->%s)' % (server, client)))
+            mine = by_kind.get((memory, rail)) or []
+            cells = group_cells(mine, group_of) if grouped else _node_cells(mine, memory)
             if cells:
                 out.append('<figure>%s<figcaption>%s memory, rail %s</figcaption></figure>' % (
-                    heatmap(nodes, cells, '%s memory rail %s' % (memory, rail)), _e(memory), _e(rail)))
+                    heatmap(labels, cells, '%s memory rail %s' % (memory, rail), diagonal=grouped), _e(memory), _e(rail)))
     out.append('</div><h3>Bandwidth vs message size</h3><div class="plots">')
     for memory in kinds:
-        series = []
-        for p in pairs:
-            if p.get('memory') != memory:
-                continue
-            points = [(s.get('bytes'), s.get('bw_avg_gbps')) for s in p.get('sizes') or []]
-            if not points and p.get('bw_avg_gbps') is not None and p.get('bytes'):
-                points = [(p['bytes'], p['bw_avg_gbps'])]
-            if points:
-                series.append({'name': _pair_name(p), 'points': points,
-                               'colour': None if p['verdict'] == 'ok' else STATUS_COLOURS.get(p['verdict'])})
-        rates = sorted(set(p.get('port_rate_gbps') for p in pairs if p.get('memory') == memory and p.get('port_rate_gbps')))
+        mine = [p for p in pairs if p.get('memory') == memory]
+        series, median_of, not_drawn = _curves(mine)
+        rates = sorted(set(p.get('port_rate_gbps') for p in mine if p.get('port_rate_gbps')))
         hlines = [(r * bw_ratio, '%s of %g Gb/s' % (_percent(bw_ratio), r)) for r in rates[-1:] if bw_ratio is not None]
         if series:
             single = all(len(s['points']) == 1 for s in series)
-            out.append('<figure>%s<figcaption>%s memory%s</figcaption></figure>' % (
+            out.append('<figure>%s<figcaption>%s memory%s%s</figcaption></figure>' % (
                 line_chart(series, 'message size (bytes)', 'bandwidth (Gb/s)', hlines), _e(memory),
-                ' (one message size measured: set fabric_bench_all_sizes for the whole curve)' if single else ''))
+                ' (one message size measured: set fabric_bench_all_sizes for the whole curve)' if single else '',
+                ('; the worst %d pair test(s) one by one, %d healthy ones as their median%s' % (
+                    len(series) - bool(median_of), median_of, (', %d more below threshold not drawn (listed below)' % not_drawn) if not_drawn else ''))
+                if median_of or not_drawn else ''))
     out.append('</div>')
-    failed = [p for p in pairs if p['verdict'] != 'ok']
+    failed = sorted((p for p in pairs if p['verdict'] != 'ok'), key=_worst_key)
     if failed:
-        out.append('<h3>Pairs below threshold or failed</h3><table><thead><tr><th>pair</th><th>memory</th><th>verdict</th>'
-                   '<th class="num">Gb/s</th><th>why</th></tr></thead><tbody>%s</tbody></table>' % ''.join(
-                       '<tr><td>%s</td><td>%s</td><td>%s</td><td class="num">%s</td><td>%s</td></tr>' % (
+        shown = failed[:PAIR_ROWS]
+        out.append('<h3>Pairs below threshold or failed%s</h3><table><thead><tr><th>pair</th><th>memory</th><th>verdict</th>'
+                   '<th class="num">Gb/s</th><th>why</th></tr></thead><tbody>%s</tbody></table>' % (
+                       (', the worst %d of %d (all in report.json)' % (len(shown), len(failed))) if len(shown) < len(failed) else '',
+                       ''.join('<tr><td>%s</td><td>%s</td><td>%s</td><td class="num">%s</td><td>%s</td></tr>' % (
                            _e(_pair_name(p)), _e(p.get('memory')), _badge(p['verdict']), _fmt(p.get('bw_avg_gbps')),
-                           _e('; '.join(p.get('reasons') or []))) for p in failed))
+                           _e('; '.join(p.get('reasons') or []))) for p in shown)))
+        if grouped or len(shown) < len(failed):
+            out.append(_worst_nodes(failed))
     out.append('</section>')
     return ''.join(out)
 
@@ -384,9 +519,13 @@ def _collective(collective):
         out.append('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
                    % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))
     search = collective.get('search') or {}
-    if search.get('culprits') or search.get('unresolved'):
+    if search.get('culprits') or search.get('unresolved') or search.get('pairs'):
         out.append('<p>Culprit search: culprits %s; unresolved %s.</p>' % (
             _e(', '.join(search.get('culprits') or []) or 'none'), _e(', '.join(search.get('unresolved') or []) or 'none')))
+        # Group testing (_group_search.py): pairs bad only together, and the cost in runs and rounds.
+        out.append('<p>Bad pairs: %s; %d run(s) in %s round(s).</p>' % (
+            _e(', '.join('-'.join(p.get('nodes') or []) for p in search.get('pairs') or [] if isinstance(p, dict)) or 'none'),
+            len(search.get('runs') or []), _e(str(search.get('rounds', '?')))))
     out.append('</section>')
     return ''.join(out)
 
@@ -419,9 +558,70 @@ def _drift(report):
          % rows) if rows else '<p>No regression beyond %s %%.</p>' % _e(d.get('regression_pct'))))
 
 
+# ---------------------------------------------------------------------------- fabric view
+# Switches drawn at most (a pod has 6; beyond this the page lists the bad links only).
+FABRIC_MAX_SWITCHES = 64
+_HEALTH_RANK = {'error': 0, 'warning': 1, 'info': 2, 'ok': 3}
+
+
+def _fabric_view(report):
+    """Spines above, leaves below, one line per leaf-spine pair coloured by its worst link; the
+    bad links listed by name. Every name came from another cluster's switches: escaped."""
+    fabric = report.get('fabric')
+    if not isinstance(fabric, dict):
+        return ''
+    if fabric.get('status') == 'not_discovered':
+        return ('<section id="fabric"><h2>Fabric</h2><p class="bad">Not discovered: switch links, up-links and the subnet '
+                'manager are unchecked (gpu_fabric_discover_fabric, infiniband-diags on a node with an InfiniBand port).</p></section>')
+    spines = [str(n) for n in fabric.get('spines') or []]
+    leaves = [str(n) for n in fabric.get('leaves') or []]
+    ids = dict((str(k), str(v)) for k, v in (fabric.get('ids') or {}).items())
+    pairs = {}
+    bad = []
+    for link in fabric.get('links') or []:
+        if not isinstance(link, dict):
+            continue
+        a, b = ids.get(str(link.get('a')), str(link.get('a'))), ids.get(str(link.get('b')), str(link.get('b')))
+        health = link.get('health') if link.get('health') in _HEALTH_RANK else 'error'
+        key = tuple(sorted((a, b)))
+        pairs.setdefault(key, []).append(health)
+        if health != 'ok':
+            bad.append((health, link.get('label'), link.get('state')))
+    svg = ''
+    if spines and leaves and len(spines) + len(leaves) <= FABRIC_MAX_SWITCHES:
+        width = max(len(spines), len(leaves)) * 150 + 40
+        xs = dict((name, 20 + (index + 0.5) * (width - 40) / len(spines)) for index, name in enumerate(spines))
+        xl = dict((name, 20 + (index + 0.5) * (width - 40) / len(leaves)) for index, name in enumerate(leaves))
+        lines = []
+        for (a, b), healths in sorted(pairs.items()):
+            top, low = (a, b) if a in xs else (b, a)
+            if top not in xs or low not in xl:
+                continue
+            worst = min(healths, key=lambda h: _HEALTH_RANK[h])
+            colour = STATUS_COLOURS.get(worst, STATUS_COLOURS['error'])
+            lines.append('<line x1="%.0f" y1="50" x2="%.0f" y2="190" stroke="%s" stroke-width="%d"><title>%s</title></line>' % (
+                xs[top], xl[low], colour, 4 if worst != 'ok' else 2,
+                _e('%s - %s: %d link(s), worst %s' % (top, low, len(healths), worst))))
+        boxes = ''.join('<rect x="%.0f" y="%d" width="120" height="26" rx="4" fill="#f4f4f4" stroke="#333"/>'
+                        '<text x="%.0f" y="%d" text-anchor="middle" font-size="11">%s</text>' % (
+                            x - 60, y - 13, x, y + 4, _e(name[:20])) for names, y in ((xs, 50), (xl, 190))
+                        for name, x in names.items())
+        svg = ('<svg class="fabric" role="img" aria-label="fabric" viewBox="0 0 %d 220" width="%d" height="220" '
+               'xmlns="http://www.w3.org/2000/svg">%s%s</svg>' % (width, width, ''.join(lines), boxes))
+    bad.sort(key=lambda item: (_HEALTH_RANK[item[0]], str(item[1])))
+    rows = ''.join('<tr class="bad"><td>%s</td><td>%s</td><td>%s</td></tr>' % (_badge(h), _e(label), _e(state))
+                   for h, label, state in bad[:200])
+    return ('<section id="fabric"><h2>Fabric</h2><p class="note">%d spine(s), %d leaf switch(es), discovered from %s '
+            '(%s).</p>%s%s</section>' % (
+                len(spines), len(leaves), _e(fabric.get('discovered_by')), _e(fabric.get('status')), svg,
+                ('<table><thead><tr><th>health</th><th>link</th><th>state</th></tr></thead><tbody>%s</tbody></table>' % rows)
+                if rows else '<p>Every switch-to-switch link is healthy.</p>'))
+
+
 def render(report):
     """The whole page (str)."""
     parts = [_summary(report), _hosts(report), _findings(report)]
+    parts.append(_fabric_view(report))   # fabric beyond the node
     if report.get('bench'):
         parts.append(_bench(report['bench']))
     if report.get('collective'):

@@ -27,6 +27,7 @@ from __future__ import annotations
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, dmabuf_stands_in, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules  # NCCL_IB_TC
 
 # gdr_facts distance class -> NCCL path type. NCCL has no NODE: its topology has one CPU node
 # per NUMA node, so a path through two host bridges of the same NUMA node is PHB to it.
@@ -225,10 +226,11 @@ def vendor_notes(gdr):
     return notes
 
 
-def recommend(ib, gdr):
+def recommend(ib, gdr, roce=None):
     """{'settings': {NAME: value}, 'reasons': {NAME: why}, 'notes': [...]} for one node.
 
-    ``ib``: the node's gpu_fabric_ib (or None); ``gdr``: its gpu_fabric_gdr (or None).
+    ``ib``: the node's gpu_fabric_ib (or None); ``gdr``: its gpu_fabric_gdr (or None);
+    ``roce``: its gpu_fabric_roce (roce_qos_facts) where gathered, for NCCL_IB_TC.
     A note about one setting starts with its name ("NCCL_IB_GID_INDEX not set: ..."): the
     nccl_conf role drops it once the user overrode or omitted that name.
     """
@@ -255,6 +257,13 @@ def recommend(ib, gdr):
         notes.extend(more)
         if value is not None:
             settings['NCCL_NET_GDR_LEVEL'], reasons['NCCL_NET_GDR_LEVEL'] = value, reason
+        # RoCE lossless: the traffic class of the PFC-enabled priority, when the facts agree.
+        # NCCL_IB_SL is not recommended: on RoCE the SL is the PCP, which trust dscp ignores.
+        value, reason = _roce_rules.nccl_traffic_class(roce) if roce is not None else (None, None)
+        if value is not None:
+            settings['NCCL_IB_TC'], reasons['NCCL_IB_TC'] = value, reason
+        elif reason:
+            notes.append(reason)
     value, reason, more = socket_ifname(gdr)
     notes.extend(more)
     if value is not None:

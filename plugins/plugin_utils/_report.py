@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fabric
+
 SCHEMA = 'hpc.gpu_fabric/report'
 SCHEMA_VERSION = 1
 CHECKS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
@@ -69,6 +71,7 @@ def build(nodes, findings, bench=None, collective=None, unreachable=None, genera
                'roots': len([f for f in roots if f['severity'] != 'info'])}
     return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION, 'generated_at': generated_at, 'options': options or {},
             'summary': summary, 'hosts': hosts, 'findings': findings, 'bench': bench or None,
+            'fabric': _fabric.summary(nodes, findings),   # fabric beyond the node
             'collective': collective or None, 'drift': None}
 
 
@@ -173,6 +176,13 @@ def markdown(report, html_path=None):
                 _md(item['subject'] or ''), _md(item['cause']), _md(item['remedy']),
                 (' Explains %d symptom(s): %s.' % (len(symptoms), ', '.join(
                     _md(code) for code in sorted(set('%s' % s['code'] for s in symptoms))))) if symptoms else ''))
+    # Fabric beyond the node: which cable or switch port to look at.
+    fabric = [f for f in report['findings'] if str(f.get('code', '')).startswith('FABRIC_') and f['severity'] != 'info']
+    if (report.get('fabric') or {}).get('status') == 'not_discovered':
+        lines += ['', 'Fabric beyond the nodes (switch links, up-links, subnet manager): not discovered, unchecked.']
+    if fabric:
+        lines += ['', '## Fabric links and switch ports', '']
+        lines += ['- %s %s: %s' % (_md_code(f['code']), _md(f['subject'] or ''), _md(f['cause'])) for f in fabric[:50]]
     if report.get('drift'):
         d = report['drift']
         lines += ['', '## Drift since %s' % _md(d['baseline_generated_at']), '',

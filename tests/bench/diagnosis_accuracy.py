@@ -46,16 +46,33 @@ EXPECTED = {
     'modules_not_persistent': ('HOST_MODULES_NOT_PERSISTENT', 'nvidia_h100_8x_ndr'),
     'hca_missing': ('FLEET_HW_MISSING', 'nvidia_h100_8x_ndr'),
     'fw_mismatch': ('FLEET_DIFFERS', 'nvidia_h100_8x_ndr'),
+    # RoCE lossless: plugin_utils/_roce_rules.py, _fleet.roce_qos.
+    'roce_trust_pcp': ('ROCE_TRUST_PCP', 'amd_mi300x_roce'),
+    'roce_pfc_off': ('ROCE_PFC_OFF', 'amd_mi300x_roce'),
+    'roce_ecn_off': ('ROCE_ECN_OFF', 'amd_mi300x_roce'),
+    'roce_cnp_lossy': ('ROCE_CNP_LOSSY', 'amd_mi300x_roce'),
+    'roce_tos_default': ('ROCE_TC_NOT_LOSSLESS', 'amd_mi300x_roce'),
+    'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
+    'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
+    'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
 }
 # Healthy nodes of the faulty node's profile beside it: two, so that the peers hold a strict
 # majority of three (plugin_utils/_fleet.py MIN_MAJORITY).
 PEERS = 2
 # Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
 # port that is down hides its rate and counters, rightly).
-ON_HCA = ('cross_numa', 'hca_missing', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid')
+ON_HCA = ('cross_numa', 'hca_missing', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid',
+          'roce_mtu_low', 'roce_congestion')
 # The later fault undoes the earlier: a stale OFED build needs a kernel that exports mm_kobj.
 # A module that is not loaded cannot be loaded-but-not-persistent.
-CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persistent', 'peermem_not_loaded')}
+CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persistent', 'peermem_not_loaded'),
+              # RoCE QoS faults that set the same node-wide value (PFC, the priority of the lossless class):
+              # the later undoes the earlier.
+              ('roce_pfc_off', 'roce_pfc_prio4'),
+              # Without PFC every ToS lands in a lossy queue: ROCE_PFC_OFF says so, not the ToS.
+              ('roce_pfc_off', 'roce_tos_default'),
+              # roce_pfc_prio4 sets ECN on its own priority, which undoes roce_ecn_off.
+              ('roce_ecn_off', 'roce_pfc_prio4')}
 HEALTHY = ('nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_cx4', 'no_rdma_vm', 'h200x2_no_rdma')
 
 
@@ -121,8 +138,45 @@ def run():
             'peer_findings_above_info': dict((' + '.join(r['faults']), r['on_peers']) for r in judged if r['on_peers'])}
 
 
+# ---------------------------------------------------------------------------- fabric faults
+# Each fault of tests/sim/fabric.py on the simulated fat tree (16 nodes of nvidia_h100_8x_ndr,
+# 8 rails, 4 leaves, 2 spines), the fabric discovered through ib_fabric_facts' own code over
+# the stand-ins (tests/sim/tools_ibdiags.py); right when the expected code is a root finding.
+FABRIC_EXPECTED = {
+    'degraded_switch_link': 'FABRIC_LINK_DEGRADED',
+    'missing_uplink': 'FABRIC_UPLINKS_ASYMMETRIC',
+    'sm_absent': 'FABRIC_SM_ABSENT',
+    'sm_duplicated': 'FABRIC_SM_MULTIPLE_MASTERS',
+    'flapping_link': 'FABRIC_LINK_FLAPPING',
+}
+
+
+def fabric_nodes(fault_names=(), base=None):
+    """{host: facts} of the simulated pod with its fabric facts on the first node."""
+    from tests.sim import fabric as sim_fabric, tools_ibdiags
+    base = base or node_facts('nvidia_h100_8x_ndr')
+    model = sim_fabric.model(faults=fault_names)
+    nodes = dict((name, sim_fabric.node_facts(model, base, name)) for name in model['hosts'])
+    with tempfile.TemporaryDirectory(prefix='gf-fabric-') as directory:
+        path = sim_fabric.write(model, directory + '/fabric.json')
+        nodes[sorted(nodes)[0]]['fabric'] = tools_ibdiags.fabric_facts(path, sorted(set(model['sm_lid_of'].values())))
+    return nodes
+
+
+def fabric_run():
+    base = node_facts('nvidia_h100_8x_ndr')
+    healthy = [f for f in _diagnose.diagnose(fabric_nodes((), base)) if f['severity'] != 'info']
+    cases = []
+    for name in sorted(FABRIC_EXPECTED):
+        found = _diagnose.diagnose(fabric_nodes((name,), base))
+        roots = sorted(set(f['code'] for f in found if f['explained_by'] is None and f['severity'] != 'info'))
+        cases.append({'fault': name, 'right': FABRIC_EXPECTED[name] in roots, 'roots': roots})
+    return {'cases': len(cases), 'right': sum(c['right'] for c in cases), 'wrong': [c for c in cases if not c['right']],
+            'results': cases, 'healthy_findings_above_info': sorted(set('%s@%s' % (f['code'], f['host']) for f in healthy))}
+
+
 def main():
-    print(json.dumps(run(), indent=1))
+    print(json.dumps(dict(run(), fabric=fabric_run()), indent=1))
     return 0
 
 

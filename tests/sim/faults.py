@@ -254,6 +254,75 @@ def fw_mismatch(profile, target):
     return {'hca': hca['name'], 'fw_ver': old}
 
 
+# ---------------------------------------------------------------------------- RoCE lossless
+# The node-wide settings (trust, PFC, ECN, CNP, ToS) are what a configuration script sets on
+# every RoCE port at once (tests/sim/tools_qos.py qos_of); MTU and counters are per port.
+
+def _roce_hcas(profile):
+    roce = [h for h in profile.get('hcas', []) if h['ports'] and h['ports'][0].get('link_layer') == 'Ethernet']
+    if not roce:
+        raise ValueError('profile %s has no RoCE port' % profile.get('name'))
+    return roce
+
+
+def _roce_qos(profile, **values):
+    _roce_hcas(profile)
+    profile.setdefault('roce_qos', {}).update(values)
+
+
+def roce_trust_pcp(profile, target):
+    # mlx5's default trust state is pcp (mlnx_qos prints 'Priority trust state: pcp' until --trust dscp).
+    _roce_qos(profile, trust='pcp')
+    return {}
+
+
+def roce_pfc_off(profile, target):
+    _roce_qos(profile, pfc=[])
+    return {}
+
+
+def roce_ecn_off(profile, target):
+    # The ECN default of a port where nobody enabled it for the RDMA priority.
+    _roce_qos(profile, ecn=[])
+    return {}
+
+
+def roce_cnp_lossy(profile, target):
+    # CNPs on priority 0: the TC of best-effort traffic, no PFC, not strict.
+    _roce_qos(profile, cnp_prio=0, cnp_dscp=0)
+    return {}
+
+
+def roce_tos_default(profile, target):
+    # The kernel's RDMA CM ToS 0 (no configfs entry): DSCP 0 -> priority 0, PFC is on 3.
+    _roce_qos(profile, tos=None)
+    return {}
+
+
+def roce_pfc_prio4(profile, target):
+    # A lossless setup in itself (PFC, ECN and the DSCP 26 entry all on priority 4), unlike its peers' 3.
+    _roce_qos(profile, pfc=[4], ecn=[4], dscp2prio={26: 4})
+    return {}
+
+
+def roce_mtu_low(profile, target):
+    hca = _roce_hcas(profile)[0] if target is None else _hca(profile, target)
+    hca['ports'][0]['netdev_mtu'] = 1500
+    return {'hca': hca['name']}
+
+
+def roce_congestion(profile, target):
+    hca = _roce_hcas(profile)[0] if target is None else _hca(profile, target)
+    # A lossy path: go-back-N retransmissions (out_of_sequence at the responder, timeouts at the
+    # requester) and CNPs handled, as hw_counters show them after drops.
+    hca['ports'][0]['hw_counters'] = {'out_of_sequence': 48211, 'packet_seq_err': 1730, 'local_ack_timeout_err': 96}
+    hca['ports'][0].setdefault('qos', {})['counters'] = {'rp_cnp_handled': 912334, 'np_cnp_sent': 887102}
+    return {'hca': hca['name']}
+
+
+_ROCE_PORT0 = "roce.ports[?hca=='{hca}'] | [0]"
+
+
 def _fault(mutate, description, expect):
     return {'mutate': mutate, 'description': description, 'expect': expect}
 
@@ -335,6 +404,24 @@ CATALOG = {
         ("ib.devices[?name=='{hca}'] | [0].fw_ver == '{fw_ver}'", True),
     ]),
 }
+CATALOG.update({
+    'roce_trust_pcp': _fault(roce_trust_pcp, 'The RoCE ports trust PCP: untagged RoCE v2 traffic lands on priority 0.', [
+        ("roce.ports[0].trust", 'pcp')]),
+    'roce_pfc_off': _fault(roce_pfc_off, 'PFC enabled on no priority of the RoCE ports.', [
+        ("roce.ports[0].pfc", [])]),
+    'roce_ecn_off': _fault(roce_ecn_off, 'ECN (roce_np, roce_rp) off for the RDMA priority.', [
+        ("roce.ports[0].ecn_np.\"3\"", False), ("roce.ports[0].ecn_rp.\"3\"", False)]),
+    'roce_cnp_lossy': _fault(roce_cnp_lossy, 'CNPs sent on priority 0 (no PFC, not strict).', [
+        ("roce.ports[0].cnp_prio", 0)]),
+    'roce_tos_default': _fault(roce_tos_default, 'No RDMA CM ToS set: the kernel default 0 lands on a lossy priority.', [
+        ("roce.ports[0].roce_tos", 0)]),
+    'roce_pfc_prio4': _fault(roce_pfc_prio4, 'Lossless on priority 4 where the peers use 3 (consistent, but unlike the fleet).', [
+        ("roce.ports[0].pfc", [4])]),
+    'roce_mtu_low': _fault(roce_mtu_low, 'A RoCE netdev at MTU 1500: RDMA MTU 1024.', [
+        (_ROCE_PORT0 + ".netdev_mtu", 1500), (_ROCE_PORT0 + ".active_mtu", 1024)]),
+    'roce_congestion': _fault(roce_congestion, 'RoCE loss counters: out-of-sequence, sequence errors, ACK timeouts.', [
+        (_ROCE_PORT0 + ".counters.out_of_sequence", 48211)]),
+})
 
 
 def applies(profile, name):

@@ -13,8 +13,9 @@ import copy
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import read_roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from tests.sim import faults, render
+from tests.sim import faults, render, tools_qos
 
 
 def read(root, profile_name, fault_names=(), changes=None, targets=None, host=True):
@@ -35,4 +36,7 @@ def read(root, profile_name, fault_names=(), changes=None, targets=None, host=Tr
     gdr.pop('host', None)
     if host:
         gdr['host'] = read_host(sysroot)
-    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}
+    devices = read_ib(sysroot)
+    # RoCE QoS (roce_qos_facts): the mlnx_qos/dcb stand-ins answered in-process (same text).
+    roce = {'ports': read_roce(sysroot, devices, lambda argv: tools_qos.answer(str(root), argv)[:2])}
+    return {'ib': {'devices': devices}, 'gdr': gdr, 'roce': roce}

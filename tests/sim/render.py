@@ -31,8 +31,10 @@ import yaml
 
 try:
     from tests.sim import faults
+    from tests.sim import tools_qos  # RoCE QoS
 except ImportError:  # run as a script from tests/sim
     import faults
+    import tools_qos
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROFILE_DIR = os.path.join(HERE, 'profiles')
@@ -424,6 +426,8 @@ def render(profile, dest):
     os.makedirs(os.path.join(dest, 'sys/class/net'), exist_ok=True)
     render_software(dest, profile)
     render_host(dest, profile)
+    # RoCE QoS: ECN/CNP sysfs, RDMA CM ToS in configfs, the DCB state of the stand-ins.
+    tools_qos.render_qos(dest, profile)
     _write(dest, '/etc/hostname', profile.get('hostname', profile.get('name', 'node')))
 
 

@@ -22,7 +22,11 @@ theoretical without GDR); the curve rises with the message size. Node environmen
 (inventory gpu_fabric_environment, carried by mpirun from the cluster's hosts file):
 GF_SIM_NCCL_WRONG=N makes that node's ranks report N wrong elements per size,
 GF_SIM_NCCL_HANG=1 makes the run hang after the header, GF_SIM_NVLINK_GBS sets a node's own
-intra-node peak (a node slower than its peers).
+intra-node peak (a node slower than its peers). Faults the facts do not show (a cable with clean
+counters, a switch port, a firmware bug): GF_SIM_NCCL_SLOW=F scales the peak of every run across
+nodes that includes the node by F; GF_SIM_NCCL_SLOW_WITH=host[,host] does so (by
+GF_SIM_NCCL_SLOW, default 0.3) only when one of those hosts is in the run too (a bad pair).
+GF_SIM_NCCL_LOG=file and GF_SIM_NCCL_DELAY=seconds log when each run started and ended.
 
 mpirun: -np/-n, --host/-H host[:slots],..., -x NAME[=VALUE], --mca K V and the usual
 switches; hosts are looked up in $GF_SIM_HOSTS (JSON written by tests/sim/cluster.py);
@@ -97,6 +101,20 @@ def nodes_from_env(opts):
     return [{'host': host, 'root': root, 'ranks': 1, 'env': dict(os.environ)}]
 
 
+def slow_factor(nodes):
+    """The slowest factor a node's GF_SIM_NCCL_SLOW(_WITH) puts on a run across ``nodes``."""
+    names = set(n['host'] for n in nodes)
+    factor = 1.0
+    for node in nodes:
+        env = node.get('env') or {}
+        with_hosts = [h for h in (env.get('GF_SIM_NCCL_SLOW_WITH') or '').split(',') if h]
+        if with_hosts and not names & set(with_hosts):
+            continue
+        if with_hosts or env.get('GF_SIM_NCCL_SLOW'):
+            factor = min(factor, float(env.get('GF_SIM_NCCL_SLOW') or 0.3))
+    return factor
+
+
 def main_perf(bench, argv):
     opts = parse_args(argv)
     gpus_per_rank = int(opts['g']) * int(opts['t'])
@@ -139,12 +157,21 @@ def main_perf(bench, argv):
             if multi and hcas:
                 via = 'via NET/IB/0' + ('/GDRDMA' if gdr_ok else '')
                 print(tag + 'Channel 00/0 : 0[0] -> 1[0] [send] %s' % via)
+    # GF_SIM_NCCL_LOG (a node's env): each run appends {hosts, start, end} there, after sleeping
+    # GF_SIM_NCCL_DELAY seconds, so a test can see which runs overlapped in time.
+    log = next((n['env']['GF_SIM_NCCL_LOG'] for n in nodes if (n.get('env') or {}).get('GF_SIM_NCCL_LOG')), None)
+    if log:
+        start = time.time()
+        time.sleep(float(next((n['env']['GF_SIM_NCCL_DELAY'] for n in nodes if (n.get('env') or {}).get('GF_SIM_NCCL_DELAY')), 0)))
+        with open(log, 'a') as handle:
+            handle.write(json.dumps({'hosts': sorted(n['host'] for n in nodes), 'start': start, 'end': time.time()}) + '\n')
     if any(n.get('env', {}).get('GF_SIM_NCCL_HANG') == '1' for n in nodes):
         sys.stdout.flush()
         while True:
             time.sleep(3600)
     if multi:
         peak = min(nic * NET_EFFICIENCY * (1.0 if gdr_ok else NO_GDR_FACTOR) for nic, gdr_ok, _v, _g, _h in info)
+        peak *= slow_factor(nodes)
     else:
         # GF_SIM_NVLINK_GBS: a node whose GPU links are slower than its peers' (an NVLink down,
         # GPUs on PCIe), seen only by comparing per-node runs.

@@ -33,6 +33,8 @@ def test_peer_memory_module_loaded_now(host, root):
     modules = [line.split()[0] for line in host.file(os.path.join(root, 'proc/modules')).content_string.splitlines()]
     if name in ('sim-h100', 'sim-drift'):
         assert 'nvidia_peermem' in modules
+    elif name == 'sim-roce':
+        assert 'nvidia_peermem' not in modules and 'amdgpu' in modules     # amdgpu registers its own client
     else:
         assert 'nvidia_peermem' not in modules and 'metax' in modules
 
@@ -73,3 +75,26 @@ def test_acs_cleared_on_gpu_nic_paths(host, root):
     unit = host.file(os.path.join(root, 'etc/systemd/system/gpu-fabric-acs.service'))
     assert unit.exists, name
     assert host.file(os.path.join(root, 'etc/systemd/system/multi-user.target.wants/gpu-fabric-acs.service')).is_symlink
+
+
+def test_roce_lossless_now_and_at_boot(host, root):
+    # Role roce_qos (issue 15) on the RoCE node: trust dscp, PFC on 3 only, ECN on 3, CNP on 6,
+    # RDMA CM ToS 106, as the mlnx_qos stand-in and the sysfs/configfs files show it.
+    name = host.ansible.get_variables()['inventory_hostname']
+    unit = os.path.join(root, 'etc/systemd/system/gpu-fabric-roce-qos.service')
+    if name != 'sim-roce':
+        return      # the IB nodes' storage NICs are RoCE ports set up healthy by the profiles
+    env = host.ansible.get_variables()['gpu_fabric_environment']
+    shown = host.run('env GF_SIM_ROOT=%s %s/mlnx_qos -i ens10f0np0' % (root, env['PATH'].split(':')[0]))
+    assert shown.rc == 0, shown.stderr
+    assert 'Priority trust state: dscp' in shown.stdout
+    assert 'enabled     0   0   0   1   0   0   0   0' in shown.stdout
+    net = os.path.join(root, 'sys/class/net/ens10f0np0/ecn')
+    assert host.file(os.path.join(net, 'roce_np/enable/3')).content_string.strip() == '1'
+    assert host.file(os.path.join(net, 'roce_rp/enable/3')).content_string.strip() == '1'
+    tos = host.file(os.path.join(root, 'sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos'))
+    assert tos.content_string.strip() == '106'
+    assert host.file(unit).exists
+    assert host.file(os.path.join(root, 'etc/systemd/system/multi-user.target.wants/gpu-fabric-roce-qos.service')).is_symlink
+    script = host.file(os.path.join(root, 'usr/local/sbin/gpu-fabric-roce-qos')).content_string
+    assert 'mlnx_qos -i ens17f0np0 --trust dscp --pfc "$pfc"' in script and 'echo 106 >' in script

@@ -17,8 +17,13 @@ from tests import docs_table
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PLUGINS = os.path.join(REPO, 'plugins')
 # The files whose rules make findings.
-RULES = ('plugins/plugin_utils/_diagnose.py', 'plugins/plugin_utils/_fleet.py', 'plugins/module_utils/_gdr.py')
-CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE)_[A-Z0-9_]+)['"]""")
+RULES = ('plugins/plugin_utils/_diagnose.py', 'plugins/plugin_utils/_fleet.py', 'plugins/module_utils/_gdr.py',
+         'plugins/plugin_utils/_fabric.py',
+         # Culprit search (group testing): culprits, bad pairs, unresolved nodes.
+         'plugins/plugin_utils/_search_findings.py',
+         # RoCE lossless.
+         'plugins/plugin_utils/_roce_rules.py')
+CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
 

@@ -12,8 +12,9 @@ import pytest
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import read_roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from tests.sim import faults, render
+from tests.sim import faults, render, tools_qos
 from tests.unit.conftest import fixture_path, fixture_text
 
 PROFILES = sorted(name[:-4] for name in os.listdir(render.PROFILE_DIR) if name.endswith('.yml'))
@@ -23,7 +24,10 @@ def facts(root):
     sysroot = SysRoot(root)
     gdr = _gdr.read_gdr(sysroot, list_rdma_devices(sysroot))
     gdr['host'] = read_host(sysroot)      # as gdr_facts returns it (the fault catalog checks gdr.host)
-    return {'ib': {'devices': read_ib(sysroot)}, 'gdr': gdr}, sysroot
+    devices = read_ib(sysroot)
+    # roce_qos_facts (the RoCE QoS faults check roce.ports), the DCB stand-ins answered in-process.
+    roce = {'ports': read_roce(sysroot, devices, lambda argv: tools_qos.answer(root, argv)[:2])}
+    return {'ib': {'devices': devices}, 'gdr': gdr, 'roce': roce}, sysroot
 
 
 def test_parse_ofed_version_fixtures():

@@ -1,0 +1,347 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Parsers of the infiniband-diags views of the fabric into ONE structure.
+
+``iblinkinfo`` and ``ibnetdiscover`` give the topology (switches, CAs, the links between
+their ports with width and speed, the peers' node descriptions and GUIDs), ``sminfo`` the
+subnet manager a port sees, ``perfquery`` the port counters. ``topology()`` merges them:
+
+    {'nodes': {id: {'id', 'type': 'switch'|'ca'|None, 'guid', 'desc', 'lids'}},
+     'links': [{'a': end, 'b': end or None, 'state', 'phys_state', 'width', 'lanes',
+                'lane_gbps', 'speed', 'gbps', 'could_be': {'width', 'lane_gbps'}}],
+     'unparsed': [line numbers and texts nothing could read]}
+
+with ``end`` = {'node': id, 'lid', 'port', 'desc', 'guid'}. A node id is its GUID
+('0x' and 16 hex digits) when the output names it, else 'lid-<LID>'. Formats are the ones
+infiniband-diags prints (rdma-core infiniband-diags/iblinkinfo.c print_port(),
+ibnetdiscover.c, sminfo.c, perfquery.c) and are proven on tests/fixtures/public/{iblinkinfo,
+ibnetdiscover,sminfo,perfquery}/. Nothing here raises on odd input: a line that cannot be
+read is listed in ``unparsed``, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Per-lane signalling rates as infiniband-diags prints them (rdma-core libibmad/dump.c
+# mad_dump_linkspeed()/mad_dump_linkspeedext(): "2.5 Gbps" .. "106.25 Gbps"), and the names
+# ibnetdiscover prints for them ("4xSDR" .. "4xNDR", ibnetdiscover.c).
+LANE_GBPS = {'SDR': 2.5, 'DDR': 5.0, 'QDR': 10.0, 'FDR10': 10.3125, 'FDR': 14.0625, 'EDR': 25.78125,
+             'HDR': 53.125, 'NDR': 106.25, 'XDR': 212.5}
+_SPEED_OF = dict((gbps, name) for name, gbps in LANE_GBPS.items() if name != 'FDR10')
+
+_GUID = r'0x[0-9a-fA-F]{1,16}'
+# iblinkinfo.c print_port(): "%6d %4d[%2s] ==(%3s %18s %6s/%8s)==>  %6d %4d[%2s] \"%s\" (%s %s)",
+# the CA lines with "0x%016x " before, line mode (-l) with the node GUID and "\"%30s\"" before
+# and the peer's GUID before its LID. A down port: "(              %6s/%8s)" and an empty peer.
+_LINK_RE = re.compile(
+    r'^\s*(?:(?P<guid>' + _GUID + r')\s+(?:"(?P<ndesc>[^"]*)"\s+)?)?'
+    r'(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\[\s*(?P<ext>[^\]]*?)\s*\]\s*'
+    r'==\(\s*(?:(?P<width>\d{1,2})X\s+(?P<lane>\d{1,3}(?:\.\d{1,6})?)\s+Gbps(?:\s+\((?P<fdr10>FDR10)\))?\s+)?'
+    r'(?P<state>[A-Za-z]+)/\s*(?P<phys>[A-Za-z ]+?)\s*\)'
+    r'(?:\s*\(HOQ:\d+\s+VL_Stall:\d+\))?==>\s*'
+    r'(?:(?P<pguid>' + _GUID + r')\s+)?(?P<plid>\d{1,5})?\s*(?P<pport>\d{1,3})?\[\s*(?P<pext>[^\]]*?)\s*\]\s*'
+    r'"(?P<pdesc>[^"]*)"\s*(?:\((?P<extra>[^)]*)\))?\s*$', re.A)
+_NOT_AVAILABLE_RE = re.compile(r'^\s*(?:' + _GUID + r'\s+)?(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\[[^\]]*\]\s*==\(.*\)==>\s*"Port not available"\s*$', re.A)
+_HEADER_RE = re.compile(r'^(?P<type>Switch|CA|Router):\s+(?:(?P<guid>' + _GUID + r')\s+)?(?P<desc>.*?):\s*$', re.A)
+_COULD_WIDTH_RE = re.compile(r'Could be (\d{1,2})X', re.A)
+_COULD_SPEED_RE = re.compile(r'Could be (\d{1,3}(?:\.\d{1,6})?) Gbps', re.A)
+
+# ibnetdiscover.c out_switch()/out_ca() and out_switch_port()/out_ca_port():
+#   Switch  24 "S-005442ba00003080"         # "ISR9024 Voltaire" base port 0 lid 6 lmc 0
+#   [22]    "H-0008f10403961354"[1](8f10403961355)         # "MT23108 ..." lid 4 4xSDR
+#   Ca      2 "H-0008f10403960984"          # "MT23108 ..."
+#   [1](8f10403960985)     "S-0008f10400410015"[6]         # lid 16 lmc 1 "SW-6IB4 Voltaire" lid 3 4xSDR
+_ND_NODE_RE = re.compile(r'^(?P<type>Switch|Ca|Rt)\s+(?P<ports>\d{1,3})\s+"(?P<kind>[SHR])-(?P<guid>[0-9a-fA-F]{1,16})"\s*'
+                         r'#\s*"(?P<desc>[^"]*)"(?:.*?\blid\s+(?P<lid>\d{1,5}))?', re.A)
+_ND_PORT_RE = re.compile(r'^\[(?P<port>\d{1,3})\](?:\((?P<pguid>[0-9a-fA-F]{1,16})\))?\s+"(?P<kind>[SHR])-(?P<guid>[0-9a-fA-F]{1,16})"'
+                         r'\[(?P<rport>\d{1,3})\](?:\((?P<rpguid>[0-9a-fA-F]{1,16})\))?\s*#\s*'
+                         r'(?:lid\s+(?P<mylid>\d{1,5})\s+lmc\s+\d+\s+)?"(?P<desc>[^"]*)"\s+lid\s+(?P<lid>\d{1,5})'
+                         r'(?:\s+(?P<width>\d{1,2})x(?P<speed>[A-Z0-9]+))?', re.A)
+
+# sminfo.c: "sminfo: sm lid %d sm guid 0x%" PRIx64 ", activity count %u priority %d state %d %s"
+_SMINFO_RE = re.compile(r'sminfo:\s+sm lid\s+(?P<lid>0x[0-9a-fA-F]+|\d{1,5})\s+sm guid\s+(?P<guid>' + _GUID + r'),\s*'
+                        r'activity count\s+(?P<activity>\d{1,10})\s+priority\s+(?P<priority>\d{1,2})'
+                        r'(?:\s+state\s+(?P<state>\d)\s*(?P<state_name>SMINFO_[A-Z]+)?)?', re.A)
+SM_STATES = {0: 'SMINFO_NOTACTIVE', 1: 'SMINFO_DISCOVERING', 2: 'SMINFO_STANDBY', 3: 'SMINFO_MASTER'}
+
+# perfquery.c: "# Port counters: Lid %d port %d (CapMask: ...)" / "# Port extended counters: ...",
+# then "Name:....value" lines (libibmad dump of PortCounters / PortCountersExtended).
+_PQ_HEADER_RE = re.compile(r'^#\s*Port (?:extended )?counters:\s*Lid\s+(?P<lid>\d{1,5})\s+port\s+(?P<port>\d{1,3}|ALL)', re.A)
+_PQ_FIELD_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>0x[0-9a-fA-F]+|\d{1,20})\s*$', re.A)
+# perfquery field names -> the sysfs counter names of ib_link_facts (kernel
+# drivers/infiniband/core/sysfs.c port counters), so both views compare.
+PERFQUERY_NAMES = {
+    'SymbolErrorCounter': 'symbol_error', 'LinkErrorRecoveryCounter': 'link_error_recovery',
+    'LinkDownedCounter': 'link_downed', 'PortRcvErrors': 'port_rcv_errors',
+    'PortRcvRemotePhysicalErrors': 'port_rcv_remote_physical_errors',
+    'PortRcvSwitchRelayErrors': 'port_rcv_switch_relay_errors', 'PortXmitDiscards': 'port_xmit_discards',
+    'PortXmitConstraintErrors': 'port_xmit_constraint_errors', 'PortRcvConstraintErrors': 'port_rcv_constraint_errors',
+    'LocalLinkIntegrityErrors': 'local_link_integrity_errors',
+    'ExcessiveBufferOverrunErrors': 'excessive_buffer_overrun_errors', 'VL15Dropped': 'VL15_dropped',
+    'PortXmitWait': 'port_xmit_wait', 'PortXmitData': 'port_xmit_data', 'PortRcvData': 'port_rcv_data',
+}
+
+
+def guid(text):
+    """'0x2c90200259201' / '2c90200259201' / 'a088:c203:005a:ab6c' -> '0x0002c90200259201'; None if no GUID."""
+    if not isinstance(text, str):
+        return None
+    digits = text.strip().lower()
+    digits = digits[2:] if digits.startswith('0x') else digits
+    digits = digits.replace(':', '')
+    if not digits or len(digits) > 16 or not re.match(r'^[0-9a-f]+$', digits):
+        return None
+    return '0x%016x' % int(digits, 16)
+
+
+def _lane(value):
+    return float(value) if value is not None else None
+
+
+def _speed_name(lane_gbps):
+    return _SPEED_OF.get(lane_gbps) if lane_gbps is not None else None
+
+
+def _end(node, lid, port, desc=None, node_guid=None):
+    return {'node': node, 'lid': lid, 'port': port, 'desc': desc, 'guid': node_guid}
+
+
+def _add_node(nodes, node_id, kind=None, node_guid=None, desc=None, lid=None):
+    node = nodes.setdefault(node_id, {'id': node_id, 'type': None, 'guid': None, 'desc': None, 'lids': []})
+    node['type'] = node['type'] or kind
+    node['guid'] = node['guid'] or node_guid
+    node['desc'] = node['desc'] if node['desc'] is not None else desc
+    if lid is not None and lid not in node['lids']:
+        node['lids'].append(lid)
+    return node
+
+
+def parse_iblinkinfo(text):
+    """iblinkinfo (default or line mode) -> {'nodes', 'links', 'unparsed'} (links may appear
+    from both ends; ``topology()`` merges them)."""
+    nodes, links, unparsed = {}, [], []
+    header = None
+    for number, line in enumerate((text or '').splitlines(), start=1):
+        if not line.strip():
+            continue
+        match = _HEADER_RE.match(line.strip())
+        if match:
+            kind = {'Switch': 'switch', 'CA': 'ca', 'Router': 'router'}[match.group('type')]
+            header = {'type': kind, 'guid': guid(match.group('guid')), 'desc': match.group('desc')}
+            continue
+        match = _LINK_RE.match(line)
+        if not match:
+            na = _NOT_AVAILABLE_RE.match(line)
+            if na is None:
+                unparsed.append({'line': number, 'text': line[:200]})
+            continue
+        lid, port = int(match.group('lid')), int(match.group('port'))
+        line_guid = guid(match.group('guid'))
+        if match.group('ndesc') is not None:          # line mode: the node's own GUID and description
+            kind, node_guid, desc = None, line_guid, match.group('ndesc').strip()
+        elif header is not None:
+            kind, desc = header['type'], header['desc']
+            node_guid = header['guid'] if header['type'] == 'switch' else line_guid
+        else:                                          # an excerpt without headers (grep)
+            kind, node_guid, desc = ('ca' if line_guid else None), line_guid, None
+        node_id = node_guid or 'lid-%d' % lid
+        _add_node(nodes, node_id, kind, node_guid, desc, lid)
+        lane = _lane(match.group('lane'))
+        width = int(match.group('width')) if match.group('width') else None
+        extra = match.group('extra') or ''
+        could_width = _COULD_WIDTH_RE.search(extra)
+        could_speed = _COULD_SPEED_RE.search(extra)
+        peer = None
+        if match.group('plid'):
+            plid, pport = int(match.group('plid')), int(match.group('pport')) if match.group('pport') else None
+            pguid = guid(match.group('pguid'))
+            pid = pguid or 'lid-%d' % plid
+            _add_node(nodes, pid, None, pguid, match.group('pdesc'), plid)
+            peer = _end(pid, plid, pport, match.group('pdesc'), pguid)
+        speed = 'FDR10' if match.group('fdr10') else _speed_name(lane)
+        links.append({
+            'a': _end(node_id, lid, port, desc, node_guid), 'b': peer,
+            'state': match.group('state'), 'phys_state': match.group('phys').strip(),
+            'width': '%dX' % width if width else None, 'lanes': width, 'lane_gbps': lane, 'speed': speed,
+            'gbps': round(width * lane, 4) if width and lane else None,
+            'could_be': {'width': '%sX' % could_width.group(1) if could_width else None,
+                         'lane_gbps': float(could_speed.group(1)) if could_speed else None},
+            'source': 'iblinkinfo'})
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+
+
+def parse_ibnetdiscover(text):
+    """ibnetdiscover's topology file -> {'nodes', 'links', 'unparsed'}."""
+    nodes, links, unparsed = {}, [], []
+    current = None
+    for number, raw in enumerate((text or '').splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith('#') or '=' in line.split(' ', 1)[0] or line == 'Non-Chassis Nodes' \
+                or line.startswith('Chassis'):
+            continue
+        match = _ND_NODE_RE.match(line)
+        if match:
+            kind = {'Switch': 'switch', 'Ca': 'ca', 'Rt': 'router'}[match.group('type')]
+            node_id = guid(match.group('guid'))
+            lid = int(match.group('lid')) if match.group('lid') else None
+            current = _add_node(nodes, node_id, kind, node_id, match.group('desc'), lid)
+            current['ports_count'] = int(match.group('ports'))
+            continue
+        match = _ND_PORT_RE.match(line)
+        if not match or current is None:
+            unparsed.append({'line': number, 'text': raw[:200]})
+            continue
+        pid = guid(match.group('guid'))
+        peer_kind = {'S': 'switch', 'H': 'ca', 'R': 'router'}[match.group('kind')]
+        plid = int(match.group('lid'))
+        _add_node(nodes, pid, peer_kind, pid, match.group('desc'), plid)
+        my_lid = int(match.group('mylid')) if match.group('mylid') else (current['lids'][0] if current['lids'] else None)
+        if my_lid is not None and my_lid not in current['lids']:
+            current['lids'].append(my_lid)
+        width = int(match.group('width')) if match.group('width') else None
+        speed = match.group('speed')
+        lane = LANE_GBPS.get(speed)
+        links.append({
+            'a': _end(current['id'], my_lid, int(match.group('port')), current['desc'], current['guid']),
+            'b': _end(pid, plid, int(match.group('rport')), match.group('desc'), pid),
+            # ibnetdiscover lists connected ports only: a link it shows is up.
+            'state': 'Active', 'phys_state': 'LinkUp',
+            'width': '%dX' % width if width else None, 'lanes': width, 'lane_gbps': lane, 'speed': speed,
+            'gbps': round(width * lane, 4) if width and lane else None,
+            'could_be': {'width': None, 'lane_gbps': None}, 'source': 'ibnetdiscover'})
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+
+
+def _end_key(end):
+    return (end['lid'], end['port']) if end['lid'] is not None else (end['node'], end['port'])
+
+
+def topology(linkinfo=None, netdiscover=None):
+    """Merge parsed iblinkinfo and ibnetdiscover: one node per GUID (a LID-only node joins the
+    GUID node that holds its LID), one link per pair of ends (iblinkinfo's view wins: it
+    carries state and the 'Could be' of both ends)."""
+    nodes = {}
+    parts = [p for p in (netdiscover, linkinfo) if p]
+    for part in parts:
+        for node in part['nodes'].values():
+            merged = _add_node(nodes, node['id'], node['type'], node['guid'], node['desc'])
+            for lid in node['lids']:
+                if lid not in merged['lids']:
+                    merged['lids'].append(lid)
+            if node.get('ports_count'):
+                merged['ports_count'] = node['ports_count']
+    by_lid = {}
+    for node in nodes.values():
+        if node['guid']:
+            for lid in node['lids']:
+                by_lid[lid] = node['id']
+    for node_id in [n for n in nodes if n.startswith('lid-')]:
+        lid = nodes[node_id]['lids'][0] if nodes[node_id]['lids'] else None
+        target = by_lid.get(lid)
+        if target:
+            real = nodes[target]
+            real['type'] = real['type'] or nodes[node_id]['type']
+            real['desc'] = real['desc'] if real['desc'] is not None else nodes[node_id]['desc']
+            del nodes[node_id]
+
+    def fix(end):
+        if end is None:
+            return None
+        end = dict(end)
+        if end['node'].startswith('lid-') and by_lid.get(end['lid']):
+            end['node'] = by_lid[end['lid']]
+            end['guid'] = nodes[end['node']]['guid']
+        node = nodes.get(end['node'])
+        if node is not None and not end.get('desc'):
+            end['desc'] = node['desc']
+        return end
+
+    links, seen = [], {}
+    for part in parts:
+        for link in part['links']:
+            link = dict(link, a=fix(link['a']), b=fix(link['b']))
+            key = _end_key(link['a']) if link['b'] is None else frozenset((_end_key(link['a']), _end_key(link['b'])))
+            if key in seen:
+                old = links[seen[key]]
+                if link['source'] == 'iblinkinfo' and old['source'] != 'iblinkinfo':
+                    links[seen[key]] = link
+                elif link['source'] == old['source']:
+                    # The same link from its other end: keep the 'Could be' either end saw, and where
+                    # the two ends report different rates (ibnetdiscover's man page example shows
+                    # one end at 1xSDR, the other at 4xSDR), the lower one: that is what carries data.
+                    for field in ('width', 'lane_gbps'):
+                        old['could_be'][field] = old['could_be'][field] or link['could_be'][field]
+                    if link['gbps'] is not None and (old['gbps'] is None or link['gbps'] < old['gbps']):
+                        for field in ('width', 'lanes', 'lane_gbps', 'speed', 'gbps'):
+                            old[field] = link[field]
+                        old['ends_disagree'] = True
+                    elif link['gbps'] != old['gbps']:
+                        old['ends_disagree'] = True
+                continue
+            seen[key] = len(links)
+            links.append(link)
+    unparsed = [dict(item, tool=tool) for tool, part in (('ibnetdiscover', netdiscover), ('iblinkinfo', linkinfo)) if part
+                for item in part['unparsed']]
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+
+
+def parse_sminfo(text):
+    """sminfo output (one or more records; a record wrapped over two lines is joined) ->
+    {'sms': [{'lid', 'guid', 'activity', 'priority', 'state', 'state_name'}], 'errors': [...]}."""
+    lines = [line.rstrip() for line in (text or '').splitlines()]
+    joined, errors = [], []
+    for line in lines:
+        if joined and joined[-1].startswith('sminfo: sm lid') and not _SMINFO_RE.search(joined[-1]) \
+                and re.match(r'^\s*priority\b', line):
+            joined[-1] = joined[-1] + ' ' + line.strip()
+        else:
+            joined.append(line.strip())
+    sms = []
+    for line in joined:
+        match = _SMINFO_RE.search(line)
+        if match:
+            lid = match.group('lid')
+            state = int(match.group('state')) if match.group('state') is not None else None
+            sms.append({'lid': int(lid, 16) if lid.startswith('0x') else int(lid), 'guid': guid(match.group('guid')),
+                        'activity': int(match.group('activity')), 'priority': int(match.group('priority')),
+                        'state': state, 'state_name': match.group('state_name') or SM_STATES.get(state)})
+        elif line.startswith('sminfo:') or 'iberror' in line or 'ibwarn' in line:
+            errors.append(line[:300])
+    return {'sms': sms, 'errors': errors}
+
+
+def parse_perfquery(text):
+    """perfquery output (one or more ports; -x, -l) -> [{'lid', 'port', 'counters': {sysfs names: int}}].
+    A block without its '# Port counters' line (an excerpt) has lid and port None."""
+    blocks, current = [], None
+    lines = (text or '').splitlines()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        header = _PQ_HEADER_RE.match(stripped)
+        if header:
+            port = header.group('port')
+            current = {'lid': int(header.group('lid')), 'port': int(port) if port.isdigit() else None, 'counters': {}}
+            blocks.append(current)
+            continue
+        field = _PQ_FIELD_RE.match(stripped)
+        if not field:
+            continue
+        name, value = field.group('name'), field.group('value')
+        if name == 'PortSelect' and (current is None or 'port_select' in current):
+            current = {'lid': None, 'port': None, 'counters': {}}
+            blocks.append(current)
+        if current is None:
+            current = {'lid': None, 'port': None, 'counters': {}}
+            blocks.append(current)
+        if name == 'PortSelect':
+            current['port_select'] = int(value, 0)
+            if current['port'] is None:
+                current['port'] = int(value, 0)
+        elif name in PERFQUERY_NAMES:
+            current['counters'][PERFQUERY_NAMES[name]] = int(value, 0)
+    for block in blocks:
+        block.pop('port_select', None)
+    return [b for b in blocks if b['counters']]

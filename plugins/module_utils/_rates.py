@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Counter rates: the ONE place that says when an increase of a port's error counters
+between two reads is a fault. Used for the fabric's switch ports (plugin_utils/_fabric.py,
+two perfquery reads by ib_fabric_facts) and for the benchmark's per-round deltas
+(plugin_utils/_bench.py).
+
+Rules (each verdict names the counter, the increase, the seconds and the rate):
+  - ``flapping``: any increase of ``link_downed`` - the link went down and retrained
+    (IBTA PortCounters LinkDownedCounter; one step is one lost link).
+  - ``ber``: ``symbol_error`` per second above what a bit error ratio of 1e-12 allows at the
+    link's rate (IBTA Vol 2 physical layer: BER of 10^-12 or better per lane; at 400 Gb/s
+    that is 0.4 errors per second). Without the link's rate or the time between the reads
+    the increase is said, and judged against a rate of 0 (fail closed: an unknown rate is no
+    licence for errors).
+  - ``recovering``: any increase of ``link_error_recovery`` - the link retrained without
+    going down, which a healthy cable does not need.
+A counter that went DOWN between reads was cleared (perfquery -R, a reboot): no increase
+is known, and that is said as ``cleared`` rather than read as a negative rate.
+"""
+
+from __future__ import annotations
+
+# IBTA specification Vol 2 (physical layer), bit error ratio of a compliant link: 1e-12.
+BER_LIMIT = 1e-12
+RULES = ('flapping', 'ber', 'recovering')
+
+
+def allowed_symbol_errors_per_s(gbps):
+    """Symbol errors per second a link of ``gbps`` Gb/s may show at the IBTA BER (None: rate unknown)."""
+    if not isinstance(gbps, (int, float)) or isinstance(gbps, bool) or gbps <= 0:
+        return None
+    return gbps * 1e9 * BER_LIMIT
+
+
+def increases(before, after):
+    """{counter: increase} of the integer counters present in both reads, and the counters
+    that went down (cleared between the reads)."""
+    rises, cleared = {}, []
+    for name, new in (after or {}).items():
+        old = (before or {}).get(name)
+        if not isinstance(new, int) or not isinstance(old, int) or isinstance(new, bool) or isinstance(old, bool):
+            continue
+        if new > old:
+            rises[name] = new - old
+        elif new < old:
+            cleared.append(name)
+    return rises, sorted(cleared)
+
+
+def judge(rises, seconds=None, gbps=None):
+    """Verdicts over ``rises`` ({counter: increase}) seen in ``seconds`` on a link of ``gbps``:
+    a list of {'rule', 'counter', 'increase', 'seconds', 'per_s', 'allowed_per_s'}; empty when
+    nothing breaks a rule."""
+    # What a node sent may hold anything: only positive integers are increases.
+    rises = dict((name, value) for name, value in (rises or {}).items()
+                 if isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    seconds = seconds if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0 else None
+    verdicts = []
+
+    def add(rule, counter, allowed=None):
+        increase = rises[counter]
+        verdicts.append({'rule': rule, 'counter': counter, 'increase': increase, 'seconds': seconds,
+                         'per_s': round(increase / seconds, 6) if seconds else None, 'allowed_per_s': allowed})
+
+    if rises.get('link_downed'):
+        add('flapping', 'link_downed')
+    if rises.get('symbol_error'):
+        allowed = allowed_symbol_errors_per_s(gbps)
+        if seconds is None or allowed is None or rises['symbol_error'] / seconds > allowed:
+            add('ber', 'symbol_error', allowed)
+    if rises.get('link_error_recovery'):
+        add('recovering', 'link_error_recovery')
+    return verdicts
+
+
+def compare(before, after, seconds=None, gbps=None):
+    """Two reads of one port's counters -> {'increase', 'cleared', 'verdicts'}."""
+    rises, cleared = increases(before, after)
+    return {'increase': rises, 'cleared': cleared, 'verdicts': judge(rises, seconds, gbps)}

@@ -1,0 +1,391 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""RoCE lossless (QoS) facts of a node's RoCE ports.
+
+What is read, and from where:
+
+- trust mode, DSCP -> priority map, PFC per priority, priority -> traffic class and the TCs'
+  transmission selection (ETS/strict): the DCB configuration of the netdev. The kernel gives
+  it through DCB netlink (RTM_GETDCB, include/uapi/linux/dcbnl.h); this reader gets it from
+  the two tools that speak it, in this order: NVIDIA's ``mlnx_qos -i IF`` (mlnx-tools,
+  python/mlnx_qos; it shows the trust state, which iproute2's ``dcb`` shows only with
+  ``apptrust`` on kernels >= 6.1), else iproute2's ``dcb pfc show``, ``dcb -N app show``,
+  ``dcb ets show`` and ``dcb apptrust show``. ``source`` says which answered; without either
+  the fields are None and ``source_reason`` says why (fail closed: nothing is assumed).
+- ECN per priority for the notification point (the receiver that sends CNPs) and the
+  reaction point (the sender that slows down), and the DSCP and 802.1p priority CNPs are sent
+  with: ``/sys/class/net/IF/ecn/roce_np/enable/PRIO``, ``ecn/roce_rp/enable/PRIO``,
+  ``ecn/roce_np/cnp_dscp``, ``ecn/roce_np/cnp_802p_prio`` (mlx5 driver of MLNX OFED, en_ecn.c;
+  NVIDIA "How To Configure DCQCN (RoCE CC) values for ConnectX-4 (Linux)").
+- the RDMA CM default ToS: configfs ``/sys/kernel/config/rdma_cm/DEV/ports/N/default_roce_tos``
+  (drivers/infiniband/core/cma_configfs.c); without the DEV directory the kernel's default,
+  0, applies (cma.c: default_roce_tos is 0 unless set through configfs).
+- netdev MTU vs the RoCE active MTU, the RoCE v2 GID index, and the congestion and loss
+  counters (hw_counters of mlx5, drivers/infiniband/hw/mlx5/counters.c).
+
+Parsers (``parse_*``) are pure functions over the tools' text, proven on public printouts
+(tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
+
+NET_CLASS = '/sys/class/net'
+RDMA_CM_CONFIGFS = '/sys/kernel/config/rdma_cm'
+PRIORITIES = tuple(range(8))
+# The kernel's RDMA CM ToS when configfs does not set one (drivers/infiniband/core/cma.c:
+# cma_dev->default_roce_tos is zero-initialised).
+KERNEL_DEFAULT_TOS = 0
+# Congestion and loss counters of a RoCE port (mlx5 hw_counters, drivers/infiniband/hw/mlx5/counters.c:
+# np_* the notification point, rp_* the reaction point; out_of_buffer is per device queue).
+CONGESTION_COUNTERS = ('np_cnp_sent', 'rp_cnp_handled', 'np_ecn_marked_roce_packets', 'rp_cnp_ignored')
+LOSS_COUNTERS = ('out_of_sequence', 'packet_seq_err', 'local_ack_timeout_err', 'rnr_nak_retry_err', 'out_of_buffer')
+
+# Symbolic DSCP names iproute2's dcb prints unless -N is given (lib/rt_names.c reads
+# /etc/iproute2/rt_dsfield; its default table: the class selectors, AF classes and EF).
+DSCP_NAMES = dict([('CS%d' % n, 8 * n) for n in range(8)]
+                  + [('AF%d%d' % (c, d), 8 * c + 2 * d) for c in range(1, 5) for d in range(1, 4)]
+                  + [('EF', 46), ('VA', 44), ('LE', 1)])
+
+_TRUST_RE = re.compile(r'^\s*Priority trust (?:state|mode)\s*:\s*(?P<trust>\w+)', re.I | re.M)
+_DSCP_ROW_RE = re.compile(r'^\s*prio\s*:\s*(?P<prio>\d)\s+dscp\s*:\s*(?P<dscps>[\d,\s]*)$', re.M)
+_PFC_HEADER_RE = re.compile(r'^\s*priority\s+((?:\d\s+){7}\d)\s*$', re.M)
+_PFC_ROW_RE = re.compile(r'^\s*enabled\s+((?:[01]\s+){7}[01])\s*$', re.M)
+_TC_RE = re.compile(r'^\s*tc\s*:\s*(?P<tc>\d)\b(?P<rest>.*)$')
+_TC_PRIO_RE = re.compile(r'^\s*priority\s*:\s*(?P<prios>[\d\s]+)$')
+_TSA_RE = re.compile(r'tsa\s*:\s*(?P<tsa>\w+)')
+_BW_RE = re.compile(r'bw\s*:\s*(?P<bw>\d+)\s*%')
+_MAP_RE = re.compile(r'(?P<key>[A-Za-z0-9]+):(?P<value>[A-Za-z0-9]+)')
+
+
+def _pairs(text, key):
+    """The KEY:VALUE tokens after ``key`` on its line of a dcb printout ('prio-pfc 0:off 1:on')."""
+    match = re.search(r'(?:^|\s)%s\s+((?:\S+:\S+\s*)+)' % re.escape(key), text or '', re.M)
+    if not match:
+        return None
+    return [(m.group('key'), m.group('value')) for m in _MAP_RE.finditer(match.group(1))]
+
+
+def _dscp(token):
+    if token.upper() in DSCP_NAMES:
+        return DSCP_NAMES[token.upper()]
+    value = parse_int(token)
+    return value if value is not None and 0 <= value <= 63 else None
+
+
+def parse_mlnx_qos(text):
+    """``mlnx_qos -i IF`` -> {trust, pfc, dscp2prio, prio_tc, tc_tsa} (None where absent).
+
+    The layout (mlnx-tools python/mlnx_qos pretty_print): 'Priority trust state: dscp', a
+    'dscp2prio mapping:' block of 'prio:N dscp:..,' rows, 'PFC configuration:' with a
+    'priority 0 .. 7' and an 'enabled 0 0 0 1 ..' row, then 'tc: N ratelimit: .., tsa: ..'
+    blocks each followed by ' priority:  N' rows (older versions: 'tc: N ... tsa: ets, bw: 14%').
+    """
+    text = text or ''
+    result = {'trust': None, 'pfc': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
+    trust = _TRUST_RE.search(text)
+    if trust and trust.group('trust').lower() in ('pcp', 'dscp'):
+        result['trust'] = trust.group('trust').lower()
+    rows = list(_DSCP_ROW_RE.finditer(text))
+    if rows:
+        mapping = {}
+        for row in rows:
+            for token in row.group('dscps').replace(',', ' ').split():
+                dscp = _dscp(token)
+                if dscp is not None:
+                    mapping[dscp] = int(row.group('prio'))
+        result['dscp2prio'] = mapping
+    header, enabled = _PFC_HEADER_RE.search(text), _PFC_ROW_RE.search(text)
+    if header and enabled:
+        prios = [int(p) for p in header.group(1).split()]
+        flags = [int(f) for f in enabled.group(1).split()]
+        result['pfc'] = sorted(p for p, f in zip(prios, flags) if f)
+    prio_tc, tsa, bw, current = {}, {}, {}, None
+    for line in text.splitlines():
+        tc = _TC_RE.match(line)
+        if tc:
+            current = int(tc.group('tc'))
+            found = _TSA_RE.search(tc.group('rest'))
+            if found:
+                tsa[current] = found.group('tsa').lower()
+            found = _BW_RE.search(tc.group('rest'))
+            if found:
+                bw[current] = int(found.group('bw'))
+            continue
+        prio = _TC_PRIO_RE.match(line)
+        if prio and current is not None:
+            for token in prio.group('prios').split():
+                if parse_int(token) in PRIORITIES:
+                    prio_tc[int(token)] = current
+    result['prio_tc'] = prio_tc or None
+    result['tc_tsa'] = tsa or None
+    result['tc_bw'] = bw or None
+    return result
+
+
+def parse_dcb_pfc(text):
+    """``dcb pfc show dev IF`` -> sorted priorities with PFC on, or None (no prio-pfc).
+
+    'pfc-cap 8 macsec-bypass off delay 4096' and 'prio-pfc 0:off .. 7:on' on two lines (dcb-pfc(8)),
+    or on one line in newer iproute2 ('pfc-cap 8 prio-pfc 0:off .. 3:on .. delay 0')."""
+    pairs = _pairs(text, 'prio-pfc')
+    if pairs is None:
+        return None
+    return sorted(parse_int(p) for p, state in pairs if state == 'on' and parse_int(p) in PRIORITIES)
+
+
+def parse_dcb_app(text):
+    """``dcb [-N] app show dev IF`` -> {dscp: prio} of the dscp-prio entries ({} without any).
+
+    Names such as CS3 or AF31 are what dcb prints without -N (dcb-app(8)); a DSCP listed twice
+    (dcb allows conflicting entries) keeps its highest priority, as mlx5 applies the last one added."""
+    mapping = {}
+    for dscp, prio in _pairs(text, 'dscp-prio') or []:
+        code, level = _dscp(dscp), parse_int(prio)
+        if code is not None and level in PRIORITIES:
+            mapping[code] = max(level, mapping.get(code, level))
+    return mapping
+
+
+def parse_dcb_ets(text):
+    """``dcb ets show dev IF`` -> (prio_tc, tc_tsa, tc_bw), each a dict or None."""
+    prio_tc = dict((parse_int(p), parse_int(t)) for p, t in _pairs(text, 'prio-tc') or []
+                   if parse_int(p) in PRIORITIES and parse_int(t) is not None)
+    tsa = dict((parse_int(t), value.lower()) for t, value in _pairs(text, 'tc-tsa') or [] if parse_int(t) is not None)
+    bw = dict((parse_int(t), parse_int(value)) for t, value in _pairs(text, 'tc-bw') or []
+              if parse_int(t) is not None and parse_int(value) is not None)
+    return prio_tc or None, tsa or None, bw or None
+
+
+def parse_dcb_apptrust(text):
+    """``dcb apptrust show dev IF`` ('order pcp dscp' or 'order: dscp pcp') -> the first
+    selector, which decides the priority ('dscp' or 'pcp'), or None."""
+    match = re.search(r'\border\s*:?\s+(?P<order>[a-z\- ]+)', text or '')
+    if not match:
+        return None
+    for word in match.group('order').split():
+        if word in ('dscp', 'pcp'):
+            return word
+    return None
+
+
+def _ecn(sysroot, netdev, point):
+    """{'prio': bool} of ecn/<point>/enable/<prio>, or None where the driver has no such files."""
+    base = '%s/%s/ecn/%s/enable' % (NET_CLASS, netdev, point)
+    values = {}
+    for prio in PRIORITIES:
+        value = parse_int(sysroot.text('%s/%d' % (base, prio), quiet=True))
+        if value is not None:
+            values[str(prio)] = bool(value)
+    return values or None
+
+
+def read_tos(sysroot, device, port):
+    """(ToS, source) of RDMA CM for a port: configfs value, the kernel default when configfs
+    has no entry for the device, or (None, reason) when configfs is not there to ask."""
+    if not sysroot.isdir(RDMA_CM_CONFIGFS):
+        return None, 'configfs rdma_cm not found (configfs not mounted or rdma_cm not loaded)'
+    value = parse_int(sysroot.text('%s/%s/ports/%s/default_roce_tos' % (RDMA_CM_CONFIGFS, device, port), quiet=True))
+    if value is None:
+        return KERNEL_DEFAULT_TOS, 'kernel default (no rdma_cm configfs entry for %s)' % device
+    return value, 'configfs'
+
+
+def _tool_qos(run, netdev):
+    """DCB configuration of ``netdev`` from mlnx_qos, else dcb: (fields, source, reason).
+    ``run(argv)`` returns (rc, stdout) or None when the tool is not installed."""
+    reasons = []
+    answer = run(['mlnx_qos', '-i', netdev])
+    if answer is not None and answer[0] == 0:
+        fields = parse_mlnx_qos(answer[1])
+        if fields['pfc'] is not None:
+            return fields, 'mlnx_qos', None
+        reasons.append('mlnx_qos printed no PFC configuration')
+    else:
+        reasons.append('mlnx_qos not installed' if answer is None else 'mlnx_qos failed (rc %s)' % answer[0])
+    pfc = run(['dcb', 'pfc', 'show', 'dev', netdev])
+    if pfc is None:
+        return None, None, '; '.join(reasons + ['dcb (iproute2) not installed'])
+    if pfc[0] != 0 or parse_dcb_pfc(pfc[1]) is None:
+        return None, None, '; '.join(reasons + ['dcb pfc show failed (rc %s)' % pfc[0]])
+    fields = {'pfc': parse_dcb_pfc(pfc[1]), 'trust': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
+    app = run(['dcb', '-N', 'app', 'show', 'dev', netdev])
+    if app is not None and app[0] == 0:
+        fields['dscp2prio'] = parse_dcb_app(app[1])
+    ets = run(['dcb', 'ets', 'show', 'dev', netdev])
+    if ets is not None and ets[0] == 0:
+        fields['prio_tc'], fields['tc_tsa'], fields['tc_bw'] = parse_dcb_ets(ets[1])
+    trust = run(['dcb', 'apptrust', 'show', 'dev', netdev])
+    if trust is not None and trust[0] == 0:
+        fields['trust'] = parse_dcb_apptrust(trust[1])
+    return fields, 'dcb', None
+
+
+def gid_index_v2(port):
+    """Lowest index of a RoCE v2 GID with an IPv4 address (what NCCL_IB_GID_INDEX names), or None."""
+    indexes = [g.get('index') for g in port.get('gids') or [] if g.get('type') == 'RoCE v2' and g.get('ipv4')]
+    return min(indexes) if indexes else None
+
+
+def read_roce(sysroot, devices, run=None):
+    """RoCE QoS facts of every Ethernet port of ``devices`` (ib_link_facts' read_ib output).
+
+    ``run``: callable(argv) -> (rc, stdout) or None (tool not installed); None: the tools are
+    not asked (a snapshot of another node) and the DCB fields say so."""
+    ports = []
+    for device in devices or []:
+        for port in device.get('ports') or []:
+            if port.get('link_layer') != 'Ethernet':
+                continue
+            netdev = port.get('netdev')
+            entry = {'hca': device.get('name'), 'port': port.get('port'), 'netdev': netdev,
+                     'state': port.get('state'), 'netdev_mtu': port.get('netdev_mtu'), 'active_mtu': port.get('active_mtu'),
+                     'gid_index': gid_index_v2(port)}
+            fields, source, reason = None, None, 'the port has no netdev'
+            if netdev and run is None:
+                reason = 'the DCB tools were not run (root is not this node, or qos_tools=never)'
+            elif netdev:
+                fields, source, reason = _tool_qos(run, netdev)
+            fields = fields or {'trust': None, 'pfc': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
+            # Maps keyed by strings, as the facts reach the controller (JSON object keys).
+            entry.update((name, dict((str(k), v) for k, v in value.items()) if isinstance(value, dict) else value)
+                         for name, value in fields.items())
+            entry.update(source=source, source_reason=reason)
+            entry['ecn_np'] = _ecn(sysroot, netdev, 'roce_np') if netdev else None
+            entry['ecn_rp'] = _ecn(sysroot, netdev, 'roce_rp') if netdev else None
+            base = '%s/%s/ecn/roce_np' % (NET_CLASS, netdev)
+            entry['cnp_dscp'] = parse_int(sysroot.text(base + '/cnp_dscp', quiet=True)) if netdev else None
+            entry['cnp_prio'] = parse_int(sysroot.text(base + '/cnp_802p_prio', quiet=True)) if netdev else None
+            entry['roce_tos'], entry['roce_tos_source'] = read_tos(sysroot, device.get('name'), port.get('port'))
+            hw = dict(device.get('hw_counters') or {})
+            hw.update(port.get('hw_counters') or {})
+            entry['counters'] = dict((name, hw.get(name)) for name in CONGESTION_COUNTERS + LOSS_COUNTERS if name in hw)
+            ports.append(entry)
+    return ports
+
+
+def rdma_priority(entry, tos=None):
+    """The 802.1p priority RoCE traffic of ``tos`` (default: the port's RDMA CM ToS) lands
+    in on this port: trust dscp maps ToS >> 2 through the DSCP map; trust pcp takes the VLAN
+    PCP, which an untagged routed RoCE v2 packet does not carry, so priority 0."""
+    tos = entry.get('roce_tos') if tos is None else tos
+    if entry.get('trust') == 'pcp':
+        return 0
+    if entry.get('trust') != 'dscp' or tos is None or entry.get('dscp2prio') is None:
+        return None
+    mapping = dict((int(k), v) for k, v in entry['dscp2prio'].items())
+    # mlx5's default DSCP map (a DSCP missing from the table): dscp >> 3, the class selector.
+    return mapping.get(tos >> 2, (tos >> 2) >> 3)
+
+
+# ---------------------------------------------------------------------------- running the tools
+
+def tool_runner(find, timeout=20):
+    """``run(argv)`` for read_roce/apply: argv[0] looked up with ``find`` (the module's
+    get_bin_path: None when not installed), run bounded by ``timeout`` seconds in the C locale
+    (_process.run), answering (rc, stdout); a run past the timeout answers rc 124."""
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
+
+    def run(argv):
+        binary = find(argv[0])
+        if binary is None:
+            return None
+        launched = _process.run([binary] + list(argv[1:]), timeout, name=argv[0])
+        out, _err = launched.output()
+        return (124 if launched.timed_out else launched.rc), out
+    return run
+
+
+# ---------------------------------------------------------------------------- configuring
+
+def desired_port(want):
+    """The values a port must have for ``want`` (roce_qos module options): the compared fields."""
+    prio = want['priority']
+    return {'trust': want['trust'], 'pfc': [prio], 'dscp_prio': (want['dscp'], prio),
+            'ecn': prio if want['ecn'] else None, 'cnp_dscp': want['cnp_dscp'], 'cnp_prio': want['cnp_priority'],
+            'roce_tos': want['tos']}
+
+
+def plan(port, want, tool):
+    """[(field, have, want, action)] for one port read by read_roce; ``tool``: 'mlnx_qos' or
+    'dcb' (what sets the DCB part). ``action``: ('run', argv) or ('write', node path, value) or
+    ('mkdir', node path)."""
+    goal, netdev, changes = desired_port(want), port['netdev'], []
+    if port.get('trust') != goal['trust']:
+        argv = (['mlnx_qos', '-i', netdev, '--trust', goal['trust']] if tool == 'mlnx_qos'
+                else ['dcb', 'apptrust', 'set', 'dev', netdev, 'order', goal['trust']])
+        changes.append(('trust', port.get('trust'), goal['trust'], ('run', argv)))
+    if sorted(port.get('pfc') or []) != goal['pfc']:
+        flags = ','.join('1' if p in goal['pfc'] else '0' for p in PRIORITIES)
+        argv = (['mlnx_qos', '-i', netdev, '--pfc', flags] if tool == 'mlnx_qos'
+                else ['dcb', 'pfc', 'set', 'dev', netdev, 'prio-pfc', 'all:off'] + ['%d:on' % p for p in goal['pfc']])
+        changes.append(('pfc', port.get('pfc'), goal['pfc'], ('run', argv)))
+    dscp, prio = goal['dscp_prio']
+    mapping = dict((int(k), v) for k, v in (port.get('dscp2prio') or {}).items())
+    have = mapping.get(dscp, dscp >> 3)
+    if have != prio:
+        argv = (['mlnx_qos', '-i', netdev, '--dscp2prio', 'set,%d,%d' % (dscp, prio)] if tool == 'mlnx_qos'
+                else ['dcb', 'app', 'replace', 'dev', netdev, 'dscp-prio', '%d:%d' % (dscp, prio)])
+        changes.append(('dscp %d priority' % dscp, have, prio, ('run', argv)))
+    if goal['ecn'] is not None:
+        for point in ('roce_np', 'roce_rp'):
+            values = port.get('ecn_' + point[5:]) or {}
+            if values and not dict((int(k), v) for k, v in values.items()).get(goal['ecn']):
+                changes.append(('%s ecn priority %d' % (point, goal['ecn']), False, True,
+                                ('write', '%s/%s/ecn/%s/enable/%d' % (NET_CLASS, netdev, point, goal['ecn']), '1')))
+    for field, name in (('cnp_dscp', 'cnp_dscp'), ('cnp_prio', 'cnp_802p_prio')):
+        if port.get(field) is not None and port.get(field) != goal[field]:
+            changes.append((field, port.get(field), goal[field],
+                            ('write', '%s/%s/ecn/roce_np/%s' % (NET_CLASS, netdev, name), str(goal[field]))))
+    if goal['roce_tos'] is not None and port.get('roce_tos') != goal['roce_tos']:
+        changes.append(('rdma_cm default_roce_tos', port.get('roce_tos'), goal['roce_tos'],
+                        ('tos', port['hca'], port['port'], str(goal['roce_tos']))))
+    return changes
+
+
+def apply(sysroot, run, change):
+    """Carry out one planned change; returns None, or why it failed."""
+    action = change[3]
+    if action[0] == 'run':
+        answer = run(action[1])
+        if answer is None:
+            return '%s is not installed' % action[1][0]
+        return None if answer[0] == 0 else '%s failed (rc %s): %s' % (' '.join(action[1]), answer[0], answer[1].strip()[-300:])
+    if action[0] == 'tos':
+        # configfs: the device directory is made by mkdir (cma_configfs.c make_cma_dev), then its
+        # ports/N/default_roce_tos is written.
+        _kind, device, port, value = action
+        try:
+            # The device name comes from /sys/class/infiniband (a directory entry: no '/').
+            base = sysroot.host_path(RDMA_CM_CONFIGFS) + '/' + device
+            if not os.path.isdir(base):
+                os.mkdir(base)
+            if not sysroot.live:
+                # A simulated node: configfs is a plain directory there, no kernel makes ports/.
+                os.makedirs('%s/ports/%s' % (base, port), exist_ok=True)
+            with open('%s/ports/%s/default_roce_tos' % (base, port), 'w') as handle:
+                handle.write(value + '\n')
+            return None
+        except OSError as exc:
+            return 'cannot set the RDMA CM ToS of %s port %s: %s' % (device, port, exc.strerror or exc)
+    return _write_text(sysroot, action[1], action[2])
+
+
+def _write_text(sysroot, rel, value):
+    try:
+        if sysroot.live:
+            target = rel
+        else:
+            parent = sysroot.host_path(os.path.dirname(rel))
+            target = parent + '/' + os.path.basename(rel)
+        with open(target, 'w') as handle:
+            handle.write(value + '\n')
+    except OSError as exc:
+        return 'cannot write %s: %s' % (rel, exc.strerror or exc)
+    return None

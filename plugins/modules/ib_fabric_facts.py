@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+module: ib_fabric_facts
+short_description: The InfiniBand fabric beyond the node (switches, links, subnet manager, switch port counters)
+version_added: 0.2.0
+description:
+  - Runs on ONE node with an InfiniBand port the infiniband-diags views of the whole fabric - C(iblinkinfo)
+    and C(ibnetdiscover) (switches, CAs and the links between their ports with width, speed and state),
+    C(sminfo) (the master subnet manager, and every SM LID given in O(sm_lids)), and C(perfquery -x -l)
+    of every switch twice, O(interval) seconds apart (the switch port counters, with the time of each read).
+  - Each tool runs with an argument list and a timeout. A tool that is not installed, fails or times out is
+    said in RV(ansible_facts.gpu_fabric_ib_fabric.tools); a node without an InfiniBand port returns
+    C(status=no_ib_port). Neither fails the task.
+  - With O(from_log), reads saved outputs from a directory instead of running anything.
+author:
+  - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - hpc.gpu_fabric.root
+  - hpc.gpu_fabric.root.facts
+options:
+  sm_lids:
+    description:
+      - LIDs of subnet managers to ask besides the one this node's ports see (for example every C(sm_lid)
+        the nodes' C(gpu_fabric_ib) facts name), so that a second master is found.
+    type: list
+    elements: int
+    default: []
+  interval:
+    description:
+      - Seconds between the two counter reads (rates need two reads); C(0) reads once.
+    type: float
+    default: 5
+  timeout:
+    description:
+      - Seconds each tool may run.
+    type: int
+    default: 120
+  from_log:
+    description:
+      - A directory with saved outputs C(iblinkinfo.txt), C(ibnetdiscover.txt), C(sminfo.txt),
+        C(perfquery.1.txt) and C(perfquery.2.txt) (the second read O(interval) seconds after the first).
+    type: path
+notes:
+  - The counters are read from the switches, so a host link's errors are seen at the switch port at its other end.
+'''
+
+EXAMPLES = r'''
+- name: Discover the fabric from the first node with an InfiniBand port
+  hpc.gpu_fabric.ib_fabric_facts:
+    sm_lids: [1, 2]
+  run_once: true
+
+- name: Analyse saved outputs of a customer's fabric
+  hpc.gpu_fabric.ib_fabric_facts:
+    from_log: /srv/tickets/4711/ibdiags
+  delegate_to: localhost
+'''
+
+RETURN = r'''
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpu_fabric_ib_fabric:
+      description: The fabric as this node sees it.
+      type: dict
+      returned: always
+      contains:
+        status:
+          description: C(ok), C(partial) (a tool missing or failed), C(no_tools) or C(no_ib_port).
+          type: str
+          returned: always
+          sample: ok
+        reason:
+          description: Why the status is not C(ok).
+          type: str
+          returned: always
+          sample: ""
+        tools:
+          description: Per tool C(used), C(not installed), C(failed ...) or C(timed out ...).
+          type: dict
+          returned: always
+          sample: {iblinkinfo: used, sminfo: used}
+        topology:
+          description: Nodes (by GUID) and links (both ends, width, speed, state, C(could_be)), see module_utils/_ibdiag.py.
+          type: dict
+          returned: always
+          sample: {nodes: {}, links: [], unparsed: []}
+        sm:
+          description: C(sms) (one record per SM asked, with priority and state) and C(errors).
+          type: dict
+          returned: always
+          sample: {sms: [{lid: 1, guid: "0x0000000000500001", priority: 14, state: 3, state_name: SMINFO_MASTER}], errors: []}
+        counters:
+          description: C(reads), each with C(read_at) (epoch seconds) and C(ports) (lid, port, counters); C(interval_s).
+          type: dict
+          returned: always
+          sample: {reads: [], interval_s: 5}
+        local:
+          description: This node's InfiniBand ports (device, port, lid, sm_lid).
+          type: list
+          elements: dict
+          returned: always
+          sample: [{device: mlx5_0, port: 1, lid: 100, sm_lid: 1}]
+'''
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._argv import check_args
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+
+TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'perfquery')
+# IB LIDs are 16 bit; unicast LIDs 0x0001-0xBFFF (IBTA Vol 1, 4.1.3).
+MAX_UNICAST_LID = 0xBFFF
+
+
+def local_ports(sysroot):
+    return [{'device': d['name'], 'port': p.get('port'), 'lid': p.get('lid'), 'sm_lid': p.get('sm_lid'),
+             'state': p.get('state')}
+            for d in read_ib(sysroot) for p in d.get('ports') or [] if p.get('link_layer') == 'InfiniBand']
+
+
+class Runner(object):
+    """Runs the tools (or reads their saved outputs) and says how each went."""
+
+    def __init__(self, module, timeout, from_log):
+        self.module, self.timeout, self.from_log = module, timeout, from_log
+        self.tools = {}
+        self.paths = {}
+
+    def available(self, tool):
+        if self.from_log:
+            return True
+        if tool not in self.paths:
+            self.paths[tool] = self.module.get_bin_path(tool)
+            if self.paths[tool] is None:
+                self.tools[tool] = 'not installed'
+        return self.paths[tool] is not None
+
+    def run(self, tool, args=(), log_name=None):
+        """(stdout, stderr) or None; the outcome is kept in ``tools``."""
+        if self.from_log:
+            path = os.path.join(self.from_log, log_name or tool + '.txt')
+            if not os.path.isfile(path):
+                self.tools.setdefault(tool, 'no saved output (%s)' % os.path.basename(path))
+                return None
+            with open(path, 'rb') as handle:
+                self.tools[tool] = 'read from log'
+                return handle.read().decode('utf-8', 'replace'), ''
+        if not self.available(tool):
+            return None
+        argv = [self.paths[tool]] + [str(a) for a in args]
+        check_args(argv, tool)
+        launched = _process.run(argv, self.timeout, name=tool)
+        out, err = launched.output()
+        if launched.timed_out:
+            self.tools[tool] = 'timed out after %ds' % self.timeout
+            return out, err
+        if launched.rc != 0:
+            last = (err or out).strip().splitlines()
+            self.tools[tool] = 'failed: rc=%s %s' % (launched.rc, last[-1][:200] if last else '')
+            return out, err
+        self.tools.setdefault(tool, 'used')
+        return out, err
+
+
+def discover(module, runner, sm_lids, interval, ports):
+    """The fabric facts from the tools' outputs."""
+    text = runner.run('iblinkinfo')
+    linkinfo = _ibdiag.parse_iblinkinfo(text[0]) if text else None
+    text = runner.run('ibnetdiscover')
+    netdiscover = _ibdiag.parse_ibnetdiscover(text[0]) if text else None
+    topology = _ibdiag.topology(linkinfo, netdiscover)
+
+    sms, errors = [], []
+    text = runner.run('sminfo')
+    if text is not None:
+        parsed = _ibdiag.parse_sminfo('\n'.join(text))
+        sms.extend(dict(sm, asked='local port') for sm in parsed['sms'])
+        errors.extend({'asked': 'local port', 'error': e} for e in parsed['errors'])
+        if not parsed['sms'] and not parsed['errors']:
+            errors.append({'asked': 'local port', 'error': 'no SMInfo record in the output'})
+    asked = set(sm['lid'] for sm in sms)
+    wanted = sorted(set(lid for lid in list(sm_lids) + [p.get('sm_lid') for p in ports]
+                        if isinstance(lid, int) and 0 < lid <= MAX_UNICAST_LID) - asked)
+    for lid in wanted if not runner.from_log else []:
+        text = runner.run('sminfo', [lid])
+        if text is None:
+            break
+        parsed = _ibdiag.parse_sminfo('\n'.join(text))
+        sms.extend(dict(sm, asked='lid %d' % lid) for sm in parsed['sms'])
+        errors.extend({'asked': 'lid %d' % lid, 'error': e} for e in parsed['errors'])
+        if not parsed['sms'] and not parsed['errors']:
+            errors.append({'asked': 'lid %d' % lid, 'error': 'no SMInfo record in the output'})
+
+    switch_lids = sorted(set(lid for node in topology['nodes'].values() if node['type'] == 'switch' for lid in node['lids']))
+    reads = []
+    for number in (1, 2) if interval > 0 else (1,):
+        if number == 2 and not runner.from_log:
+            time.sleep(interval)
+        read_at, blocks = time.time(), []
+        if runner.from_log:
+            text = runner.run('perfquery', log_name='perfquery.%d.txt' % number)
+            blocks = _ibdiag.parse_perfquery(text[0]) if text else []
+        else:
+            for lid in switch_lids:
+                text = runner.run('perfquery', ['-x', '-l', lid])
+                if text is None:
+                    break
+                blocks.extend(_ibdiag.parse_perfquery(text[0]))
+        if blocks or not runner.from_log:
+            reads.append({'read_at': read_at, 'ports': blocks})
+    return {'topology': topology, 'sm': {'sms': sms, 'errors': errors},
+            'counters': {'reads': reads, 'interval_s': reads[1]['read_at'] - reads[0]['read_at'] if len(reads) > 1 else None}}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type='path', default='/'),
+            sm_lids=dict(type='list', elements='int', default=[]),
+            interval=dict(type='float', default=5),
+            timeout=dict(type='int', default=120),
+            from_log=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    root = params['root']
+    if not os.path.isdir(root):
+        module.fail_json(msg='root %s is not a directory: give / or the path of an unpacked node snapshot' % root)
+    if params['interval'] < 0 or params['timeout'] < 1:
+        module.fail_json(msg='interval must be 0 or more and timeout 1 or more seconds')
+    if params['from_log'] is not None and not os.path.isdir(params['from_log']):
+        module.fail_json(msg='from_log %s is not a directory of saved outputs' % params['from_log'])
+    sysroot = SysRoot(root)
+    ports = local_ports(sysroot)
+    facts = {'status': 'ok', 'reason': '', 'tools': {}, 'topology': {'nodes': {}, 'links': [], 'unparsed': []},
+             'sm': {'sms': [], 'errors': []}, 'counters': {'reads': [], 'interval_s': None}, 'local': ports}
+    runner = Runner(module, params['timeout'], params['from_log'])
+    if not ports and not params['from_log']:
+        facts.update(status='no_ib_port', reason='this node has no InfiniBand port: the fabric is discovered from a node that has one')
+    elif not params['from_log'] and not any(runner.available(tool) for tool in TOOLS):
+        facts.update(status='no_tools', reason='infiniband-diags is not installed (%s not found)' % ', '.join(TOOLS),
+                     tools=dict(runner.tools))
+    else:
+        try:
+            facts.update(discover(module, runner, params['sm_lids'], params['interval'], ports))
+        except _process.Terminated as exc:
+            module.fail_json(msg='stopped while the fabric tools ran (%s); all of them were reaped' % exc)
+        facts['tools'] = dict(runner.tools)
+        bad = sorted(tool for tool, how in runner.tools.items() if how not in ('used', 'read from log'))
+        if bad:
+            facts.update(status='partial', reason='; '.join('%s: %s' % (tool, runner.tools[tool]) for tool in bad))
+    for warning in sysroot.warnings:
+        module.warn(warning)
+    module.exit_json(changed=False, ansible_facts={'gpu_fabric_ib_fabric': without_surrogates(facts, module.warn, 'gpu_fabric_ib_fabric')})
+
+
+if __name__ == '__main__':
+    main()

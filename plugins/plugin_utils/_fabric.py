@@ -1,0 +1,330 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Findings about the fabric beyond the nodes: switch and host links, up-links, the subnet
+manager, flapping links and error rates at switch ports, and the cables of slow pairs.
+
+Input: the nodes' facts ({host: {'ib': gpu_fabric_ib, 'fabric': gpu_fabric_ib_fabric}}, the
+fabric facts from the one node that ran ib_fabric_facts) and the benchmark report. A switch
+port whose other end is a node's HCA is attributed to that node (``host``), so that the
+host's own findings about that port and the switch port's are one root cause; a link
+between switches belongs to the fleet (``host`` None) and names both switch ports.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
+
+# opensm's SMInfo states (IBTA Vol 1 14.4.1, SMInfo:SMState): 3 is MASTER, 0 NOT-ACTIVE.
+SM_MASTER, SM_NOTACTIVE = 3, 0
+
+
+def fabric_of(nodes):
+    """(host, fabric facts) of the first node (by name) that discovered the fabric, else (None, None)."""
+    for host in sorted(nodes or {}):
+        fabric = mapping(mapping(nodes[host]).get('fabric'))
+        if fabric:
+            return host, fabric
+    return None, None
+
+
+def host_ports(nodes):
+    """{GUID: (host, device)} from every node's gpu_fabric_ib (node GUID, and the port GUID of
+    GID 0 - the lower 64 bits of the link-local GID)."""
+    found = {}
+    for host in sorted(nodes or {}):
+        for device in mappings(mapping(mapping(nodes[host]).get('ib')).get('devices')):
+            name = text(device.get('name'))
+            for value in [device.get('node_guid')] + [g.get('gid', '')[-19:] for p in mappings(device.get('ports'))
+                                                      for g in mappings(p.get('gids'))[:1] if isinstance(g.get('gid'), str)]:
+                key = norm_guid(value) if isinstance(value, str) else None
+                if key and key != '0x0000000000000000':
+                    found.setdefault(key, (host, name))
+    return found
+
+
+def _node(topology, node_id):
+    return mapping(mapping(topology.get('nodes')).get(node_id))
+
+
+def _label(topology, end):
+    node = _node(topology, end.get('node'))
+    return '%s port %s' % (text(node.get('desc')) or text(end.get('desc')) or end.get('node'), end.get('port'))
+
+
+def _kind(topology, end):
+    return _node(topology, end.get('node')).get('type')
+
+
+def _owner(end, owners):
+    return owners.get(text(end.get('guid')) or text(end.get('node')))
+
+
+def classify(topology):
+    """{'leaves': [...], 'spines': [...]}: a switch with a CA attached is a leaf, one with only
+    switches attached a spine."""
+    attached = {}
+    for link in mappings(topology.get('links')):
+        a, b = mapping(link.get('a')), mapping(link.get('b'))
+        if not b or link.get('state') != 'Active':
+            continue
+        for here, there in ((a, b), (b, a)):
+            if _kind(topology, here) == 'switch':
+                attached.setdefault(here.get('node'), set()).add(_kind(topology, there))
+    leaves = sorted(n for n, kinds in attached.items() if 'ca' in kinds)
+    spines = sorted(n for n, kinds in attached.items() if 'ca' not in kinds)
+    return {'leaves': leaves, 'spines': spines}
+
+
+def link_findings(topology, owners):
+    found = []
+    active = [l for l in mappings(topology.get('links')) if l.get('state') == 'Active' and mapping(l.get('b'))]
+    kinds = Counter()
+    for link in active:
+        ends = frozenset((_kind(topology, mapping(link['a'])), _kind(topology, mapping(link['b']))))
+        if number(link.get('gbps')):
+            kinds[(ends, number(link['gbps']))] += 1
+    usual = {}
+    for (ends, gbps), count in kinds.items():
+        if ends not in usual or count > usual[ends][1]:
+            usual[ends] = (gbps, count)
+    for link in active:
+        a, b = mapping(link['a']), mapping(link['b'])
+        ends = frozenset((_kind(topology, a), _kind(topology, b)))
+        gbps = number(link.get('gbps'))
+        could = mapping(link.get('could_be'))
+        reasons = []
+        if could.get('width') or could.get('lane_gbps'):
+            reasons.append('both ends could train at %s' % ' '.join(
+                str(v) + (' Gb/s per lane' if k == 'lane_gbps' else '') for k, v in sorted(could.items()) if v))
+        expected = usual.get(ends, (None, 0))[0]
+        if gbps and expected and gbps < expected:
+            reasons.append('%g Gb/s against the fabric\'s usual %g Gb/s for such links' % (gbps, expected))
+        if not reasons:
+            continue
+        owner = _owner(a, owners) or _owner(b, owners)
+        subject = '%s <-> %s' % (_label(topology, a), _label(topology, b))
+        found.append(finding(
+            F.FABRIC_LINK_DEGRADED, owner[0] if owner else None, subject,
+            {'width': link.get('width'), 'speed': link.get('speed'), 'gbps': gbps, 'usual_gbps': expected,
+             'could_be': could, 'a': a, 'b': b},
+            'the link trained at %s %s (%s): every flow through it runs slower' % (
+                link.get('width'), link.get('speed') or '', '; '.join(reasons)), link=subject))
+    return found
+
+
+def uplink_findings(topology, roles):
+    found = []
+    spines = set(roles['spines'])
+    counts = {}
+    for leaf in roles['leaves']:
+        counts[leaf] = sum(1 for l in mappings(topology.get('links')) if l.get('state') == 'Active' and mapping(l.get('b'))
+                           and {mapping(l['a']).get('node'), mapping(l['b']).get('node')} & {leaf}
+                           and {mapping(l['a']).get('node'), mapping(l['b']).get('node')} & spines)
+    if len(counts) < 2:
+        return found
+    most = Counter(counts.values()).most_common(1)[0][0]
+    peak = max(counts.values())
+    for leaf, count in sorted(counts.items()):
+        if count < peak:
+            node = _node(topology, leaf)
+            found.append(finding(
+                F.FABRIC_UPLINKS_ASYMMETRIC, None, text(node.get('desc')) or leaf,
+                {'uplinks': count, 'peers_uplinks': dict((text(_node(topology, n).get('desc')) or n, c) for n, c in counts.items()),
+                 'most_leaves': most},
+                '%s has %d up-links to the spines where its peers have %d: adaptive routing and ECMP spread '
+                'traffic over fewer paths, which shows as bandwidth loss only under load' % (
+                    text(node.get('desc')) or leaf, count, peak), switch=text(node.get('desc')) or leaf))
+    return found
+
+
+def sm_findings(fabric, nodes, discovered_by):
+    found = []
+    sm = mapping(fabric.get('sm'))
+    sms = mappings(sm.get('sms'))
+    errors = mappings(sm.get('errors'))
+    masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
+    if not masters:
+        found.append(finding(
+            F.FABRIC_SM_ABSENT, None, 'subnet manager',
+            {'asked_from': discovered_by, 'sms': sms, 'errors': errors[:10]},
+            'no subnet manager answered as master (%s): the fabric keeps its routes until a link or node changes, '
+            'then nothing reconfigures it' % ('; '.join(text(e.get('error')) for e in errors[:3]) or 'no SMInfo record')))
+    elif len(masters) > 1:
+        found.append(finding(
+            F.FABRIC_SM_MULTIPLE_MASTERS, None, 'subnet manager',
+            {'masters': sorted(masters.values(), key=lambda s: integer(s.get('lid')) or 0)},
+            '%d subnet managers each claim to be master (%s): the subnet is split and routes fight' % (
+                len(masters), ', '.join('LID %s GUID %s' % (s.get('lid'), g) for g, s in sorted(masters.items())))))
+    active = [s for s in dict((text(s.get('guid')), s) for s in sms).values() if integer(s.get('state')) != SM_NOTACTIVE]
+    priorities = Counter(integer(s.get('priority')) for s in active)
+    tied = sorted(p for p, c in priorities.items() if c > 1 and p is not None)
+    if tied:
+        found.append(finding(
+            F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
+            {'priority': tied, 'sms': active},
+            'subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
+            'pick an unintended one' % ', '.join(str(p) for p in tied)))
+    views = {}
+    for host in sorted(nodes or {}):
+        for device in mappings(mapping(mapping(nodes[host]).get('ib')).get('devices')):
+            for port in mappings(device.get('ports')):
+                if port.get('link_layer') == 'InfiniBand' and port.get('state') == 'ACTIVE' and integer(port.get('sm_lid')):
+                    views.setdefault(text(device.get('name')), {}).setdefault(integer(port['sm_lid']), []).append(host)
+    for device, seen in sorted(views.items()):
+        if len(seen) > 1:
+            found.append(finding(
+                F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
+                {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
+                'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
+                'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items())))))
+    return found
+
+
+def _port_speeds(topology):
+    speeds, ends = {}, {}
+    for link in mappings(topology.get('links')):
+        for here, there in ((mapping(link.get('a')), mapping(link.get('b'))), (mapping(link.get('b')), mapping(link.get('a')))):
+            if here.get('lid') is not None:
+                speeds[(here['lid'], here.get('port'))] = number(link.get('gbps'))
+                ends[(here['lid'], here.get('port'))] = (here, there)
+    return speeds, ends
+
+
+def counter_findings(fabric, topology, owners):
+    found = []
+    reads = mappings(mapping(fabric.get('counters')).get('reads'))
+    if len(reads) < 2:
+        return found
+    first, last = reads[0], reads[-1]
+    seconds = (number(last.get('read_at')) or 0) - (number(first.get('read_at')) or 0)
+    before = dict(((integer(p.get('lid')), integer(p.get('port'))), mapping(p.get('counters'))) for p in mappings(first.get('ports')))
+    speeds, ends = _port_speeds(topology)
+    for port in mappings(last.get('ports')):
+        key = (integer(port.get('lid')), integer(port.get('port')))
+        if key not in before:
+            continue
+        result = _rates.compare(before[key], mapping(port.get('counters')), seconds, speeds.get(key))
+        if not result['verdicts']:
+            continue
+        here, there = ends.get(key, ({'lid': key[0], 'port': key[1], 'node': 'lid-%s' % key[0]}, {}))
+        owner = _owner(there, owners) if there else None
+        subject = _label(topology, here) + (' (to %s)' % _label(topology, there) if there else '')
+        rules = set(v['rule'] for v in result['verdicts'])
+        code = F.FABRIC_LINK_FLAPPING if 'flapping' in rules else F.FABRIC_ERROR_RATE
+        found.append(finding(
+            code, owner[0] if owner else None, subject,
+            {'verdicts': result['verdicts'], 'increase': result['increase'], 'seconds': round(seconds, 3),
+             'hca': owner[1] if owner else None},
+            'between two reads %.1f s apart the switch port %s' % (seconds, '; '.join(
+                '%s rose by %d (%s)' % (v['counter'], v['increase'], v['rule']) for v in result['verdicts'])),
+            port=subject))
+    return found
+
+
+def slow_pair_findings(bench, topology, owners):
+    """Slow or failed pairs: the switch ports between the two HCAs (their leaf ports, and the
+    leaves' up-links when the leaves differ)."""
+    found = []
+    where = {}
+    for link in mappings(topology.get('links')):
+        for here, there in ((mapping(link.get('a')), mapping(link.get('b'))), (mapping(link.get('b')), mapping(link.get('a')))):
+            owner = _owner(here, owners)
+            if owner and there:
+                where[owner] = (_label(topology, there), there.get('node'), link)
+    for pair in mappings(mapping(bench).get('pairs')):
+        if pair.get('verdict') in (None, 'ok'):
+            continue
+        hcas = mapping(pair.get('hcas'))
+        server = (text(pair.get('server')), text(hcas.get('server')) or text(pair.get('rail')))
+        client = (text(pair.get('client')), text(hcas.get('client')) or text(pair.get('rail')))
+        ends = [where.get(server), where.get(client)]
+        if not all(ends):
+            continue
+        cables = ['%s %s <-> %s' % (server[0], server[1], ends[0][0]), '%s %s <-> %s' % (client[0], client[1], ends[1][0])]
+        bad = [link for _label_, _node_, link in ends if link.get('state') != 'Active'
+               or mapping(link.get('could_be')).get('width') or mapping(link.get('could_be')).get('lane_gbps')]
+        subject = '%s->%s rail %s %s' % (server[0], client[0], pair.get('rail'), pair.get('memory'))
+        item = finding(F.FABRIC_SLOW_PAIR_PATH, None, subject,
+                       {'cables': cables, 'same_leaf': ends[0][1] == ends[1][1], 'bad_links': len(bad)},
+                       'the pair\'s traffic crosses %s%s' % (
+                           ' and '.join(cables),
+                           '' if ends[0][1] == ends[1][1] else ' and the up-links of both leaves (see their findings)'))
+        item['hosts'] = [server[0], client[0]]
+        found.append(item)
+    return found
+
+
+def fabric_findings(nodes, bench=None):
+    """Every fabric finding; nothing when no node discovered the fabric and no node has an
+    InfiniBand port (an Ethernet-only or GPU-only fleet)."""
+    host, fabric = fabric_of(nodes)
+    if fabric is None:
+        # Not discovered (gpu_fabric_discover_fabric off, facts from elsewhere): report.json's
+        # ``fabric`` says so (summary()), the renderers show it as unchecked.
+        return []
+    status = text(fabric.get('status'))
+    found = []
+    tools = mapping(fabric.get('tools'))
+    # sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem.
+    broken = dict((tool, how) for tool, how in tools.items()
+                  if text(how) not in ('used', 'read from log') and not (tool == 'sminfo' and text(how).startswith('failed')))
+    if status in ('no_tools', 'no_ib_port') or broken:
+        found.append(finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
+                             {'status': status, 'tools': tools},
+                             'the fabric could not be fully discovered from %s: %s' % (
+                                 host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status)))
+    topology = mapping(fabric.get('topology'))
+    owners = host_ports(nodes)
+    found.extend(link_findings(topology, owners))
+    found.extend(uplink_findings(topology, classify(topology)))
+    # The SM is judged only when sminfo ran (it may have failed: the SM did not answer).
+    if status in ('ok', 'partial') and text(tools.get('sminfo')) not in ('', 'not installed') \
+            and not text(tools.get('sminfo')).startswith('no saved output'):
+        found.extend(sm_findings(fabric, nodes, host))
+    found.extend(counter_findings(fabric, topology, owners))
+    if bench:
+        found.extend(slow_pair_findings(bench, topology, owners))
+    return found
+
+
+def summary(nodes, findings):
+    """What the HTML view draws: leaves, spines and links with a health each."""
+    host, fabric = fabric_of(nodes)
+    if fabric is None:
+        ib_hosts = sorted(set(h for h in nodes or {} for d in mappings(mapping(mapping(nodes[h]).get('ib')).get('devices'))
+                              for p in mappings(d.get('ports')) if p.get('link_layer') == 'InfiniBand'))
+        # Fail closed: nodes with InfiniBand ports and no discovery - the fabric is unchecked, said.
+        return {'status': 'not_discovered', 'discovered_by': None, 'spines': [], 'leaves': [], 'ids': {}, 'links': [],
+                'ib_hosts': len(ib_hosts)} if ib_hosts else None
+    topology = mapping(fabric.get('topology'))
+    roles = classify(topology)
+    bad = {}
+    for item in findings or []:
+        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
+            bad.setdefault(text(item['subject']), item['severity'])
+    links = []
+    for link in mappings(topology.get('links')):
+        a, b = mapping(link.get('a')), mapping(link.get('b'))
+        if not b or _kind(topology, a) != 'switch' or _kind(topology, b) != 'switch':
+            continue
+        subject = '%s <-> %s' % (_label(topology, a), _label(topology, b))
+        links.append({'a': a.get('node'), 'b': b.get('node'), 'label': subject, 'state': link.get('state'),
+                      'health': bad.get(subject) or bad.get('%s <-> %s' % (_label(topology, b), _label(topology, a)))
+                      or ('error' if link.get('state') != 'Active' else 'ok')})
+    drawn = set(link['label'] for link in links)
+    for item in findings or []:
+        subject = text(item.get('subject'))
+        if text(item.get('code')).startswith('FABRIC_') and item.get('severity') != 'info' and subject not in drawn:
+            links.append({'a': None, 'b': None, 'label': '%s: %s' % (item['code'], subject), 'state': None,
+                          'health': item['severity']})
+    names = dict((n, text(_node(topology, n).get('desc')) or n) for n in roles['leaves'] + roles['spines'])
+    return {'discovered_by': host, 'spines': [names[n] for n in roles['spines']], 'leaves': [names[n] for n in roles['leaves']],
+            'ids': names, 'links': links, 'status': text(fabric.get('status'))}

@@ -1,0 +1,172 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""RoCE lossless rules: a node's gpu_fabric_roce (roce_qos_facts) -> findings (ROCE_*).
+
+Each check and the value it expects, with why, is in docs/roce.md. One finding per node and
+code; the subject names the ports (netdevs) it holds for. Ports that are not ACTIVE are left
+to IB_PORT_DOWN. What could not be read is ROCE_QOS_UNKNOWN, never a pass.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, sequence, text
+
+# The largest RoCE MTU (include/rdma/ib_verbs.h IB_MTU_4096): a netdev MTU below 4096 + the RoCE
+# headers (_ib.ROCE_MTU_OVERHEAD) caps every RDMA message at 2048 bytes or less.
+FULL_ROCE_MTU = IB_MTUS[-1]
+# Loss counters that mean dropped packets on a lossless fabric (rnr_nak_retry_err is the
+# application's receive queue, out_of_buffer the host's: not the fabric's loss).
+FABRIC_LOSS = tuple(name for name in LOSS_COUNTERS if name in ('out_of_sequence', 'packet_seq_err', 'local_ack_timeout_err'))
+
+
+def _ports(roce):
+    return [p for p in mappings(mapping(roce).get('ports')) if p.get('state') == 'ACTIVE']
+
+
+def _subject(hits, ports):
+    names = [text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port')) for p in hits]
+    return 'all RoCE ports' if len(hits) == len(ports) and len(ports) > 1 else ','.join(names)
+
+
+def _pfc(port):
+    return set(v for v in sequence(port.get('pfc')) if integer(v) is not None)
+
+
+def _strict_tc(port, prio):
+    prio_tc = dict((str(k), v) for k, v in mapping(port.get('prio_tc')).items())
+    tc = prio_tc.get(str(prio))
+    return tc is not None and dict((str(k), v) for k, v in mapping(port.get('tc_tsa')).items()).get(str(tc)) == 'strict'
+
+
+def port_checks(port):
+    """{code: (evidence, words)} of one ACTIVE RoCE port."""
+    found = {}
+    if port.get('source') is None:
+        found[F.ROCE_QOS_UNKNOWN] = ({'reason': port.get('source_reason')}, port.get('source_reason') or 'not read')
+        known = False
+    else:
+        known = True
+    tos = integer(port.get('roce_tos'))
+    prio = rdma_priority(dict(port, trust='dscp')) if known else None
+    pfc = _pfc(port)
+    if known and port.get('trust') == 'pcp':
+        found[F.ROCE_TRUST_PCP] = ({'trust': 'pcp', 'roce_tos': tos},
+                                   'trust pcp: the NIC classifies by the VLAN PCP, which untagged RoCE v2 packets do not '
+                                   'carry, so RDMA traffic lands on priority 0 whatever its DSCP')
+    if known and not pfc:
+        found[F.ROCE_PFC_OFF] = ({'pfc': []}, 'PFC is enabled on no priority')
+    if known and pfc and prio is not None and prio not in pfc:
+        found[F.ROCE_TC_NOT_LOSSLESS] = ({'roce_tos': tos, 'dscp': tos >> 2 if tos is not None else None, 'priority': prio,
+                                          'pfc': sorted(pfc)},
+                                         'ToS %s (DSCP %s) maps to priority %s, PFC is on %s only'
+                                         % (tos, tos >> 2 if tos is not None else '?', prio, sorted(pfc)))
+    # ECN where the RDMA traffic is lossless (DCQCN slows senders before PFC pauses the link);
+    # without PFC (ECN-only, "lossy RoCE") on the priority the RDMA traffic maps to.
+    wanted = pfc or (set([prio]) if prio is not None else set())
+    for point in ('ecn_np', 'ecn_rp'):
+        values = dict((str(k), v) for k, v in mapping(port.get(point)).items())
+        if port.get(point) is None:
+            continue    # the driver has no ECN files (not mlx5): nothing to judge, said in the facts
+        off = sorted(p for p in wanted if not values.get(str(p)))
+        if off:
+            evidence, words = found.get(F.ROCE_ECN_OFF, ({'off': {}}, ''))
+            evidence['off'][point] = off
+            found[F.ROCE_ECN_OFF] = (evidence, '; '.join(w for w in (words, '%s off on priority %s' % (point, off)) if w))
+    cnp = integer(port.get('cnp_prio'))
+    if known and cnp is not None and cnp not in pfc and not _strict_tc(port, cnp):
+        found[F.ROCE_CNP_LOSSY] = ({'cnp_prio': cnp, 'cnp_dscp': port.get('cnp_dscp'), 'pfc': sorted(pfc)},
+                                   'CNPs go out on priority %d (DSCP %s), neither PFC-enabled nor on a strict TC'
+                                   % (cnp, port.get('cnp_dscp')))
+    mtu = integer(port.get('netdev_mtu'))
+    if mtu is not None and mtu - ROCE_MTU_OVERHEAD < FULL_ROCE_MTU:
+        found[F.ROCE_MTU_MISMATCH] = ({'netdev_mtu': mtu, 'active_mtu': port.get('active_mtu'),
+                                       'needed': FULL_ROCE_MTU + ROCE_MTU_OVERHEAD},
+                                      'netdev MTU %d leaves RoCE an MTU of %s (4096 needs %d)'
+                                      % (mtu, port.get('active_mtu'), FULL_ROCE_MTU + ROCE_MTU_OVERHEAD))
+    losses = dict((k, v) for k, v in mapping(port.get('counters')).items() if k in FABRIC_LOSS and integer(v))
+    if losses:
+        found[F.ROCE_CONGESTION] = ({'counters': losses, 'congestion': dict(
+            (k, v) for k, v in mapping(port.get('counters')).items() if k not in FABRIC_LOSS)},
+            'loss counters %s' % ', '.join('%s=%s' % kv for kv in sorted(losses.items())))
+    return found
+
+
+_CAUSES = {
+    F.ROCE_QOS_UNKNOWN: 'the DCB settings of the RoCE ports could not be read, so lossless RoCE was not checked',
+    F.ROCE_TRUST_PCP: 'RDMA traffic is classified by PCP',
+    F.ROCE_PFC_OFF: 'RDMA traffic is not lossless: a congested switch queue drops it and RoCE retransmits (go-back-N)',
+    F.ROCE_TC_NOT_LOSSLESS: 'RDMA traffic lands in a lossy queue',
+    F.ROCE_ECN_OFF: 'DCQCN cannot slow senders down before PFC pauses the link',
+    F.ROCE_CNP_LOSSY: 'congestion notifications can be dropped or queued behind bulk traffic',
+    F.ROCE_MTU_MISMATCH: 'RDMA messages are cut into smaller packets than the fabric allows',
+    F.ROCE_CONGESTION: 'the port saw packet loss and retransmissions',
+}
+
+
+def roce_findings(host, roce):
+    """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say)."""
+    if roce is None:
+        return []
+    ports = _ports(roce)
+    per_code = {}
+    for port in ports:
+        for code, (evidence, words) in port_checks(port).items():
+            per_code.setdefault(code, []).append((port, evidence, words))
+    found = []
+    for code in [c for c in _CAUSES if c in per_code]:
+        hits = per_code[code]
+        severity = None
+        if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
+            severity = 'warning'
+        found.append(finding(code, host, _subject([p for p, _e, _w in hits], ports),
+                             {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
+                             '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
+                             severity=severity))
+    return found
+
+
+# Which parts of the fleet signature a per-node finding already speaks for (left out of it).
+_OWNS = {F.ROCE_TRUST_PCP: ('trust',), F.ROCE_PFC_OFF: ('pfc',), F.ROCE_TC_NOT_LOSSLESS: ('pfc', 'tos'),
+         F.ROCE_ECN_OFF: ('ecn',), F.ROCE_CNP_LOSSY: ('cnp prio',)}
+
+
+def qos_signature(roce):
+    """What a node's RoCE ports are set to, for the fleet comparison (_fleet.roce_qos): trust,
+    PFC priorities, ToS, CNP priority, ECN priorities - each part left out where a ROCE_*
+    finding of the port names it; None without ACTIVE RoCE ports read."""
+    values = set()
+    for port in _ports(roce):
+        if port.get('source') is None:
+            continue
+        owned = set(part for code in port_checks(port) for part in _OWNS.get(code, ()))
+        ecn = sorted(int(k) for k, v in mapping(port.get('ecn_np')).items() if v)
+        parts = (('trust', port.get('trust')), ('pfc', ','.join(str(p) for p in sorted(_pfc(port))) or 'none'),
+                 ('tos', port.get('roce_tos')), ('cnp prio', port.get('cnp_prio')),
+                 ('ecn', ','.join(str(p) for p in ecn) or 'none'))
+        values.add(', '.join('%s %s' % (name, value) for name, value in parts if name not in owned))
+    return tuple(sorted(values)) or None
+
+
+def nccl_traffic_class(roce):
+    """(NCCL_IB_TC, reason) when every ACTIVE RoCE port has one RDMA CM ToS that lands on a
+    PFC-enabled priority (NCCL uses its own TC, default 0, unless told: NCCL env.html
+    NCCL_IB_TC), else (None, why not)."""
+    ports = _ports(roce)
+    if not ports:
+        return None, None
+    tos = set(integer(p.get('roce_tos')) for p in ports)
+    if len(tos) != 1 or None in tos:
+        return None, 'NCCL_IB_TC not set: the RoCE ports have no single RDMA CM ToS (%s)' % sorted(str(t) for t in tos)
+    value = tos.pop()
+    if any(port_checks(p) for p in ports):
+        return None, ('NCCL_IB_TC not set: the RoCE lossless setup has findings (ROCE_*); fix them first, then use '
+                      'the ToS of the lossless class')
+    return str(value), ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
+                        'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
+                        % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))

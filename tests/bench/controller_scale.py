@@ -1,0 +1,478 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What the controller spends on a large pairwise benchmark, stage by stage, without nodes.
+
+Target: 1,024 nodes x 8 rails (ring and random pairing) and 256 nodes x 8 rails
+(full mesh), each controller stage under 60 s and under 2 GiB. Synthetic facts (one rendered
+nvidia_h100_8x_ndr node, copied per host) and synthetic perftest_run sequence results of the
+real shape (every test with its parsed perftest output, every step with the error counters of
+8 HCAs, as perftest_run returns them) stand in for the nodes; a few faults are planted (a
+degraded rail, a failed rail, a slow link, slow GPU memory on one node) so that judging and
+diagnosis have something to find.
+
+Stages, each in a fresh Python process so that its peak memory is its own; the filters are
+called as the roles and plays call them:
+  plan        - bench_node_plan per node, bench_fleet_plan, pair_schedule_summary, and per node
+                pair_schedule(expand, node) + bench_sequence (role fabric_bench, sequence.yml);
+  records     - bench_sequence_records per node (sequence.yml, "Keep the results");
+  judge       - bench_report over every node's records (benchmark.yml, "Judge the pairs");
+  diagnose    - fabric_report: _diagnose and report.json's content (report.yml);
+  report_json - to_nice_json of the report, written (report.yml);
+  report_html - report_html, written;
+  report_rest - report_markdown, report_junit, report_prometheus.
+(synth_facts and synth_nodes make the input and are printed too, marked "input": not controller work.)
+
+Memory: peak_rss_mib is the process's ru_maxrss (interpreter and the stage's loaded input
+included); input_rss_mib is ru_maxrss once the input is loaded, before the stage runs;
+stage_mib = peak_rss_mib - input_rss_mib is what the stage itself added to the high-water
+mark (0 when it stayed below what loading the input took). With --tracemalloc the stage's own
+Python allocations (tracemalloc peak) are printed too, at the cost of a slower stage.
+
+--ansible also runs the data path through ansible-playbook itself: an inventory of N hosts (no
+connection is made: set_fact only), each host's plan, steps, sequence result and records put
+in hostvars as the role puts them, then the "Judge the pairs" play of playbooks/benchmark.yml
+and playbooks/report.yml as they are. Printed: wall time, the largest process's peak RSS
+(RUSAGE_CHILDREN) and the slowest tasks.
+
+Prints one JSON line per (case, stage). Usage (from the checkout, collection importable):
+  python -m tests.bench.controller_scale [--cases 64:ring 1024:random 256:full ...] [--ansible] [--tracemalloc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TARGET_S = 60.0
+TARGET_MIB = 2048.0
+PROFILE = 'nvidia_h100_8x_ndr'
+DEFAULT_CASES = ('64:ring', '64:random', '64:full', '256:ring', '256:random', '256:full', '1024:ring', '1024:random')
+STAGES = ('synth_facts', 'plan', 'synth_nodes', 'records', 'judge', 'diagnose', 'report_json', 'report_html', 'report_rest')
+INPUT_STAGES = ('synth_facts', 'synth_nodes')
+MEMORIES = ['host', 'gpu']
+BASE_PORT = 18515
+RAILS = 8
+HCAS = ['mlx5_%d' % index for index in range(RAILS)]
+
+
+def _names(count):
+    return ['gpu%04d' % index for index in range(count)]
+
+
+def _load(work, name):
+    with open(os.path.join(work, name + '.pkl'), 'rb') as handle:
+        return pickle.load(handle)
+
+
+def _dump(work, name, value):
+    with open(os.path.join(work, name + '.pkl'), 'wb') as handle:
+        pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _mib_rss():
+    # Linux: ru_maxrss in KiB (getrusage(2)).
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ---------------------------------------------------------------------------- synthetic input
+
+def _perftest_output():
+    """A real ib_write_bw client printout parsed as perftest_run parses it: the settings and
+    result rows every synthetic test carries (their size is what hostvars hold per test)."""
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
+    path = os.path.join(REPO, 'tests', 'fixtures', 'public', 'perftest', 'seed001_cuda_ib_write_bw_mib.txt')
+    with open(path) as handle:
+        text = ''.join(line for line in handle if not line.startswith('## '))
+    return _perftest.parse_output(text)
+
+
+def _fault(case_nodes, server, client, rail, memory):
+    """Bandwidth (Gb/s) or a failure for one test: a few planted faults, the rest healthy."""
+    index = dict((name, i) for i, name in enumerate(case_nodes))
+    ends = (index[server], index[client])
+    if 9 in ends and rail == 6:
+        return None                                  # node 9's rail 6 fails every test
+    if 5 in ends and rail == 3:
+        return 200.0                                 # node 5's rail 3 at half rate
+    if set(ends) == {1, 2} and rail == 0:
+        return 300.0                                 # one slow link
+    if memory == 'gpu' and 12 in ends:
+        return 250.0                                 # node 12's GPU memory slow
+    return 392.0 - zlib.crc32(('%s %s %s %s' % (server, client, rail, memory)).encode()) % 7 * 0.5
+
+
+def synth_facts(work, count, mode):
+    from tests.bench import diagnosis_accuracy
+    facts = diagnosis_accuracy.node_facts(PROFILE)
+    frozen = pickle.dumps(facts)
+    hostvars = dict((name, {'ansible_facts': {'gpu_fabric_ib': pickle.loads(frozen)['ib'],
+                                              'gpu_fabric_gdr': pickle.loads(frozen)['gdr']}})
+                    for name in _names(count))
+    _dump(work, 'facts', hostvars)
+    return {'hosts': len(hostvars)}
+
+
+def synth_nodes(work, count, mode):
+    """Every node's perftest_run sequence result, in its real shape."""
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters
+    plan = _load(work, 'plan')
+    facts = _load(work, 'facts')
+    nodes = _names(count)
+    parsed = _perftest_output()
+    counters = error_counters(facts[nodes[0]]['ansible_facts']['gpu_fabric_ib']['devices'])
+    results = {}
+    tests = 0
+    for me in nodes:
+        steps = []
+        for number, step in enumerate(plan['steps'][me], 1):
+            done = []
+            for test in step['tests']:
+                bw = _fault(nodes, test['server'], test['client'], test['rail'], test['memory'])
+                entry = dict(test)
+                entry.pop('peer', None)
+                entry.update(settings=copy.deepcopy(parsed['settings']), tool_warnings=[], units='MiB/sec', rc=0,
+                             cmd=['ib_write_bw', '-d', test.get('device') or 'mlx5_0', '-p', str(test['tcp_port']),
+                                  '-s', '8388608', '-F', '--report_gbits'] + ([test['peer']] if test['side'] == 'client' else []),
+                             attempts=1, elapsed_s=3.2)
+                if bw is None:
+                    entry.update(status='failed', results=[], summary={},
+                                 failure={'kind': 'timeout', 'message': 'no answer from the peer within 60 s'})
+                else:
+                    row = {'bytes': 8388608, 'iterations': 5000, 'bw_peak_gbps': bw + 0.4, 'bw_avg_gbps': bw,
+                           'msg_rate_mpps': round(bw / 67.1, 6)}
+                    entry.update(status='ok', failure=None, results=[row],
+                                 summary={'bytes': 8388608, 'bw_peak_gbps': bw + 0.4, 'bw_avg_gbps': bw})
+                done.append(entry)
+                tests += 1
+            steps.append({'step': number, 'elapsed_s': 3.4, 'counters': copy.deepcopy(counters), 'tests': done})
+        results[me] = {'status': 'ok', 'steps': steps, 'counters_start': copy.deepcopy(counters), 'finished': 1,
+                       'changed': False, 'elapsed_s': 3.4 * len(steps)}
+    _dump(work, 'results', results)
+    return {'tests': tests}
+
+
+# ---------------------------------------------------------------------------- controller stages
+
+def stage_plan(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_bench, pair_schedule
+    facts = _load(work, 'facts')
+    nodes = _names(count)
+
+    def run():
+        hostvars = {}
+        for host in nodes:
+            node = facts[host]['ansible_facts']
+            # 8 rails: the profile's 8 compute HCAs, as fabric_bench_hcas names them (its 9th is the storage NIC).
+            plan = fabric_bench.bench_node_plan(node['gpu_fabric_ib'], node['gpu_fabric_gdr'], HCAS)
+            plan['address'] = '10.0.%d.%d' % (nodes.index(host) // 250, nodes.index(host) % 250 + 1)
+            hostvars[host] = {'fabric_bench_plan': plan, '__fabric_bench_tool': {'status': 'skipped'}}
+        fleet = fabric_bench.bench_fleet_plan(hostvars, nodes)
+        rails = dict((host, hostvars[host]['fabric_bench_plan']['hcas']) for host in fleet['nodes'])
+        summary = pair_schedule.pair_schedule_summary(fleet['nodes'], rails, mode=mode, k=2, seed=0)
+        plans = dict((host, hostvars[host]['fabric_bench_plan']) for host in fleet['nodes'])
+        steps = {}
+        for host in fleet['nodes']:
+            rounds = pair_schedule.pair_schedule(fleet['nodes'], rails, mode=mode, k=2, seed=0, expand=True, node=host)['rounds']
+            steps[host] = fabric_bench.bench_sequence(host, rounds, plans, MEMORIES, BASE_PORT)
+        return {'fleet': fleet, 'plans': plans, 'summary': summary, 'steps': steps}
+    return run, lambda out: (_dump(work, 'plan', out), {'rounds': out['summary']['rounds'],
+                                                        'steps_per_node': len(out['steps'][nodes[0]])})[1]
+
+
+def stage_records(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_bench
+    plan, results = _load(work, 'plan'), _load(work, 'results')
+
+    def run():
+        return dict((host, fabric_bench.bench_sequence_records(host, plan['steps'][host], results[host]))
+                    for host in plan['fleet']['nodes'])
+    return run, lambda out: (_dump(work, 'records', out), {'records': sum(len(r) for r in out.values())})[1]
+
+
+def _bench_hostvars(work):
+    plan, records = _load(work, 'plan'), _load(work, 'records')
+    return dict((host, {'fabric_bench_records': records[host], 'fabric_bench_plan': plan['plans'][host],
+                        'fabric_bench_fleet': plan['fleet']}) for host in plan['fleet']['nodes'])
+
+
+def stage_judge(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_bench
+    hostvars = _bench_hostvars(work)
+    options = {'bw_ratio': None, 'gpu_ratio': None, 'lat_max_us': None}
+
+    def run():
+        return fabric_bench.bench_report(hostvars, _names(count), options)
+    return run, lambda out: (_dump(work, 'bench', out), {'pairs': len(out['pairs']), 'verdicts': out['verdicts']})[1]
+
+
+def stage_diagnose(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter import report
+    facts, bench = _load(work, 'facts'), _load(work, 'bench')
+    for host, entry in facts.items():
+        entry['gpu_fabric_stages'] = ['validate', 'benchmark']
+
+    def run():
+        return report.fabric_report(facts, _names(count), bench, None, '2026-11-24T00:00:00+00:00')
+    return run, lambda out: (_dump(work, 'report', out), {'findings': len(out['findings']), 'roots': out['summary']['roots']})[1]
+
+
+def _writer(work, name, render):
+    report = _load(work, 'report')
+    path = os.path.join(work, name)
+
+    def run():
+        text = render(report)
+        with open(path, 'w') as handle:
+            handle.write(text)
+        return len(text.encode('utf-8'))
+    return run, lambda size: {'bytes': size}
+
+
+# As playbooks/report.yml writes report.json: indented up to this many pair tests, compact beyond.
+PRETTY_MAX_PAIRS = 100000
+
+
+def stage_report_json(work, count, mode):
+    from ansible.plugins.filter.core import to_json, to_nice_json
+
+    def render(report):
+        pairs = len((report.get('bench') or {}).get('pairs') or [])
+        return (to_json(report) if pairs > PRETTY_MAX_PAIRS else to_nice_json(report)) + '\n'
+    return _writer(work, 'report.json', render)
+
+
+def stage_report_html(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter.report import FilterModule
+    return _writer(work, 'report.html', FilterModule().filters()['report_html'])
+
+
+def stage_report_rest(work, count, mode):
+    from ansible_collections.hpc.gpu_fabric.plugins.filter.report import FilterModule
+    filters = FilterModule().filters()
+    return _writer(work, 'report.rest', lambda report: filters['report_markdown'](report, '/out/report.html')
+                   + filters['report_junit'](report) + filters['report_prometheus'](report, 0))
+
+
+STAGE_FUNCS = {'plan': stage_plan, 'records': stage_records, 'judge': stage_judge, 'diagnose': stage_diagnose,
+               'report_json': stage_report_json, 'report_html': stage_report_html, 'report_rest': stage_report_rest}
+
+
+def run_stage(stage, work, count, mode, trace=False):
+    """In the child: load the input, run the stage, print one JSON object."""
+    if stage in INPUT_STAGES:
+        start = time.perf_counter()
+        extra = (synth_facts if stage == 'synth_facts' else synth_nodes)(work, count, mode)
+        print(json.dumps(dict(extra, seconds=round(time.perf_counter() - start, 3), peak_rss_mib=round(_mib_rss(), 1))))
+        return
+    run, finish = STAGE_FUNCS[stage](work, count, mode)
+    loaded = _mib_rss()
+    if trace:
+        import tracemalloc
+        tracemalloc.start()
+    start = time.perf_counter()
+    out = run()
+    seconds = time.perf_counter() - start
+    peak = _mib_rss()
+    result = {'seconds': round(seconds, 3), 'input_rss_mib': round(loaded, 1), 'peak_rss_mib': round(peak, 1),
+              'stage_mib': round(max(0.0, peak - loaded), 1)}
+    if trace:
+        result['tracemalloc_peak_mib'] = round(tracemalloc.get_traced_memory()[1] / 2.0 ** 20, 1)
+        tracemalloc.stop()
+    result.update(finish(out))
+    print(json.dumps(result))
+
+
+def measure_case(count, mode, trace=False, timeout=900, keep=None):
+    """Every stage of one case, each in its own process; yields one dict per stage."""
+    with tempfile.TemporaryDirectory(prefix='gf-scale-') as work:
+        for stage in STAGES:
+            argv = [sys.executable, '-m', 'tests.bench.controller_scale', '--stage', stage, '--work', work,
+                    '--nodes', str(count), '--mode', mode] + (['--tracemalloc'] if trace else [])
+            row = {'nodes': count, 'rails': RAILS, 'mode': mode, 'stage': stage, 'input': stage in INPUT_STAGES}
+            try:
+                done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                row.update(error='ran past %d s' % timeout)
+                yield row
+                return
+            if done.returncode != 0:
+                row.update(error=(done.stderr.strip().splitlines() or ['exit %d' % done.returncode])[-1])
+                yield row
+                return
+            row.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            if not row['input']:
+                row['within_target'] = row['seconds'] < TARGET_S and row['peak_rss_mib'] < TARGET_MIB
+            yield row
+        if keep:
+            for name in ('report.json', 'report.html'):
+                if os.path.exists(os.path.join(work, name)):
+                    os.replace(os.path.join(work, name), os.path.join(keep, '%d_%s_%s' % (count, mode, name)))
+
+
+# ---------------------------------------------------------------------------- through Ansible
+
+# Serves each host its share of the synthetic data from a file of its own (in the benchmark,
+# the node's module result), so that what Ansible holds is what it would hold after the run.
+SYNTH_FILTER = '''
+import pickle, os
+
+def gf_synthetic(host, work):
+    with open(os.path.join(work, 'hosts', host + '.pkl'), 'rb') as handle:
+        return pickle.load(handle)
+
+class FilterModule(object):
+    def filters(self):
+        return {'gf_synthetic': gf_synthetic}
+'''
+
+# What the role leaves in hostvars on every node: its plan, its steps, the raw sequence
+# result (registered) and the records kept from it; facts as ib_link_facts/gdr_facts return them.
+NODE_PLAY = '''
+- name: Synthetic benchmark results, as the fabric_bench role leaves them
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Facts of the node
+      ansible.builtin.set_fact:
+        gpu_fabric_ib: "{{ __data.facts.gpu_fabric_ib }}"
+        gpu_fabric_gdr: "{{ __data.facts.gpu_fabric_gdr }}"
+        cacheable: true
+      vars:
+        __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
+    - name: Plan, steps and the sequence result
+      ansible.builtin.set_fact:
+        fabric_bench_plan: "{{ __data.plan }}"
+        fabric_bench_fleet: "{{ __data.fleet }}"
+        __fabric_bench_steps: "{{ __data.steps }}"
+        __fabric_bench_done: "{{ __data.result }}"
+        gpu_fabric_stages: [validate, benchmark]
+      vars:
+        __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
+    - name: Records
+      ansible.builtin.set_fact:
+        fabric_bench_records: "{{ (inventory_hostname | gf_synthetic(gf_work)).records }}"
+    # As roles/fabric_bench/tasks/sequence.yml "Keep the results" does; -e gf_keep_raw=true: as it did before.
+    - name: Steps and raw result dropped
+      ansible.builtin.set_fact:
+        __fabric_bench_steps: []
+        __fabric_bench_done: {}
+      when: not (gf_keep_raw | default(false) | bool)
+'''
+
+
+def ansible_case(count, mode, timeout=900, keep_raw=False):
+    """ansible-playbook over N hosts with the case's data in hostvars, then the judge and report plays."""
+    import yaml
+    with tempfile.TemporaryDirectory(prefix='gf-scale-ansible-') as work:
+        for stage in ('synth_facts', 'plan', 'synth_nodes', 'records'):
+            done = subprocess.run([sys.executable, '-m', 'tests.bench.controller_scale', '--stage', stage, '--work', work,
+                                   '--nodes', str(count), '--mode', mode], cwd=REPO, capture_output=True, text=True, check=False)
+            if done.returncode:
+                return {'nodes': count, 'mode': mode, 'stage': 'ansible', 'error': done.stderr.strip()[-400:]}
+        facts, plan, results, records = (_load(work, name) for name in ('facts', 'plan', 'results', 'records'))
+        os.makedirs(os.path.join(work, 'hosts'))
+        os.makedirs(os.path.join(work, 'filter_plugins'))
+        hostvars_bytes = 0
+        for host in plan['fleet']['nodes']:
+            data = {'facts': facts[host]['ansible_facts'], 'plan': plan['plans'][host], 'fleet': plan['fleet'],
+                    'steps': plan['steps'][host], 'result': results[host], 'records': records[host]}
+            hostvars_bytes += len(json.dumps(data))
+            _dump(os.path.join(work, 'hosts'), host, data)
+        del facts, plan, results, records
+        with open(os.path.join(work, 'filter_plugins', 'gf_synthetic.py'), 'w') as handle:
+            handle.write(SYNTH_FILTER)
+        with open(os.path.join(REPO, 'playbooks', 'benchmark.yml')) as handle:
+            judge = [play for play in yaml.safe_load(handle) if play.get('name') == 'Judge the pairs'][0]
+        judge['hosts'] = 'localhost'
+        judge['vars_files'] = [os.path.join(REPO, 'playbooks', 'vars', 'nodes.yml')]
+        with open(os.path.join(work, 'scale.yml'), 'w') as handle:
+            handle.write('---' + NODE_PLAY + yaml.safe_dump([judge], sort_keys=False)
+                         + '- name: Report\n  ansible.builtin.import_playbook: %s\n' % os.path.join(REPO, 'playbooks', 'report.yml'))
+        with open(os.path.join(work, 'inventory.ini'), 'w') as handle:
+            handle.write('[gpu_nodes]\n' + ''.join('%s ansible_connection=local\n' % h for h in _names(count)))
+        times = os.path.join(work, 'times.jsonl')
+        env = dict(os.environ, ANSIBLE_NOCOLOR='1', GF_TASK_TIMES=times, ANSIBLE_CALLBACKS_ENABLED='gf_task_times',
+                   ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, 'tests', 'bench', 'callbacks'),
+                   ANSIBLE_FILTER_PLUGINS=os.path.join(work, 'filter_plugins'))
+        argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(work, 'scale.yml'),
+                '-i', os.path.join(work, 'inventory.ini'), '-e', 'gf_work=%s' % work,
+                '-e', 'gpu_fabric_output_dir=%s' % os.path.join(work, 'out'), '-e', 'gpu_fabric_exit_policy=[]',
+                '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', 'gf_keep_raw=%s' % keep_raw]
+        row = {'nodes': count, 'rails': RAILS, 'mode': mode, 'stage': 'ansible', 'input': False, 'keep_raw': keep_raw,
+               'hostvars_json_mib': round(hostvars_bytes / 2.0 ** 20, 1)}
+        script = ('import resource, subprocess, sys, json, time; t = time.perf_counter(); '
+                  'p = subprocess.run(sys.argv[1:], capture_output=True, text=True); '
+                  'print(json.dumps({"rc": p.returncode, "seconds": time.perf_counter() - t, "tail": (p.stdout + p.stderr)[-600:], '
+                  '"peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}))')
+        try:
+            done = subprocess.run([sys.executable, '-c', script] + argv, cwd=REPO, capture_output=True, text=True,
+                                  env=env, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            row.update(error='ran past %d s' % timeout)
+            return row
+        measured = json.loads(done.stdout)
+        row.update(seconds=round(measured['seconds'], 1), peak_rss_mib=round(measured['peak_rss_mib'], 1))
+        if measured['rc']:
+            row['error'] = measured['tail']
+        written = os.path.join(work, 'out', 'report.json')
+        if os.path.exists(written):
+            # What came out, so that a run that judged nothing cannot pass for a fast one.
+            with open(written) as handle:
+                report = json.load(handle)
+            row.update(report_hosts=report['summary']['hosts'], report_findings=len(report['findings']),
+                       report_pairs=len((report.get('bench') or {}).get('pairs') or []),
+                       report_html_bytes=os.path.getsize(os.path.join(work, 'out', 'report.html')))
+        else:
+            row['error'] = row.get('error') or 'no report.json written'
+        if os.path.exists(times):
+            with open(times) as handle:
+                tasks = [json.loads(line) for line in handle if line.strip()]
+            row['slowest_tasks'] = [(t['task'], round(t['s'], 1)) for t in sorted(tasks, key=lambda t: -t['s'])[:5]]
+        row['within_target'] = not row.get('error') and row['seconds'] < TARGET_S and row['peak_rss_mib'] < TARGET_MIB
+        return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
+    parser.add_argument('--cases', nargs='+', default=list(DEFAULT_CASES), help='NODES:MODE (ring, random, full)')
+    parser.add_argument('--ansible', action='store_true', help='also run the data path through ansible-playbook')
+    parser.add_argument('--ansible-only', action='store_true')
+    parser.add_argument('--keep-raw', action='store_true',
+                        help='ansible: keep the steps and raw results in hostvars, as the role did before the per-node layout')
+    parser.add_argument('--tracemalloc', action='store_true')
+    parser.add_argument('--keep', help='a directory to keep each case\'s report.json and report.html in')
+    parser.add_argument('--timeout', type=int, default=900, help='seconds one stage may take before the case stops')
+    parser.add_argument('--stage', help=argparse.SUPPRESS)
+    parser.add_argument('--work', help=argparse.SUPPRESS)
+    parser.add_argument('--nodes', type=int, help=argparse.SUPPRESS)
+    parser.add_argument('--mode', help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.stage:
+        run_stage(args.stage, args.work, args.nodes, args.mode, args.tracemalloc)
+        return 0
+    missed = 0
+    for case in args.cases:
+        count, mode = case.split(':')
+        rows = [] if args.ansible_only else list(measure_case(int(count), mode, args.tracemalloc, args.timeout, args.keep))
+        if args.ansible or args.ansible_only:
+            rows.append(ansible_case(int(count), mode, args.timeout, args.keep_raw))
+        for row in rows:
+            missed += bool(row.get('error')) or row.get('within_target') is False
+            print(json.dumps(row), flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Stand-ins for iblinkinfo, ibnetdiscover, sminfo and perfquery over the simulated fabric
+($GF_SIM_FABRIC, written by tests/sim/fabric.py), printing the real tools' formats:
+
+  iblinkinfo     rdma-core infiniband-diags/iblinkinfo.c print_node_header()/print_port():
+                 "Switch: 0x%016x %s:" / "CA: %s:", then "      [0x%016x ]%6d %4d[%2s] ==(%3s %18s %6s/%8s)==>  %6d %4d[%2s] \"%s\" (%s %s)"
+                 (tests/fixtures/public/iblinkinfo/linpack_edr_sb7700.txt)
+  ibnetdiscover  the topology file of ibnetdiscover(8) (tests/fixtures/public/ibnetdiscover/)
+  sminfo         "sminfo: sm lid %d sm guid 0x%x, activity count %u priority %d state %d %s"
+                 (tests/fixtures/public/sminfo/); a dead SM: "sminfo: iberror: failed: query"
+  perfquery      -x [-l] LID [PORT]: "# Port extended counters: Lid %d port %d (CapMask: ...)"
+                 blocks (tests/fixtures/public/perfquery/infiniband_diags_16_rhel75_x.txt)
+
+Usage: tools_ibdiags.py TOOL [ARGS...] (the bin/ wrappers pass their own name).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+
+try:
+    from tests.sim import fabric as _fabric
+except ImportError:  # run as a script from tests/sim/bin
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import fabric as _fabric
+
+_STATE_NAMES = {0: 'SMINFO_NOTACTIVE', 1: 'SMINFO_DISCOVERING', 2: 'SMINFO_STANDBY', 3: 'SMINFO_MASTER'}
+
+
+def _speed(lane):
+    return ('%f' % lane).rstrip('0').rstrip('.') + ' Gbps' if lane != int(lane) else '%.1f Gbps' % lane
+
+
+def _ends(fab):
+    """{(kind, name[, hca]): [(port, link, other end, other port)]}."""
+    ends = {}
+    for link in fab['links']:
+        ends.setdefault(tuple(link['a']), []).append((link['a_port'], link, tuple(link['b']), link['b_port']))
+        ends.setdefault(tuple(link['b']), []).append((link['b_port'], link, tuple(link['a']), link['a_port']))
+    return ends
+
+
+def _describe(fab, end):
+    if end[0] == 'switch':
+        sw = fab['switches'][end[1]]
+        return sw['guid'], sw['lid'], sw['desc']
+    hca = [h for h in fab['hosts'][end[1]]['hcas'] if h['name'] == end[2]][0]
+    return hca['guid'], hca['lid'], '%s %s' % (end[1], end[2])
+
+
+def _link_str(fab, link):
+    if link['state'] == 'Down':
+        return '(              %6s/%8s)' % ('Down', link['phys'])
+    return '(%3s %18s %6s/%8s)' % ('%dX' % link['width'], _speed(fab['lane_gbps']), link['state'], link['phys'])
+
+
+def _port_line(fab, lid, port, link, other, other_port):
+    if link['state'] == 'Down':
+        remote = '           [  ] "" ( )'
+    else:
+        _guid, olid, odesc = _describe(fab, other)
+        could = 'Could be %dX' % link['could_width'] if link.get('could_width') else ''
+        remote = '%6d %4d[%2s] "%s" (%s %s)' % (olid, other_port, '', odesc, could, '')
+    return '%6d %4d[%2s] ==%s==>  %s' % (lid, port, '', _link_str(fab, link), remote)
+
+
+def iblinkinfo(fab, args):
+    lines = []
+    ends = _ends(fab)
+    for name in sorted(fab['hosts']):
+        for hca in fab['hosts'][name]['hcas']:
+            end = ('host', name, hca['name'])
+            lines.append('CA: %s %s:' % (name, hca['name']))
+            for port, link, other, other_port in sorted(ends.get(end, []), key=lambda item: item[0]):
+                lines.append('      0x%016x %s' % (int(hca['guid'], 16), _port_line(fab, hca['lid'], port, link, other, other_port)))
+    for name in sorted(fab['switches']):
+        sw = fab['switches'][name]
+        lines.append('Switch: 0x%016x %s:' % (int(sw['guid'], 16), sw['desc']))
+        for port, link, other, other_port in sorted(ends.get(('switch', name), []), key=lambda item: item[0]):
+            lines.append('      ' + _port_line(fab, sw['lid'], port, link, other, other_port))
+    return 0, '\n'.join(lines) + '\n', ''
+
+
+def ibnetdiscover(fab, args):
+    ends = _ends(fab)
+    first = fab['hosts'][sorted(fab['hosts'])[0]]['hcas'][0]['guid'][2:]
+    out = ['#', '# Topology file: generated on Tue Nov 24 12:00:00 2026', '#',
+           '# Initiated from node %s port %s' % (first, first), '']
+    for name in sorted(fab['switches']):
+        sw = fab['switches'][name]
+        digits = sw['guid'][2:]
+        out += ['vendid=0x2c9', 'devid=0xd2f0', 'sysimgguid=0x%x' % int(digits, 16),
+                'switchguid=0x%x(%x)' % (int(digits, 16), int(digits, 16)),
+                'Switch\t%d "S-%s"\t\t# "%s" base port 0 lid %d lmc 0' % (sw['ports'], digits, sw['desc'], sw['lid'])]
+        for port, link, other, other_port in sorted(ends.get(('switch', name), []), key=lambda item: item[0]):
+            if link['state'] == 'Down':
+                continue
+            oguid, olid, odesc = _describe(fab, other)
+            kind = 'S' if other[0] == 'switch' else 'H'
+            pguid = '' if other[0] == 'switch' else '(%x)' % int(oguid, 16)
+            out.append('[%d]\t"%s-%s"[%d]%s\t\t# "%s" lid %d %dx%s' % (
+                port, kind, oguid[2:], other_port, pguid, odesc, olid, link['width'], 'NDR'))
+        out.append('')
+    for name in sorted(fab['hosts']):
+        for hca in fab['hosts'][name]['hcas']:
+            digits = hca['guid'][2:]
+            out += ['vendid=0x2c9', 'devid=0x1021', 'sysimgguid=0x%x' % int(digits, 16), 'caguid=0x%x' % int(digits, 16),
+                    'Ca\t1 "H-%s"\t\t# "%s %s"' % (digits, name, hca['name'])]
+            for port, link, other, other_port in ends.get(('host', name, hca['name']), []):
+                if link['state'] == 'Down':
+                    continue
+                oguid, olid, odesc = _describe(fab, other)
+                out.append('[%d](%x) \t"S-%s"[%d]\t\t# lid %d lmc 0 "%s" lid %d %dx%s' % (
+                    port, int(digits, 16), oguid[2:], other_port, hca['lid'], odesc, olid, link['width'], 'NDR'))
+            out.append('')
+    return 0, '\n'.join(out) + '\n', ''
+
+
+def sminfo(fab, args):
+    lids = [a for a in args if not a.startswith('-')]
+    want = int(lids[0], 0) if lids else None
+    if want is None:
+        me = sorted(fab['hosts'])[0]
+        try:
+            with open(os.path.join(os.environ.get('GF_SIM_ROOT', ''), 'etc/hostname')) as handle:
+                me = handle.read().strip() or me
+        except OSError:
+            pass
+        want = fab['sm_lid_of'].get(me, 1)
+    for sm in fab['sms']:
+        if sm['lid'] == want and sm['alive']:
+            return 0, 'sminfo: sm lid %d sm guid 0x%x, activity count %d priority %d state %d %s\n' % (
+                sm['lid'], int(sm['guid'], 16), sm['activity'], sm['priority'], sm['state'], _STATE_NAMES[sm['state']]), ''
+    return 255, '', 'ibwarn: [4711] _do_madrpc: recv failed: Connection timed out\nsminfo: iberror: failed: query\n'
+
+
+_PQ_FIELDS = (('PortXmitData', 'port_xmit_data'), ('PortRcvData', 'port_rcv_data'), ('PortXmitPkts', None),
+              ('PortRcvPkts', None), ('PortUnicastXmitPkts', None), ('PortUnicastRcvPkts', None),
+              ('PortMulticastXmitPkts', None), ('PortMulticastRcvPkts', None))
+_PQ_ERRORS = (('SymbolErrorCounter', 'symbol_error'), ('LinkErrorRecoveryCounter', 'link_error_recovery'),
+              ('LinkDownedCounter', 'link_downed'), ('PortRcvErrors', None), ('PortRcvRemotePhysicalErrors', None),
+              ('PortRcvSwitchRelayErrors', None), ('PortXmitDiscards', None), ('PortXmitConstraintErrors', None),
+              ('PortRcvConstraintErrors', None), ('LocalLinkIntegrityErrors', None),
+              ('ExcessiveBufferOverrunErrors', None), ('VL15Dropped', None), ('PortXmitWait', None), ('QP1Dropped', None))
+
+
+def _field(name, value):
+    return '%s:%s%s' % (name, '.' * max(1, 33 - len(name) - 1), value)
+
+
+def _reads(path, key):
+    """Count this port's reads (a file lock: the module may run several perfquery at once)."""
+    state = path + '.state'
+    with open(state, 'r+') as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        data = json.load(handle)
+        count = data['perfquery_reads'].get(key, 0)
+        data['perfquery_reads'][key] = count + 1
+        handle.seek(0)
+        handle.truncate()
+        json.dump(data, handle)
+    return count
+
+
+def perfquery(fab, args, path, reads=None):
+    numbers = [a for a in args if not a.startswith('-')]
+    if not numbers:
+        return 255, '', 'perfquery: iberror: failed: can\'t resolve self port\n'
+    lid = int(numbers[0], 0)
+    port = int(numbers[1], 0) if len(numbers) > 1 else None
+    owner = [name for name, sw in fab['switches'].items() if sw['lid'] == lid]
+    if not owner:
+        return 255, '', 'ibwarn: [4711] mad_rpc: _do_madrpc failed; dport (Lid %d)\nperfquery: iberror: failed: perfquery\n' % lid
+    ends = _ends(fab)
+    ports = sorted(p for p, link, _o, _op in ends.get(('switch', owner[0]), []) if link['state'] != 'Down')
+    if port is not None:
+        ports = [port]
+    elif '-l' not in args and '--loop_ports' not in args:
+        ports = ports[:1]
+    out = []
+    for number in ports:
+        key = '%s:%d' % (owner[0], number)
+        if reads is None:
+            count = _reads(path, key)
+        else:                      # in-process: the counts kept in memory
+            count = reads.get(key, 0)
+            reads[key] = count + 1
+        values = {}
+        for counter, step in fab['flapping'].get(key, {}).items():
+            values[counter] = step * count
+        out.append('# Port extended counters: Lid %d port %d (CapMask: 0x5300 CapMask2: 0x0000002)' % (lid, number))
+        out.append(_field('PortSelect', number))
+        out.append(_field('CounterSelect', '0x0000'))
+        for name, key_name in _PQ_FIELDS:
+            out.append(_field(name, 1000000 * (count + 1) if key_name else 0))
+        out.append(_field('CounterSelect2', '0x00000000'))
+        for name, key_name in _PQ_ERRORS:
+            out.append(_field(name, values.get(key_name, 0) if key_name else 0))
+    return 0, '\n'.join(out) + '\n', ''
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tool = os.path.basename(argv.pop(0)) if argv else ''
+    path = os.environ.get('GF_SIM_FABRIC')
+    if not path or not os.path.isfile(path):
+        # No fabric on this node (like a node without umad access): what the real tools say.
+        sys.stderr.write('ibwarn: [4711] umad_init: can\'t read ABI version from /sys/class/infiniband_mad/abi_version (2): '
+                         'maybe ib_umad is not loaded\n%s: iberror: failed: discover failed\n' % tool)
+        return 255
+    fab = _fabric.load(path)
+    if tool == 'iblinkinfo':
+        rc, out, err = iblinkinfo(fab, argv)
+    elif tool == 'ibnetdiscover':
+        rc, out, err = ibnetdiscover(fab, argv)
+    elif tool == 'sminfo':
+        rc, out, err = sminfo(fab, argv)
+    elif tool == 'perfquery':
+        rc, out, err = perfquery(fab, argv, path)
+    else:
+        sys.stderr.write('tools_ibdiags: unknown tool %r\n' % tool)
+        return 2
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return rc
+
+
+if __name__ == '__main__':
+    sys.exit(main())
+
+
+class InProcessRunner(object):
+    """ib_fabric_facts' Runner over the simulated fabric, without processes: what the module
+    gets from the stand-ins, for the accuracy and scale benchmarks (thousands of nodes)."""
+
+    from_log = None
+
+    def __init__(self, path):
+        self.path = path
+        self.fab = _fabric.load(path)
+        self.tools = {}
+        self.reads = {}
+
+    def available(self, tool):
+        return True
+
+    def run(self, tool, args=(), log_name=None):
+        args = [str(a) for a in args]
+        if tool == 'perfquery':
+            rc, out, err = perfquery(self.fab, args, self.path, self.reads)
+        else:
+            rc, out, err = {'iblinkinfo': iblinkinfo, 'ibnetdiscover': ibnetdiscover, 'sminfo': sminfo}[tool](self.fab, args)
+        if rc != 0:
+            self.tools[tool] = 'failed: rc=%d %s' % (rc, err.strip().splitlines()[-1])
+        else:
+            self.tools.setdefault(tool, 'used')
+        return out, err
+
+
+def fabric_facts(path, sm_lids=(), interval=0.01, ports=()):
+    """gpu_fabric_ib_fabric as ib_fabric_facts returns it, from the simulated fabric at ``path``."""
+    from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts as module
+    runner = InProcessRunner(path)
+    facts = {'status': 'ok', 'reason': '', 'local': list(ports)}
+    facts.update(module.discover(None, runner, list(sm_lids), interval, list(ports)))
+    facts['tools'] = dict(runner.tools)
+    bad = sorted(tool for tool, how in runner.tools.items() if how != 'used')
+    if bad:
+        facts.update(status='partial', reason='; '.join('%s: %s' % (tool, runner.tools[tool]) for tool in bad))
+    return facts
