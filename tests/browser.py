@@ -355,10 +355,10 @@ def open_page(path_or_url, screenshot=None, width=1400, height=900, timeout=60, 
     from_read, from_write = os.pipe()
     # Chromium keeps its crash database under $XDG_CONFIG_HOME/chromium whatever the
     # --user-data-dir; pointing the XDG dirs into workdir keeps every file it writes there.
-    # TMPDIR too: Chromium makes its org.chromium.Chromium.* scratch dirs there and does not
-    # always remove them when killed.
-    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(workdir, 'config'), XDG_CACHE_HOME=os.path.join(workdir, 'cache'),
-               TMPDIR=workdir)
+    # TMPDIR is left alone: Chromium puts its SingletonSocket in an org.chromium.Chromium.* dir
+    # there, and a unix socket path has at most 107 bytes (a deep workdir made it fatal). The
+    # test command gives the whole run a TMPDIR of its own and removes it (scripts/test.sh).
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(workdir, 'config'), XDG_CACHE_HOME=os.path.join(workdir, 'cache'))
     proc = None
     try:
         with open(stderr_path, 'wb') as stderr:

@@ -273,9 +273,14 @@ def fabric_findings(nodes, bench=None):
     status = text(fabric.get('status'))
     found = []
     tools = mapping(fabric.get('tools'))
-    # sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem.
+    # sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem -
+    # unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
+    # ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
+    sm = mapping(fabric.get('sm'))
+    no_umad = not mappings(sm.get('sms')) and any('umad' in text(e.get('error')) for e in mappings(sm.get('errors')))
     broken = dict((tool, how) for tool, how in tools.items()
-                  if text(how) not in ('used', 'read from log') and not (tool == 'sminfo' and text(how).startswith('failed')))
+                  if text(how) not in ('used', 'read from log')
+                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad))
     if status in ('no_tools', 'no_ib_port') or broken:
         found.append(finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
                              {'status': status, 'tools': tools},
@@ -287,7 +292,7 @@ def fabric_findings(nodes, bench=None):
     found.extend(uplink_findings(topology, classify(topology)))
     # The SM is judged only when sminfo ran (it may have failed: the SM did not answer).
     if status in ('ok', 'partial') and text(tools.get('sminfo')) not in ('', 'not installed') \
-            and not text(tools.get('sminfo')).startswith('no saved output'):
+            and not text(tools.get('sminfo')).startswith('no saved output') and not no_umad:
         found.extend(sm_findings(fabric, nodes, host))
     found.extend(counter_findings(fabric, topology, owners))
     if bench:

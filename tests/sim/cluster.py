@@ -84,6 +84,10 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                         ansible_python_interpreter='/usr/bin/python3')
         # A node's own switches (GF_SIM_NVLINK_GBS, a PATH without a tool, ...) from the spec.
         host['gpu_fabric_environment'].update(node.get('env') or {})
+        if 'GF_SIM_FABRIC' not in host['gpu_fabric_environment']:
+            # No switches in this cluster (tests/sim/fabric.py builds the fat tree that has them):
+            # the infiniband-diags stand-ins would fail as on a node without umad access.
+            host['gpu_fabric_discover_fabric'] = False
         hosts[node['name']] = host
     # For the mpirun stand-in: every node by inventory name and by address, with its root
     # and the environment its stand-ins see (fault switches such as GF_SIM_NCCL_WRONG).

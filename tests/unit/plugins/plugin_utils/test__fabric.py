@@ -70,6 +70,19 @@ def test_missing_tools_and_no_discovery_are_said(base):
     assert 'Not discovered' in _html.render(report) and 'not discovered, unchecked' in _report.markdown(report)
 
 
+def test_sminfo_without_umad_is_an_unknown_sm_not_an_absent_one(base):
+    # What sminfo prints on a node where ib_umad is not loaded (libibumad umad_init): no SM was asked.
+    umad = "ibwarn: [4711] umad_init: can't read ABI version from /sys/class/infiniband_mad/abi_version (2): maybe ib_umad is not loaded"
+    fabric = {'status': 'partial', 'tools': {'iblinkinfo': 'used', 'ibnetdiscover': 'used', 'sminfo': 'failed: rc=255'},
+              'sm': {'sms': [], 'errors': [{'asked': 'local port', 'error': umad}]}, 'topology': {}}
+    nodes = {'a': {'ib': base['ib'], 'gdr': base['gdr'], 'fabric': fabric}}
+    codes = [f['code'] for f in _fabric.fabric_findings(nodes)]
+    assert codes == ['FABRIC_TOOLS_MISSING']
+    # The SM itself not answering (sminfo reached the fabric) is still an absent SM.
+    fabric['sm']['errors'] = [{'asked': 'local port', 'error': 'sminfo: iberror: failed: query'}]
+    assert 'FABRIC_SM_ABSENT' in [f['code'] for f in _fabric.fabric_findings(nodes)]
+
+
 def test_priority_tie_between_master_and_standby():
     fabric = {'status': 'ok', 'tools': {}, 'sm': {'sms': [
         {'lid': 1, 'guid': '0x1', 'priority': 5, 'state': 3}, {'lid': 7, 'guid': '0x7', 'priority': 5, 'state': 2}], 'errors': []}}
