@@ -167,6 +167,6 @@ def nccl_traffic_class(roce):
     if any(port_checks(p) for p in ports):
         return None, ('NCCL_IB_TC not set: the RoCE lossless setup has findings (ROCE_*); fix them first, then use '
                       'the ToS of the lossless class')
-    return str(value), ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
+    return value, ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
                         'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
                         % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))

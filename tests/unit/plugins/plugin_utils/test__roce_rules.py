@@ -89,7 +89,7 @@ def test_fleet_leaves_out_what_a_finding_names(tmp_path):
 
 def test_nccl_ib_tc(tmp_path, healthy):
     settings = _nccl_env.recommend(healthy['ib'], healthy['gdr'], healthy['roce'])
-    assert settings['settings']['NCCL_IB_TC'] == '106' and 'priority 3' in settings['reasons']['NCCL_IB_TC']
+    assert settings['settings']['NCCL_IB_TC'] == 106 and 'priority 3' in settings['reasons']['NCCL_IB_TC']
     assert 'NCCL_IB_TC' not in _nccl_env.recommend(healthy['ib'], healthy['gdr'])['settings']
     bad = facts(tmp_path, 'roce_pfc_off')
     result = _nccl_env.recommend(bad['ib'], bad['gdr'], bad['roce'])
