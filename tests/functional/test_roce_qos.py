@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -99,7 +100,7 @@ def test_check_apply_idempotent(nodes):
     script = os.path.join(roots['drift'], 'usr/local/sbin/gpu-fabric-roce-qos')
     with open(script) as handle:
         text = handle.read()
-    assert 'mlnx_qos -i ens10f0np0 --trust dscp --pfc "$pfc" --dscp2prio set,26,3' in text
+    assert "dev=ens10f0np0\n" in text and 'mlnx_qos -i "$dev" --trust dscp --pfc "$pfc" --dscp2prio set,26,3' in text
     assert os.path.islink(os.path.join(roots['drift'], 'etc/systemd/system/multi-user.target.wants/gpu-fabric-roce-qos.service'))
     assert not os.path.exists(os.path.join(roots['ib'], 'usr/local/sbin/gpu-fabric-roce-qos'))
 
@@ -122,8 +123,15 @@ def test_boot_script_restores_after_a_reset(nodes, tmp_path):
     # The script writes absolute /sys paths: run it with / mapped onto the node's root is not possible
     # without privileges, so only its DCB commands are replayed here, through the stand-in.
     env = dict(os.environ, GF_SIM_ROOT=root, PATH=cluster.SIM_BIN + ':' + os.environ['PATH'])
+    # Each port's block sets dev=<netdev> (quoted by the template) and then calls mlnx_qos -i "$dev".
+    lines, dev = [], None
     with open(script) as handle:
-        lines = [line.strip() for line in handle if line.strip().startswith('mlnx_qos -i')]
+        for line in handle:
+            line = line.strip()
+            if line.startswith('dev='):
+                dev = shlex.split(line[len('dev='):])[0]
+            elif line.startswith('mlnx_qos -i'):
+                lines.append(line.replace('"$dev"', dev))
     assert len(lines) == 8
     for line in lines:
         argv = line.split('>')[0].replace('"$pfc"', '0,0,0,1,0,0,0,0').split()

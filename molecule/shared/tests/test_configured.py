@@ -97,4 +97,4 @@ def test_roce_lossless_now_and_at_boot(host, root):
     assert host.file(unit).exists
     assert host.file(os.path.join(root, 'etc/systemd/system/multi-user.target.wants/gpu-fabric-roce-qos.service')).is_symlink
     script = host.file(os.path.join(root, 'usr/local/sbin/gpu-fabric-roce-qos')).content_string
-    assert 'mlnx_qos -i ens17f0np0 --trust dscp --pfc "$pfc"' in script and 'echo 106 >' in script
+    assert 'dev=ens17f0np0\n' in script and 'mlnx_qos -i "$dev" --trust dscp --pfc "$pfc"' in script and 'echo 106 >' in script
