@@ -168,5 +168,5 @@ def nccl_traffic_class(roce):
         return None, ('NCCL_IB_TC not set: the RoCE lossless setup has findings (ROCE_*); fix them first, then use '
                       'the ToS of the lossless class')
     return value, ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
-                        'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
-                        % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))
+                   'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
+                   % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))
