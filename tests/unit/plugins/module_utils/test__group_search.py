@@ -84,6 +84,28 @@ def test_several_bad_nodes_unknown_k_near_the_bound(count, bad):
     assert sum(rounds) < sum(runs)
 
 
+@pytest.mark.parametrize('count, bad', [(64, 5), (232, 5)])
+def test_several_bad_nodes_the_pool_runs_beside_the_splits(count, bad):
+    """Once the runs show two bad groups, the untested pool runs in the same rounds as the
+    splits: the wall time (rounds) stays well under the runs (with the pool waiting for every
+    split to end, 232 nodes with 5 bad took 33 rounds for 42 runs on average)."""
+    nodes = _nodes(count)
+    runs, rounds, beside = [], [], 0
+    for trial in range(30):
+        culprits = set(random.Random('beside/%d' % trial).sample(nodes, bad))
+        state = _drive(nodes, _fleet(culprits))
+        assert set(state['culprits']) == culprits and state['unresolved'] == [], state['notes']
+        runs.append(len(state['runs']))
+        rounds.append(state['rounds'])
+        by_round = {}
+        for run in state['runs']:
+            by_round.setdefault(run['round'], set()).add(run['step'])
+        beside += any({'pool', 'split'} <= steps for steps in by_round.values())
+    assert beside >= 25, beside
+    assert sum(rounds) <= 0.7 * sum(runs), (sum(rounds), sum(runs))
+    assert sum(runs) / 30.0 <= G.runs_bound(count, bad) + 3, sum(runs) / 30.0
+
+
 def test_halving_is_beaten_and_the_bound_fails_for_a_worse_search():
     """The bound is not vacuous: testing every node with a reference needs N runs."""
     assert G.runs_bound(232, 5) == 40 and G.runs_bound(1024, 10) == 90 and G.runs_bound(16, 0) == 0
