@@ -32,7 +32,8 @@ def test_three_bad_nodes_and_a_bad_pair_invisible_in_facts(tmp_path):
     hosts = inventory['all']['children']['gpu_nodes']['hosts']
     for name, host in hosts.items():
         env = host['gpu_fabric_environment']
-        env.update(GF_SIM_NCCL_LOG=log, GF_SIM_NCCL_DELAY='1')
+        # 2 s a run: the runs of a round, started one after another by a busy controller, still overlap.
+        env.update(GF_SIM_NCCL_LOG=log, GF_SIM_NCCL_DELAY='2')
         if name in SLOW:
             env['GF_SIM_NCCL_SLOW'] = '0.3'
         if name == PAIR[0]:
