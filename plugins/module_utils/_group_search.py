@@ -153,11 +153,15 @@ def _take_reference(state, busy, avoid=(), exclude=()):
     return refs[0]
 
 
+def _found(state):
+    """Bad nodes and pairs the runs (not the facts) have named so far."""
+    return len([n for n in state['culprits'] if state['basis'].get(n) != 'facts']) + len(state['pairs'])
+
+
 def _evidence(state):
-    """Disjoint sets of nodes known to hold a bad node (or pair) found by runs: named nodes and
-    pairs, and the groups being split."""
-    found = len([n for n in state['culprits'] if state['basis'].get(n) != 'facts']) + len(state['pairs'])
-    return found + len([t for t in state['tasks'] if t['kind'] == 'split'])
+    """Disjoint sets of nodes the runs have shown to hold a bad node (or pair): the nodes and pairs
+    named, and the groups being split."""
+    return _found(state) + len([t for t in state['tasks'] if t['kind'] == 'split'])
 
 
 def _pool_group_size(state, beside=False):
@@ -179,8 +183,7 @@ def _pool_group_size(state, beside=False):
     if beside:
         expected = float(_evidence(state)) * pool / max(searched - pool, searched / 8.0, 1)
     else:
-        found = len([n for n in state['culprits'] if state['basis'].get(n) != 'facts']) + len(state['pairs'])
-        expected = float(max(found, 1)) * pool / max(searched, 1)
+        expected = float(max(_found(state), 1)) * pool / max(searched, 1)
     if pool < 1 or expected < 1.0:
         return 0
     return max(2, min(pool, 2 ** int(math.floor(math.log((pool - expected + 1) / expected, 2)))))
