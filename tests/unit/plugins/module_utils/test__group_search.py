@@ -106,6 +106,21 @@ def test_several_bad_nodes_the_pool_runs_beside_the_splits(count, bad):
     assert sum(runs) / 30.0 <= G.runs_bound(count, bad) + 3, sum(runs) / 30.0
 
 
+def test_two_small_bad_groups_do_not_make_the_pool_look_all_bad():
+    """Two bad groups of four nodes and nothing cleared yet: 2 bad among 8 searched nodes would take
+    the 1,016 pool nodes for a quarter bad and run them in 508 pairs. The density is floored at an
+    eighth of the fleet: the pool runs in 32 groups of 32 (the last one shorter)."""
+    nodes = _nodes(1024)
+    state = G.search_start(nodes)
+    state['tasks'] = [{'kind': 'split', 'group': nodes[0:4], 'witness': nodes[0:4]},
+                      {'kind': 'split', 'group': nodes[4:8], 'witness': nodes[4:8]}]
+    state['pool'] = nodes[8:]
+    runs = G.search_next(state)
+    pool = [r for r in runs if r['step'] == 'pool']
+    assert [r['step'] for r in runs if r['step'] != 'pool'] == ['split', 'split']
+    assert len(pool) == 32 and [n for r in pool for n in r['group']] == nodes[8:], len(pool)
+
+
 def test_halving_is_beaten_and_the_bound_fails_for_a_worse_search():
     """The bound is not vacuous: testing every node with a reference needs N runs."""
     assert G.runs_bound(232, 5) == 40 and G.runs_bound(1024, 10) == 90 and G.runs_bound(16, 0) == 0
