@@ -238,7 +238,11 @@ def sequence_records(me, steps, result):
 
 def record_of(test, outcome, before, after):
     """The record of one test. ``outcome`` (and, from a sequence, ``test``) is what a node
-    returned: the fields the report computes with are typed here (_shape), once."""
+    returned: the fields the report computes with are typed here (_shape), once.
+
+    perftest's banner (``settings``: about 60 % of a record's bytes) is not kept: report() reads
+    none of it, and every node's records stay in hostvars for the rest of the run (a 256-node
+    full mesh over 8 rails is about a million records: tests/bench/controller_scale.py)."""
     side = test['side']
     hca = key(test.get('%s_hca' % side))
     summary = dict((k, number(v) if k != 'bytes' else integer(v)) for k, v in mapping(outcome.get('summary')).items())
@@ -253,7 +257,7 @@ def record_of(test, outcome, before, after):
               'counters_delta': counter_delta(before, after, hca) if before is not None and after is not None else {},
               'counters_seconds': counter_seconds(before, after, hca) if before is not None and after is not None else None,
               'status': status if isinstance(status, str) and status else 'failed', 'summary': summary or None,
-              'failure': failure, 'settings': outcome.get('settings'),
+              'failure': failure,
               'warnings': sequence(outcome.get('tool_warnings')), 'gpu': mapping(test.get('gpu') or outcome.get('gpu')) or None,
               'elapsed_s': number(outcome.get('elapsed_s')),
               'attempts': outcome.get('attempts')}
@@ -300,7 +304,12 @@ def _checked(record):
 
 
 def _node_records(node):
-    return [record for record in (_checked(r) for r in sequence(mapping(node).get('records'))) if record is not None]
+    """A node's records one at a time, checked (a checked copy of every node's records at once
+    doubled what the judging holds for a full mesh)."""
+    for record in sequence(mapping(node).get('records')):
+        checked = _checked(record)
+        if checked is not None:
+            yield checked
 
 
 def _rate(plan, hca):
@@ -340,15 +349,21 @@ def report(nodes, options):
     pairs = []
     matrix = {}
     counters = []
+    # What a client's record needs from its server's (the GPU distance, the failure) and what a
+    # pair without a client record is shown with, per pair: the records themselves are read one
+    # at a time, twice, and never held together (a 256-node full mesh over 8 rails and two memory
+    # kinds is about a million records: tests/bench/controller_scale.py).
     server_side = {}
-    records = dict((host, _node_records(nodes[host])) for host in nodes)
+    reported = set()
     for host in sorted(nodes):
-        for record in records[host]:
+        for record in _node_records(nodes[host]):
+            reported.add(host)
             if record['side'] == 'server':
-                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = record
+                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
+                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'])
     for host in sorted(nodes):
         plan = mapping(mapping(nodes[host]).get('plan'))
-        for record in records[host]:
+        for record in _node_records(nodes[host]):
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
                                  'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
@@ -362,6 +377,7 @@ def report(nodes, options):
             rates = [r for r in (_rate(plan, record['hca']), _rate(server_plan, record['peer_hca'])) if r]
             expected = min(rates) if rates else None
             summary = record.get('summary') or {}
+            server = server_side.get((record['memory'], record['server'], record['client'], record['rail']))
             entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
                      'status': record['status'], 'failure': record.get('failure'),
@@ -370,9 +386,7 @@ def report(nodes, options):
                      'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
             if record['memory'] == 'gpu':
                 # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
-                server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}
-                distances = [mapping(r.get('gpu')).get('distance') for r in (record, server)
-                             if mapping(r.get('gpu')).get('distance') in DISTANCE_CLASSES]
+                distances = [d for d in (record['gpu'].get('distance'), server[0] if server else None) if d in DISTANCE_CLASSES]
                 entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
@@ -380,10 +394,9 @@ def report(nodes, options):
                                                     (record.get('failure') or {}).get('message', '')))
                 # The server's own failure is often the cause (a busy port, no device, MR failed):
                 # the client then only sees a refused connection, a broken exchange or a hang.
-                server = server_side.get((record['memory'], record['server'], record['client'], record['rail'])) or {}
-                if server.get('failure'):
-                    entry['server_failure'] = server['failure']
-                    entry['reasons'].append('server side %s: %s' % (server['failure'].get('kind'), server['failure'].get('message')))
+                if server and server[1]:
+                    entry['server_failure'] = server[1]
+                    entry['reasons'].append('server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
             elif entry['bw_avg_gbps'] is not None and expected:
                 entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
                 if entry['bw_ratio'] < bw_ratio:
@@ -399,26 +412,23 @@ def report(nodes, options):
             rail.setdefault(record['server'], {})[record['client']] = value
     # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
-    for host in sorted(nodes):
-        for record in records[host]:
-            pair = (record['memory'], record['server'], record['client'], record['rail'])
-            if record['side'] != 'server' or pair in seen or record['client'] == record['server']:
-                continue
-            seen.add(pair)
-            lost = record['client'] not in nodes or not records.get(record['client'])
-            seen_by_server = record.get('failure') or {}
-            failure = {'kind': 'node_lost' if lost else 'no_client_record',
-                       'message': 'the client %s returned no result%s; the server side: %s' % (
-                           record['client'], ' (node lost or its task failed)' if lost else '',
-                           '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
-                           else record.get('status', 'unknown'))}
-            pairs.append({'server': record['server'], 'client': record['client'], 'rail': record['rail'],
-                          'server_hca': record['hca'], 'client_hca': record['peer_hca'], 'memory': record['memory'],
-                          'status': 'failed', 'failure': failure, 'bw_avg_gbps': None, 'lat_typical_us': None,
-                          'port_rate_gbps': None, 'elapsed_s': None, 'verdict': 'failed',
-                          'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
-            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
-            rail.setdefault(record['server'], {})[record['client']] = None
+    for pair, (_distance, seen_by_server, status, hca, peer_hca) in server_side.items():
+        memory, server, client, rail_name = pair
+        if pair in seen or client == server:
+            continue
+        lost = client not in reported
+        failure = {'kind': 'node_lost' if lost else 'no_client_record',
+                   'message': 'the client %s returned no result%s; the server side: %s' % (
+                       client, ' (node lost or its task failed)' if lost else '',
+                       '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
+                       else status)}
+        pairs.append({'server': server, 'client': client, 'rail': rail_name,
+                      'server_hca': hca, 'client_hca': peer_hca, 'memory': memory,
+                      'status': 'failed', 'failure': failure, 'bw_avg_gbps': None, 'lat_typical_us': None,
+                      'port_rate_gbps': None, 'elapsed_s': None, 'verdict': 'failed',
+                      'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
+        rail = matrix.setdefault(memory, {}).setdefault(str(rail_name), {})
+        rail.setdefault(server, {})[client] = None
     host_bw = dict(((p['server'], p['client'], p['rail']), p['bw_avg_gbps']) for p in pairs if p['memory'] == 'host')
     for entry in pairs:
         if entry['memory'] != 'gpu' or entry['bw_avg_gbps'] is None:

@@ -138,7 +138,8 @@ def test_sequence_steps_every_round_of_every_memory_with_peer_addresses_and_gpus
 
 def test_sequence_records_with_counters_per_step_and_a_lost_node():
     steps = _bench.sequence_steps('b', ROUNDS, PLANS, ['host'], 18515)
-    ok = dict(steps[0]['tests'][0], status='ok', summary={'bw_avg_gbps': 390.0}, results=[{'bytes': 8}], elapsed_s=1.5)
+    ok = dict(steps[0]['tests'][0], status='ok', summary={'bw_avg_gbps': 390.0}, results=[{'bytes': 8}], elapsed_s=1.5,
+              settings={'device': 'mlx5_0', 'mtu_bytes': 4096, 'qps': 1}, tool_warnings=['Requested mtu is higher'])
     lost = dict(steps[0]['tests'][1], status='failed', failure={'kind': 'peer_lost', 'message': 'server a lost'})
     result = {'counters_start': _ib({'symbol_error': 1}),
               'steps': [{'step': 1, 'tests': [ok, lost], 'counters': _ib({'symbol_error': 4})},
@@ -148,6 +149,8 @@ def test_sequence_records_with_counters_per_step_and_a_lost_node():
     assert [(r['side'], r['rail'], r['status']) for r in records] == [('client', 0, 'ok'), ('client', 1, 'failed')]
     assert records[0]['counters_delta'] == {'symbol_error': 3} and records[0]['summary']['bw_avg_gbps'] == 390.0
     assert records[1]['failure']['kind'] == 'peer_lost' and records[0]['results'] == [{'bytes': 8}]
+    # perftest's banner is not kept (the judging reads none of it), its warnings are.
+    assert 'settings' not in records[0] and records[0]['warnings'] == ['Requested mtu is higher']
     # The task itself failed or the node was lost: every planned test is recorded as such.
     gone = _bench.sequence_records('b', steps, {'unreachable': True, 'msg': 'Failed to connect'})
     assert [(r['status'], r['failure']['kind']) for r in gone] == [('failed', 'node_lost')] * 2
@@ -178,3 +181,28 @@ def test_fleet_plan_leaves_out_what_cannot_run_and_says_why():
     alone = fleet_plan({'a': {'plan': {'hcas': ['mlx5_0']}, 'tool': found}})
     assert alone['nodes'] == ['a'] and alone['skipped'] == '1 node(s) can run perftest with an RDMA device (a); a pair needs two'
     assert fleet_plan({})['skipped'].startswith('0 node(s)')
+
+
+def test_report_reads_the_server_side_of_each_pair():
+    """What a pair takes from its server's record (read in a first pass, kept per pair): the
+    farther GPU<->HCA distance of the two sides, the server's failure as the cause of its client's,
+    and a pair whose client reported other records but not this one."""
+    def server(client, memory, rail=0, failure=None, distance=None):
+        return dict(_record('a', client, memory, None, status='failed' if failure else 'ok'), side='server', rail=rail,
+                    failure=failure, gpu={'distance': distance} if distance else None)
+    busy = {'kind': 'port_busy', 'message': 'Couldn\'t listen to port 18515'}
+    nodes = {
+        'a': {'plan': _plan(400.0), 'records': [server('b', 'gpu', distance='SYS'), server('b', 'host', failure=busy),
+                                                 server('c', 'host', rail=1)]},
+        'b': {'plan': _plan(400.0), 'records': [dict(_record('a', 'b', 'gpu', 390.0), gpu={'distance': 'PIX'}),
+                                                 _record('a', 'b', 'host', None, status='failed')]},
+        'c': {'plan': _plan(400.0), 'records': [_record('a', 'c', 'host', 391.0)]},
+    }
+    result = _bench.report(copy.deepcopy(nodes), {})
+    pairs = dict(((p['client'], p['memory'], p['rail']), p) for p in result['pairs'])
+    assert pairs[('b', 'gpu', 0)]['gpu_distance'] == 'SYS'
+    assert pairs[('b', 'host', 0)]['server_failure'] == busy and 'server side port_busy' in pairs[('b', 'host', 0)]['reasons'][1]
+    missing = pairs[('c', 'host', 1)]
+    assert missing['verdict'] == 'failed' and missing['failure']['kind'] == 'no_client_record'
+    assert (missing['server_hca'], missing['client_hca']) == ('mlx5_0', 'mlx5_0') and result['matrix']['host']['1']['a'] == {'c': None}
+    assert len(result['pairs']) == 4
