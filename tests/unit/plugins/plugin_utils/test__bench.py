@@ -193,9 +193,9 @@ def test_report_reads_the_server_side_of_each_pair():
     busy = {'kind': 'port_busy', 'message': 'Couldn\'t listen to port 18515'}
     nodes = {
         'a': {'plan': _plan(400.0), 'records': [server('b', 'gpu', distance='SYS'), server('b', 'host', failure=busy),
-                                                 server('c', 'host', rail=1)]},
+                                                server('c', 'host', rail=1)]},
         'b': {'plan': _plan(400.0), 'records': [dict(_record('a', 'b', 'gpu', 390.0), gpu={'distance': 'PIX'}),
-                                                 _record('a', 'b', 'host', None, status='failed')]},
+                                                _record('a', 'b', 'host', None, status='failed')]},
         'c': {'plan': _plan(400.0), 'records': [_record('a', 'c', 'host', 391.0)]},
     }
     result = _bench.report(copy.deepcopy(nodes), {})
