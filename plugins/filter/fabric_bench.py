@@ -60,6 +60,9 @@ def bench_report(hostvars, hosts, options=None):
     for host in hosts:
         facts = hostvars[host] if host in hostvars else {}
         nodes[host] = {'records': facts.get('fabric_bench_records') or [], 'plan': facts.get('fabric_bench_plan') or {}}
+        if facts.get('fabric_bench_records_file'):
+            # Written by perftest_collect (fabric_bench_records_dir): read one node at a time by report().
+            nodes[host].update(records_file=facts['fabric_bench_records_file'], run_id=facts.get('fabric_bench_records_run'))
         fleet = fleet or facts.get('fabric_bench_fleet')
     report = _bench.report(nodes, options or {})
     # Fail closed: what was not tested, and why (no node reached the benchmark: nothing planned).

@@ -10,6 +10,11 @@ the fabric_bench role calls them through filters.
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
+import tempfile
+
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
@@ -303,10 +308,78 @@ def _checked(record):
     return checked
 
 
-def _node_records(node):
+# ---------------------------------------------------------------------------- records as files
+#
+# A node's records can live in a file on the controller instead of in hostvars (the action
+# hpc.gpu_fabric.perftest_collect writes them, report() reads them back one node at a time): a
+# 256-node full mesh over 8 rails is about a million records, more than a controller should hold
+# at once (tests/bench/controller_scale.py).
+RECORDS_FORMAT = 'hpc.gpu_fabric.bench_records/1'
+
+
+def records_file_name(host):
+    """The file of ``host``'s records: its inventory name with every character outside
+    [A-Za-z0-9._-] (a "/" included) written as %XX, so that any name stays one plain file in the
+    directory; "." and ".." cannot come out (the suffix)."""
+    safe = ''.join(c if c.isascii() and (c.isalnum() or c in '._-') else ''.join('%%%02X' % b for b in c.encode('utf-8'))
+                   for c in text(host) or '_')
+    return safe + '.records.json.gz'
+
+
+def write_records(directory, host, records, run_id=None):
+    """Write ``host``'s records into ``directory`` (created, mode 0700, when missing), atomically
+    (a temporary file renamed over the old one); returns the file's absolute path."""
+    directory = os.path.abspath(os.path.expanduser(directory))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, records_file_name(host))
+    handle, tmp = tempfile.mkstemp(prefix='.tmp.', dir=directory)
+    try:
+        # Level 1: a few times smaller (the records repeat their keys), at a small cost in time.
+        with os.fdopen(handle, 'wb') as raw, gzip.GzipFile(fileobj=raw, mode='wb', compresslevel=1, mtime=0) as out:
+            out.write(json.dumps({'format': RECORDS_FORMAT, 'host': host, 'run_id': run_id, 'records': records},
+                                 separators=(',', ':')).encode('utf-8'))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def read_records(path, host, run_id=None):
+    """The records ``write_records`` wrote for ``host``; ValueError, saying why, for a file that is
+    missing, unreadable, not ours, or written for another host or another run."""
+    try:
+        with gzip.open(text(path), 'rb') as handle:
+            content = json.loads(handle.read().decode('utf-8'))
+    except (OSError, EOFError, ValueError) as exc:
+        raise ValueError('the records file %s of %s cannot be read: %s' % (path, host, exc))
+    content = mapping(content)
+    if content.get('format') != RECORDS_FORMAT or not isinstance(content.get('records'), list):
+        raise ValueError('%s is not a records file of hpc.gpu_fabric (format %r)' % (path, content.get('format')))
+    if content.get('host') != host:
+        raise ValueError('the records file %s holds the records of %r, not of %s' % (path, content.get('host'), host))
+    if run_id is not None and content.get('run_id') != run_id:
+        raise ValueError('the records file %s is from run %r, not from this run (%s)' % (path, content.get('run_id'), run_id))
+    return content['records']
+
+
+def _node_records(host, node, unreadable):
     """A node's records one at a time, checked (a checked copy of every node's records at once
-    doubled what the judging holds for a full mesh)."""
-    for record in sequence(mapping(node).get('records')):
+    doubled what the judging holds for a full mesh); from its records file when it has one. A file
+    that cannot be read gives no record, and its reason in ``unreadable``."""
+    node = mapping(node)
+    records = node.get('records')
+    if node.get('records_file'):
+        try:
+            records = read_records(node['records_file'], host, node.get('run_id'))
+        except ValueError as exc:
+            unreadable[host] = str(exc)
+            return
+    for record in sequence(records):
         checked = _checked(record)
         if checked is not None:
             yield checked
@@ -342,7 +415,8 @@ def thresholds(options):
 def report(nodes, options):
     """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
 
-    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}; ``options``: thresholds().
+    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}, or 'records_file' (and
+    'run_id') instead of 'records' for records written by write_records; ``options``: thresholds().
     """
     limits = thresholds(options)
     bw_ratio, gpu_ratio, lat_max = limits['bw_ratio'], limits['gpu_ratio'], limits['lat_max_us']
@@ -355,15 +429,16 @@ def report(nodes, options):
     # kinds is about a million records: tests/bench/controller_scale.py).
     server_side = {}
     reported = set()
+    unreadable = {}
     for host in sorted(nodes):
-        for record in _node_records(nodes[host]):
+        for record in _node_records(host, nodes[host], unreadable):
             reported.add(host)
             if record['side'] == 'server':
                 server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
                     record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'])
     for host in sorted(nodes):
         plan = mapping(mapping(nodes[host]).get('plan'))
-        for record in _node_records(nodes[host]):
+        for record in _node_records(host, nodes[host], unreadable):
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
                                  'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
@@ -419,7 +494,8 @@ def report(nodes, options):
         lost = client not in reported
         failure = {'kind': 'node_lost' if lost else 'no_client_record',
                    'message': 'the client %s returned no result%s; the server side: %s' % (
-                       client, ' (node lost or its task failed)' if lost else '',
+                       client, (' (%s)' % unreadable[client]) if client in unreadable
+                       else ' (node lost or its task failed)' if lost else '',
                        '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
                        else status)}
         pairs.append({'server': server, 'client': client, 'rail': rail_name,
@@ -445,5 +521,8 @@ def report(nodes, options):
     verdicts = {}
     for entry in pairs:
         verdicts[entry['verdict']] = verdicts.get(entry['verdict'], 0) + 1
-    return {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
-            'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
+    result = {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
+              'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
+    if unreadable:
+        result['records_unreadable'] = unreadable
+    return result

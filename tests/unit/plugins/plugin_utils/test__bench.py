@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import copy
+import gzip
+import os
 
 import pytest
 
@@ -206,3 +208,75 @@ def test_report_reads_the_server_side_of_each_pair():
     assert missing['verdict'] == 'failed' and missing['failure']['kind'] == 'no_client_record'
     assert (missing['server_hca'], missing['client_hca']) == ('mlx5_0', 'mlx5_0') and result['matrix']['host']['1']['a'] == {'c': None}
     assert len(result['pairs']) == 4
+
+
+@pytest.mark.parametrize('host, name', [
+    ('gpu01', 'gpu01.records.json.gz'),
+    ('node-7.rack_2', 'node-7.rack_2.records.json.gz'),
+    ('../etc/passwd', '..%2Fetc%2Fpasswd.records.json.gz'),
+    ('..', '...records.json.gz'),
+    ('a b\x00', 'a%20b%00.records.json.gz'),
+    ('gpü', 'gp%C3%BC.records.json.gz'),
+    ('', '_.records.json.gz'),
+])
+def test_records_file_name_is_one_plain_file(host, name):
+    assert _bench.records_file_name(host) == name
+    assert '/' not in name and name not in ('.', '..')
+
+
+def _mesh():
+    """Three nodes' records: a pair measured, a pair whose server failed, a pair whose client is c."""
+    def server(client, rail=0, failure=None):
+        return dict(_record('a', client, 'host', None, status='failed' if failure else 'ok'), side='server', rail=rail,
+                    failure=failure)
+    busy = {'kind': 'port_busy', 'message': 'Couldn\'t listen to port 18515'}
+    return {
+        'a': {'plan': _plan(400.0), 'records': [server('b'), server('b', rail=1, failure=busy), server('c')]},
+        'b': {'plan': _plan(400.0), 'records': [_record('a', 'b', 'host', 390.0),
+                                                dict(_record('a', 'b', 'host', None, status='failed'), rail=1)]},
+        'c': {'plan': _plan(400.0), 'records': [_record('a', 'c', 'host', 200.0)]},
+    }
+
+
+def test_report_from_records_files_is_the_report_from_hostvars(tmp_path):
+    nodes = _mesh()
+    expected = _bench.report(copy.deepcopy(nodes), {})
+    from_files = {}
+    for host, node in nodes.items():
+        path = _bench.write_records(str(tmp_path / 'records'), host, node['records'], 'gf-1-2')
+        assert path == str(tmp_path / 'records' / ('%s.records.json.gz' % host))
+        from_files[host] = {'plan': node['plan'], 'records': [], 'records_file': path, 'run_id': 'gf-1-2'}
+    assert _bench.report(from_files, {}) == expected
+    assert 'records_unreadable' not in expected
+    # Private to the user running ansible-playbook, and no temporary file left behind.
+    assert oct(os.stat(path).st_mode & 0o777) == '0o600' and oct(os.stat(str(tmp_path / 'records')).st_mode & 0o777) == '0o700'
+    assert sorted(os.listdir(str(tmp_path / 'records'))) == ['a.records.json.gz', 'b.records.json.gz', 'c.records.json.gz']
+
+
+def test_a_records_file_that_cannot_be_trusted_is_no_result_with_the_reason(tmp_path):
+    nodes = _mesh()
+    directory = str(tmp_path)
+    for host in nodes:
+        nodes[host]['records_file'] = _bench.write_records(directory, host, nodes[host].pop('records'), 'run-2')
+        nodes[host]['run_id'] = 'run-2'
+    # c's file is from an earlier run; b's holds a's records; nothing at all for the last one.
+    _bench.write_records(directory, 'c', [_record('a', 'c', 'host', 391.0)], 'run-1')
+    with open(nodes['a']['records_file'], 'rb') as source, open(nodes['b']['records_file'], 'wb') as target:
+        target.write(source.read())
+    result = _bench.report(nodes, {})
+    assert sorted(result['records_unreadable']) == ['b', 'c']
+    assert 'from run \'run-1\', not from this run (run-2)' in result['records_unreadable']['c']
+    assert 'holds the records of \'a\', not of b' in result['records_unreadable']['b']
+    pairs = dict(((p['client'], p['rail']), p) for p in result['pairs'])
+    # Fail closed: no pair of theirs is ok, and each says why.
+    assert [pairs[key]['verdict'] for key in (('b', 0), ('b', 1), ('c', 0))] == ['failed'] * 3
+    assert pairs[('c', 0)]['failure']['kind'] == 'node_lost' and 'not from this run' in pairs[('c', 0)]['reasons'][0]
+    with open(nodes['c']['records_file'], 'wb') as handle:
+        handle.write(b'\x1f\x8b\x08\x00 not gzip after all')
+    os.unlink(nodes['b']['records_file'])
+    result = _bench.report(nodes, {})
+    assert 'cannot be read' in result['records_unreadable']['c'] and 'cannot be read' in result['records_unreadable']['b']
+    with gzip.open(nodes['c']['records_file'], 'wb') as handle:
+        handle.write(b'{"records": []}')
+    with pytest.raises(ValueError, match='not a records file'):
+        _bench.read_records(nodes['c']['records_file'], 'c')
