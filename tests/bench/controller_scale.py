@@ -7,8 +7,8 @@
 Target: 1,024 nodes x 8 rails (ring and random pairing) and 256 nodes x 8 rails
 (full mesh), each controller stage under 60 s and under 2 GiB. Synthetic facts (one rendered
 nvidia_h100_8x_ndr node, copied per host) and synthetic perftest_run sequence results of the
-real shape (every test with its parsed perftest output, every step with the error counters of
-8 HCAs, as perftest_run returns them) stand in for the nodes; a few faults are planted (a
+real shape (every test with its parsed result rows, a failed one with perftest's banner and
+command too, every step with the error counters of 8 HCAs, as perftest_run returns them) stand in for the nodes; a few faults are planted (a
 degraded rail, a failed rail, a slow link, slow GPU memory on one node) so that judging and
 diagnosis have something to find.
 
@@ -16,8 +16,11 @@ Stages, each in a fresh Python process so that its peak memory is its own; the f
 called as the roles and plays call them:
   plan        - bench_node_plan per node, bench_fleet_plan, pair_schedule_summary, and per node
                 pair_schedule(expand, node) + bench_sequence (role fabric_bench, sequence.yml);
-  records     - bench_sequence_records per node (sequence.yml, "Keep the results");
-  judge       - bench_report over every node's records (benchmark.yml, "Judge the pairs");
+  records     - per node, what perftest_collect does with the node's finished job (sequence.yml,
+                "Wait for every node's steps and keep their records"): its raw result turned into
+                records, written to a file on the controller (fabric_bench_records_dir) - one
+                node's raw result in memory at a time, as in that task's worker process;
+  judge       - bench_report over every node's records file (benchmark.yml, "Judge the pairs");
   diagnose    - fabric_report: _diagnose and report.json's content (report.yml);
   report_json - to_nice_json of the report, written (report.yml);
   report_html - report_html, written;
@@ -31,8 +34,9 @@ mark (0 when it stayed below what loading the input took). With --tracemalloc th
 Python allocations (tracemalloc peak) are printed too, at the cost of a slower stage.
 
 --ansible also runs the data path through ansible-playbook itself: an inventory of N hosts (no
-connection is made: set_fact only), each host's plan, steps, sequence result and records put
-in hostvars as the role puts them, then the "Judge the pairs" play of playbooks/benchmark.yml
+connection is made: set_fact only), each host's plan and the path of its records file put in
+hostvars as the role puts them (--keep-raw: its steps, raw result and records themselves, as the
+role kept them before perftest_collect), then the "Judge the pairs" play of playbooks/benchmark.yml
 and playbooks/report.yml as they are. Printed: wall time, the largest process's peak RSS
 (RUSAGE_CHILDREN) and the slowest tasks.
 
@@ -62,6 +66,8 @@ DEFAULT_CASES = ('64:ring', '64:random', '64:full', '256:ring', '256:random', '2
 STAGES = ('synth_facts', 'plan', 'synth_nodes', 'records', 'judge', 'diagnose', 'report_json', 'report_html', 'report_rest')
 INPUT_STAGES = ('synth_facts', 'synth_nodes')
 MEMORIES = ['host', 'gpu']
+RUN_ID = 'gf-scale-1'
+
 BASE_PORT = 18515
 RAILS = 8
 HCAS = ['mlx5_%d' % index for index in range(RAILS)]
@@ -89,8 +95,8 @@ def _mib_rss():
 # ---------------------------------------------------------------------------- synthetic input
 
 def _perftest_output():
-    """A real ib_write_bw client printout parsed as perftest_run parses it: the settings and
-    result rows every synthetic test carries (their size is what hostvars hold per test)."""
+    """A real ib_write_bw client printout parsed as perftest_run parses it: the settings a failed
+    synthetic test carries (as perftest_run returns them in a sequence)."""
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest
     path = os.path.join(REPO, 'tests', 'fixtures', 'public', 'perftest', 'seed001_cuda_ib_write_bw_mib.txt')
     with open(path) as handle:
@@ -134,6 +140,7 @@ def synth_nodes(work, count, mode):
     counters = error_counters(facts[nodes[0]]['ansible_facts']['gpu_fabric_ib']['devices'])
     results = {}
     tests = 0
+    os.makedirs(os.path.join(work, 'results'), exist_ok=True)
     for me in nodes:
         steps = []
         for number, step in enumerate(plan['steps'][me], 1):
@@ -142,13 +149,14 @@ def synth_nodes(work, count, mode):
                 bw = _fault(nodes, test['server'], test['client'], test['rail'], test['memory'])
                 entry = dict(test)
                 entry.pop('peer', None)
-                entry.update(settings=copy.deepcopy(parsed['settings']), tool_warnings=[], units='MiB/sec', rc=0,
-                             cmd=['ib_write_bw', '-d', test.get('device') or 'mlx5_0', '-p', str(test['tcp_port']),
-                                  '-s', '8388608', '-F', '--report_gbits'] + ([test['peer']] if test['side'] == 'client' else []),
-                             attempts=1, elapsed_s=3.2)
+                entry.update(tool_warnings=[], units='MiB/sec', rc=0, attempts=1, elapsed_s=3.2)
                 if bw is None:
-                    entry.update(status='failed', results=[], summary={},
-                                 failure={'kind': 'timeout', 'message': 'no answer from the peer within 60 s'})
+                    # Only a test that did not end ok carries perftest's banner, command and output back.
+                    entry.update(status='failed', results=[], summary={}, rc=-9, stdout='', stderr='',
+                                 failure={'kind': 'timeout', 'message': 'no answer from the peer within 60 s'},
+                                 settings=copy.deepcopy(parsed['settings']),
+                                 cmd=['ib_write_bw', '-d', test.get('device') or 'mlx5_0', '-p', str(test['tcp_port']),
+                                      '-s', '8388608', '-F', '--report_gbits'] + ([test['peer']] if test['side'] == 'client' else []))
                 else:
                     row = {'bytes': 8388608, 'iterations': 5000, 'bw_peak_gbps': bw + 0.4, 'bw_avg_gbps': bw,
                            'msg_rate_mpps': round(bw / 67.1, 6)}
@@ -159,7 +167,9 @@ def synth_nodes(work, count, mode):
             steps.append({'step': number, 'elapsed_s': 3.4, 'counters': copy.deepcopy(counters), 'tests': done})
         results[me] = {'status': 'ok', 'steps': steps, 'counters_start': copy.deepcopy(counters), 'finished': 1,
                        'changed': False, 'elapsed_s': 3.4 * len(steps)}
-    _dump(work, 'results', results)
+        # One file per node, JSON as async_status returns it: the controller gets each node's result on its own.
+        with open(os.path.join(work, 'results', me + '.json'), 'w') as handle:
+            json.dump(results.pop(me), handle)
     return {'tests': tests}
 
 
@@ -192,19 +202,32 @@ def stage_plan(work, count, mode):
 
 
 def stage_records(work, count, mode):
-    from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_bench
-    plan, results = _load(work, 'plan'), _load(work, 'results')
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    plan = _load(work, 'plan')
+    directory = os.path.join(work, 'bench-records')
 
     def run():
-        return dict((host, fabric_bench.bench_sequence_records(host, plan['steps'][host], results[host]))
-                    for host in plan['fleet']['nodes'])
-    return run, lambda out: (_dump(work, 'records', out), {'records': sum(len(r) for r in out.values())})[1]
+        files, records = {}, 0
+        for host in plan['fleet']['nodes']:
+            # perftest_collect's work for one node: its finished job's result (async_status's JSON), records, a file.
+            with open(os.path.join(work, 'results', host + '.json')) as handle:
+                raw = json.load(handle)
+            kept = _bench.sequence_records(host, plan['steps'][host], raw)
+            del raw
+            files[host] = _bench.write_records(directory, host, kept, RUN_ID)
+            records += len(kept)
+            del kept
+        return {'files': files, 'records': records}
+    return run, lambda out: (_dump(work, 'records', out['files']),
+                             {'records': out['records'],
+                              'files_mib': round(sum(os.path.getsize(p) for p in out['files'].values()) / 2.0 ** 20, 1)})[1]
 
 
 def _bench_hostvars(work):
-    plan, records = _load(work, 'plan'), _load(work, 'records')
-    return dict((host, {'fabric_bench_records': records[host], 'fabric_bench_plan': plan['plans'][host],
-                        'fabric_bench_fleet': plan['fleet']}) for host in plan['fleet']['nodes'])
+    plan, files = _load(work, 'plan'), _load(work, 'records')
+    return dict((host, {'fabric_bench_records': [], 'fabric_bench_records_file': files[host], 'fabric_bench_records_run': RUN_ID,
+                        'fabric_bench_plan': plan['plans'][host], 'fabric_bench_fleet': plan['fleet']})
+                for host in plan['fleet']['nodes'])
 
 
 def stage_judge(work, count, mode):
@@ -337,8 +360,10 @@ class FilterModule(object):
         return {'gf_synthetic': gf_synthetic}
 '''
 
-# What the role leaves in hostvars on every node: its plan, its steps, the raw sequence
-# result (registered) and the records kept from it; facts as ib_link_facts/gdr_facts return them.
+# What the role leaves in hostvars on every node: its plan and the path of its records file;
+# facts as ib_link_facts/gdr_facts return them. -e gf_keep_raw=true: as the role did before
+# perftest_collect, the steps, the raw sequence result (registered by async_status, all nodes at
+# once) and the records themselves.
 NODE_PLAY = '''
 - name: Synthetic benchmark results, as the fabric_bench role leaves them
   hosts: gpu_nodes
@@ -351,7 +376,18 @@ NODE_PLAY = '''
         cacheable: true
       vars:
         __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
-    - name: Plan, steps and the sequence result
+    - name: Plan and records file, as roles/fabric_bench/tasks/sequence.yml leaves them
+      ansible.builtin.set_fact:
+        fabric_bench_plan: "{{ __data.plan }}"
+        fabric_bench_fleet: "{{ __data.fleet }}"
+        fabric_bench_records: []
+        fabric_bench_records_file: "{{ __data.records_file }}"
+        fabric_bench_records_run: "{{ __data.run_id }}"
+        gpu_fabric_stages: [validate, benchmark]
+      vars:
+        __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
+      when: not (gf_keep_raw | default(false) | bool)
+    - name: Steps, raw result and records in hostvars, as the role kept them before perftest_collect
       ansible.builtin.set_fact:
         fabric_bench_plan: "{{ __data.plan }}"
         fabric_bench_fleet: "{{ __data.fleet }}"
@@ -360,15 +396,13 @@ NODE_PLAY = '''
         gpu_fabric_stages: [validate, benchmark]
       vars:
         __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
-    - name: Records
+      when: gf_keep_raw | default(false) | bool
+    - name: Records, then steps and raw result dropped (the old "Keep the results")
       ansible.builtin.set_fact:
-        fabric_bench_records: "{{ (inventory_hostname | gf_synthetic(gf_work)).records }}"
-    # As roles/fabric_bench/tasks/sequence.yml "Keep the results" does; -e gf_keep_raw=true: as it did before.
-    - name: Steps and raw result dropped
-      ansible.builtin.set_fact:
+        fabric_bench_records: "{{ inventory_hostname | hpc.gpu_fabric.bench_sequence_records(__fabric_bench_steps, __fabric_bench_done) }}"
         __fabric_bench_steps: []
         __fabric_bench_done: {}
-      when: not (gf_keep_raw | default(false) | bool)
+      when: gf_keep_raw | default(false) | bool
 '''
 
 
@@ -381,16 +415,19 @@ def ansible_case(count, mode, timeout=900, keep_raw=False):
                                    '--nodes', str(count), '--mode', mode], cwd=REPO, capture_output=True, text=True, check=False)
             if done.returncode:
                 return {'nodes': count, 'mode': mode, 'stage': 'ansible', 'error': done.stderr.strip()[-400:]}
-        facts, plan, results, records = (_load(work, name) for name in ('facts', 'plan', 'results', 'records'))
+        facts, plan, files = (_load(work, name) for name in ('facts', 'plan', 'records'))
         os.makedirs(os.path.join(work, 'hosts'))
         os.makedirs(os.path.join(work, 'filter_plugins'))
         hostvars_bytes = 0
         for host in plan['fleet']['nodes']:
             data = {'facts': facts[host]['ansible_facts'], 'plan': plan['plans'][host], 'fleet': plan['fleet'],
-                    'steps': plan['steps'][host], 'result': results[host], 'records': records[host]}
+                    'records_file': files[host], 'run_id': RUN_ID}
+            if keep_raw:
+                with open(os.path.join(work, 'results', host + '.json')) as handle:
+                    data.update(steps=plan['steps'][host], result=json.load(handle))
             hostvars_bytes += len(json.dumps(data))
             _dump(os.path.join(work, 'hosts'), host, data)
-        del facts, plan, results, records
+        del facts, plan, files
         with open(os.path.join(work, 'filter_plugins', 'gf_synthetic.py'), 'w') as handle:
             handle.write(SYNTH_FILTER)
         with open(os.path.join(REPO, 'playbooks', 'benchmark.yml')) as handle:

@@ -67,7 +67,9 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
            '-e', json.dumps(dict(OPTIONS, fabric_bench_engine=engine, gpu_fabric_collective_enabled=False, **PORTS[engine])),
            # The older per-round engine in host memory only (its mechanics: rounds, timeouts, a dead
            # node); GPU memory is the sequence engine's case. Saves a minute of CI.
-           '-e', json.dumps({'fabric_bench_memory': ['host', 'gpu'] if engine == 'sequence' else ['host']})]
+           '-e', json.dumps({'fabric_bench_memory': ['host', 'gpu'] if engine == 'sequence' else ['host']}),
+           # This test's own async job files: none may be left on a node once its records are collected.
+           '-e', 'ansible_async_dir=' + os.path.join(dest, 'async')]
     memories = ('host', 'gpu') if engine == 'sequence' else ('host',)
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
@@ -97,6 +99,13 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
         far = [pairs[('gpu', frozenset((peer, 'n2')))] for peer in ('n1', 'n3')]
         assert all(p['verdict'] == 'low' and p['gpu_vs_host'] < 0.9 for p in far), far
     assert bench['matrix']['host']['0']
+    if engine == 'sequence':
+        # Each node's records went into a file beside the report (the raw results never into hostvars),
+        # and the judging read them back; the job files on the nodes were removed once read.
+        assert sorted(os.listdir(os.path.join(out, 'bench-records'))) == [
+            '%s.records.json.gz' % h for h in ('hang', 'n1', 'n2', 'n3')]
+        assert 'records_unreadable' not in bench
+        assert os.path.isdir(os.path.join(dest, 'async')) and os.listdir(os.path.join(dest, 'async')) == []
     # Nothing of the benchmark outlives it, on any node (they all share this machine).
     # This test's stand-ins only (other tests run in parallel): they carry its port.
     leftover = subprocess.run(['pgrep', '-f', r'tools_perftest\.py .* -p %d( |$)' % PORTS[engine]['fabric_bench_base_port']],
