@@ -263,14 +263,21 @@ def sequence_records(me, steps, result):
     old = _snapshot(before) if before is not None else None
     for step in done:
         after = step.get('counters')
-        new = _snapshot(after) if after is not None else None
+        same_at = number(step.get('counters_same_at'))
+        if after is not None:
+            new = _snapshot(after)
+        elif same_at is not None and old is not None:
+            # No error counter changed during the step: perftest_run sent only when it read them.
+            new = dict((hca, (values, same_at)) for hca, (values, _at) in old.items())
+        else:
+            new = None
         for test in mappings(step.get('tests')):
             if test.get('side') in ('server', 'client'):
                 hca = key(test.get('%s_hca' % test['side']))
                 records.append(record_of(test, test, None, None,
                                          _changes(old, new, hca) if old is not None and new is not None else None))
-        if after is not None:
-            before, old = after, new
+        if new is not None:
+            old = new
     return records
 
 

@@ -272,3 +272,17 @@ def test_a_busy_peer_is_waited_for_a_closed_one_is_lost(monkeypatch):
     peer.poll(time.time() + 1, every=0)
     time.sleep(0.6)
     assert 'stopped answering' in peer.lost(time.time())
+
+
+def test_a_step_whose_counters_did_not_change_sends_only_the_time_of_the_read():
+    def read(at, symbol_error):
+        return {'devices': [{'name': 'mlx5_0', 'ports': [{'port': 1, 'counters_read_at': at, 'counters': {'symbol_error': symbol_error},
+                                                          'hw_counters': {}}]}]}
+    reads = iter([read(1.0, 0), read(2.0, 0), read(3.0, 4), read(4.0, 4), read(5.0, 0)])
+    done = _sequence.run_sequence([{'tests': []}] * 4, lambda entry: [BIN], dict(_options(dead_after=0.1), address='127.0.0.1'),
+                                  counters=lambda: next(reads))
+    assert done['counters_start'] == read(1.0, 0)
+    steps = done['steps']
+    # Unchanged since the last read sent: the time only; changed (up, or down after a reset): the read.
+    assert [('counters' in s, s.get('counters_same_at')) for s in steps] == [(False, 2.0), (True, None), (False, 4.0), (True, None)]
+    assert steps[1]['counters'] == read(3.0, 4) and steps[3]['counters'] == read(5.0, 0)

@@ -280,3 +280,36 @@ def test_a_records_file_that_cannot_be_trusted_is_no_result_with_the_reason(tmp_
         handle.write(b'{"records": []}')
     with pytest.raises(ValueError, match='not a records file'):
         _bench.read_records(nodes['c']['records_file'], 'c')
+
+
+def test_sequence_records_are_the_same_when_unchanged_counters_come_as_their_read_time():
+    """perftest_run sends counters_same_at for a step whose error counters did not change: the
+    records, counter increases and seconds between reads included, are those of the full reads."""
+    steps = _bench.sequence_steps('b', ROUNDS, PLANS, ['host', 'gpu'], 18515)
+
+    def read(at, symbol_error, link_downed=0):
+        ib = _ib({'symbol_error': symbol_error, 'link_downed': link_downed})
+        ib['devices'][0]['ports'][0]['counters_read_at'] = at
+        ib['devices'].append({'name': 'mlx5_1', 'ports': [{'counters': {'symbol_error': 7}, 'hw_counters': {},
+                                                           'counters_read_at': at}]})
+        return ib
+    reads = [read(10.0, 1), read(12.5, 1), read(15.0, 6), read(17.5, 6), read(20.0, 6, 1), read(22.5, 6, 1), read(25.0, 6, 1)]
+    done = []
+    for number, step in enumerate(steps, 1):
+        tests = [dict(test, status='ok', summary={'bw_avg_gbps': 390.0}, results=[]) for test in step['tests']]
+        done.append({'step': number, 'tests': tests, 'counters': reads[number]})
+    full = {'counters_start': reads[0], 'steps': done}
+    compact = {'counters_start': reads[0], 'steps': copy.deepcopy(done)}
+    last = reads[0]
+    for step in compact['steps']:
+        if _bench.counter_delta(last, step['counters'], 'mlx5_0') == {} and step['counters']['devices'][0]['ports'][0][
+                'counters'] == last['devices'][0]['ports'][0]['counters']:
+            step['counters_same_at'] = step.pop('counters')['devices'][0]['ports'][0]['counters_read_at']
+        else:
+            last = step['counters']
+    assert [('counters' in s) for s in compact['steps']] == [False, True, False, True, False, False]
+    records = _bench.sequence_records('b', steps, compact)
+    assert records == _bench.sequence_records('b', steps, full)
+    # b's mlx5_0 tests run in steps 1 (host, round 1) and 4 (gpu, round 1); the rise of step 2 has no test of b's.
+    assert [(r['memory'], r['counters_delta'], r['counters_seconds']) for r in records if r['hca'] == 'mlx5_0'] == [
+        ('host', {}, 2.5), ('gpu', {'link_downed': 1}, 2.5)]
