@@ -411,10 +411,11 @@ def read_records(path, host, run_id=None):
     return content['records']
 
 
-def _node_records(host, node, unreadable):
+def _node_records(host, node, unreadable, check=True):
     """A node's records one at a time, checked (a checked copy of every node's records at once
     doubled what the judging holds for a full mesh); from its records file when it has one. A file
-    that cannot be read gives no record, and its reason in ``unreadable``."""
+    that cannot be read gives no record, and its reason in ``unreadable``. ``check=False``: the
+    records _checked() would keep, as they are (the caller checks those it reads)."""
     node = mapping(node)
     records = node.get('records')
     if node.get('records_file'):
@@ -424,6 +425,10 @@ def _node_records(host, node, unreadable):
             unreadable[host] = str(exc)
             return
     for record in sequence(records):
+        if not check:
+            if isinstance(record, dict) and record.get('side') in ('server', 'client'):
+                yield record
+            continue
         checked = _checked(record)
         if checked is not None:
             yield checked
@@ -475,9 +480,11 @@ def report(nodes, options):
     reported = set()
     unreadable = {}
     for host in sorted(nodes):
-        for record in _node_records(host, nodes[host], unreadable):
+        # The first pass reads the server side only: the client records are checked in the second.
+        for record in _node_records(host, nodes[host], unreadable, check=False):
             reported.add(host)
             if record['side'] == 'server':
+                record = _checked(record)
                 server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
                     record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'])
     for host in sorted(nodes):
