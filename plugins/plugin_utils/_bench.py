@@ -289,8 +289,8 @@ def record_of(test, outcome, before, after, changes=None):
     computed from ``before`` and ``after``.
 
     perftest's banner (``settings``: about 60 % of a record's bytes) is not kept: report() reads
-    none of it, and every node's records stay in hostvars for the rest of the run (a 256-node
-    full mesh over 8 rails is about a million records: tests/bench/controller_scale.py)."""
+    none of it, and every node's records stay for the rest of the run, in hostvars or in a file
+    (a 256-node full mesh over 8 rails is about a million records: tests/bench/controller_scale.py)."""
     side = test['side']
     hca = key(test.get('%s_hca' % side))
     summary = dict((k, number(v) if k != 'bytes' else integer(v)) for k, v in mapping(outcome.get('summary')).items())
