@@ -11,7 +11,7 @@ short_description: Wait for a node's perftest sequence and keep its records, not
 version_added: 0.1.0
 description:
   - Waits for the M(hpc.gpu_fabric.perftest_run) O(hpc.gpu_fabric.perftest_run#module:sequence) task started on this node
-    with C(async) and C(poll: 0) (O(job)), as C(ansible.builtin.async_status) would, at most O(timeout) seconds, then
+    with C(async) and C(poll=0) (O(job)), as C(ansible.builtin.async_status) would, at most O(timeout) seconds, then
     turns its result into one record per test - as P(hpc.gpu_fabric.bench_sequence_records#filter) does - and returns
     those (RV(records)) or writes them into a file on the controller (O(dest), RV(records_file)).
   - The raw result (every test's parsed output, every step's error counters) is several times the size of its records
@@ -37,7 +37,7 @@ attributes:
 options:
   job:
     description:
-      - The registered result of the M(hpc.gpu_fabric.perftest_run) task started with C(async) and C(poll: 0).
+      - The registered result of the M(hpc.gpu_fabric.perftest_run) task started with C(async) and C(poll=0).
       - Without C(ansible_job_id) (the task failed to start, or was skipped) it is the result itself.
     type: dict
     required: true

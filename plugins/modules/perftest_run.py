@@ -386,7 +386,7 @@ steps:
   description:
     - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(counters_root) is given) and
       C(tests). A step after which no error counter differs from the last read returned has C(counters_same_at) (the
-      time of its read, epoch seconds) instead of C(counters): on a healthy fabric, most steps.
+      time of its read, epoch seconds) instead of C(counters) - on a healthy fabric, most steps.
     - Each of C(tests) is the test as given in O(sequence) (less C(peer)) with C(status), C(failure), C(results),
       C(summary), C(tool_warnings), C(units), C(rc), C(attempts), C(elapsed_s); a test that did not end C(ok) (every
       test with O(keep_output)) also C(settings), C(cmd), C(stdout) and C(stderr).
