@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import time
 
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
@@ -68,6 +69,10 @@ class ActionModule(ActionBase):
             dest = None
         elif not isinstance(dest, string_types):
             raise AnsibleActionFail('dest must be a directory path on the controller, got %r' % (dest,))
+        try:
+            cleanup = boolean(args.get('cleanup', True), strict=True)
+        except TypeError:
+            raise AnsibleActionFail('cleanup must be a boolean, got %r' % (args.get('cleanup'),))
         run_id = args.get('run_id')
         run_id = to_text(run_id) if run_id not in (None, '') else None
         host = to_text(task_vars.get('inventory_hostname') if task_vars else self._task.get_name())
@@ -103,9 +108,14 @@ class ActionModule(ActionBase):
                     outcome = {'failed': True,
                                'msg': 'perftest_run was still running on %s after %d s (the wait budget); its '
                                       'results were not collected' % (host, round(waited))}
-                elif args.get('cleanup', True):
-                    # Read: the job file (the whole raw result) is not left on the node.
-                    self._async_status(jid, 'cleanup', async_dir, task_vars)
+                elif cleanup:
+                    # Read: the job file (the whole raw result) is not left on the node. Best effort:
+                    # the result is in hand, and a node that drops now loses none of it.
+                    try:
+                        self._async_status(jid, 'cleanup', async_dir, task_vars)
+                    except AnsibleError as exc:
+                        result.setdefault('warnings', []).append(
+                            'the job file of %s (%s) could not be removed from the node: %s' % (jid, host, exc))
             finally:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
 

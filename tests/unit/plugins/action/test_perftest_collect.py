@@ -30,7 +30,7 @@ def _done():
     return {'started': 1, 'finished': 1, 'ansible_job_id': 'j1', 'steps': [{'step': 1, 'tests': tests}], 'changed': False}
 
 
-def run(args, answers, check=False, host='b'):
+def run(args, answers, check=False, host='b', cleanup_fails=False):
     """The action with async_status answered from ``answers`` (a result, or an exception to raise)."""
     task = mock.MagicMock()
     task.args = args
@@ -44,6 +44,8 @@ def run(args, answers, check=False, host='b'):
     def execute(module_name=None, task_vars=None, module_args=None):
         calls.append((module_name, dict(module_args)))
         if module_args['mode'] == 'cleanup':
+            if cleanup_fails:
+                raise AnsibleConnectionFailure('gone after the read')
             return {'erased': '/root/.ansible_async/j1'}
         answer = answers.pop(0)
         if isinstance(answer, Exception):
@@ -107,6 +109,16 @@ def test_a_connection_that_drops_once_is_retried_three_times_in_a_row_is_unreach
         run({'job': {'ansible_job_id': 'j1'}, 'steps': STEPS, 'timeout': 60}, [AnsibleConnectionFailure('gone')] * 3)
 
 
+def test_a_node_lost_after_its_result_was_read_keeps_the_result():
+    result, calls = run({'job': {'ansible_job_id': 'j1'}, 'steps': STEPS, 'timeout': 60}, [_done()], cleanup_fails=True)
+    assert [args['mode'] for _name, args in calls] == ['status', 'cleanup']
+    assert len(result['records']) == 2 and result['not_ok'] == 1 and not result.get('failed')
+    assert 'could not be removed from the node' in result['warnings'][0]
+    # Not removed when asked not to.
+    _result, calls = run({'job': {'ansible_job_id': 'j1'}, 'steps': STEPS, 'timeout': 60, 'cleanup': 'no'}, [_done()])
+    assert [args['mode'] for _name, args in calls] == ['status']
+
+
 def test_a_job_that_never_started_gives_its_failure_to_every_test_without_polling():
     result, calls = run({'job': {'failed': True, 'msg': 'ib_write_bw not found'}, 'steps': STEPS, 'timeout': 60}, [])
     assert calls == [] and result['tests'] == 2
@@ -120,6 +132,7 @@ def test_a_job_that_never_started_gives_its_failure_to_every_test_without_pollin
     ({'job': {}, 'steps': STEPS}, 'timeout must be a number'),
     ({'job': {}, 'steps': STEPS, 'timeout': 0}, 'timeout must be at least 1'),
     ({'job': {}, 'steps': STEPS, 'timeout': 5, 'dest': ['x']}, 'dest must be a directory'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 5, 'cleanup': 'maybe'}, 'cleanup must be a boolean'),
 ])
 def test_bad_arguments_are_refused_with_the_reason(args, message):
     with pytest.raises(AnsibleActionFail, match=message):
