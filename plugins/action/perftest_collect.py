@@ -127,7 +127,7 @@ class ActionModule(ActionBase):
         if dest is not None:
             try:
                 result['records_file'] = _bench.write_records(to_text(dest), host, records, run_id)
-            except (OSError, ValueError) as exc:
+            except (OSError, TypeError, ValueError) as exc:
                 # The node's tests ran: they are kept in hostvars instead, and the run says why.
                 result.setdefault('warnings', []).append(
                     'the records of %s could not be written into %s (%s): they are kept in memory instead' % (host, dest, exc))
