@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
 
 
 def _mode(value):
@@ -65,22 +66,6 @@ def _diff(name, before, after, existed):
         diff['before'] = to_text(before or b'', errors='surrogate_or_strict')
         diff['after'] = to_text(after, errors='surrogate_or_strict')
     return diff
-
-
-def _write(path, data, mode):
-    directory = os.path.dirname(path)
-    handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(handle, 'wb') as out:
-            out.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class ActionModule(ActionBase):
@@ -142,7 +127,7 @@ class ActionModule(ActionBase):
                 diffs.append(_diff(path, before, data, before is not None))
             if changed and not check:
                 try:
-                    _write(path, data, mode)
+                    write_atomic(path, data, mode)
                 except OSError as exc:
                     # The others are still written: one unwritable file loses no other output.
                     failures.append('%s: %s' % (path, exc.strerror or exc))

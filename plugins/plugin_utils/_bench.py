@@ -13,11 +13,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
 # Which perftest flag puts the buffer on which vendor's GPU.
@@ -113,30 +113,10 @@ def address_candidates(ib, ipv4_addresses=None, fallback=None):
     return found
 
 
-def _port_counters(ib, hca):
-    # The facts a node returned: any field may hold any type (_shape); a counter that is no
-    # integer is not known.
-    for device in mappings(mapping(ib).get('devices')):
-        ports = mappings(device.get('ports'))
-        if device.get('name') == hca and ports:
-            values = dict((k, integer(mapping(ports[0].get('counters')).get(k))) for k in ERROR_COUNTERS)
-            values.update((k, integer(mapping(ports[0].get('hw_counters')).get(k))) for k in HW_ERROR_COUNTERS)
-            return values
-    return {}
-
-
-def _read_at(ib, hca):
-    for device in mappings(mapping(ib).get('devices')):
-        ports = mappings(device.get('ports'))
-        if device.get('name') == hca and ports:
-            return number(ports[0].get('counters_read_at'))
-    return None
-
-
 def _snapshot(ib):
     """Every HCA's first-port error counters and read time ({hca: (counters, read_at)}) in one pass
-    over the facts: what _port_counters and _read_at give for each HCA, the first device of a
-    name winning as there. A sequence step's read serves the 8 tests of the step and the next
+    over the facts, the first device of a name winning; the facts a node returned may hold any
+    type in any field (_shape), and a counter that is no integer is not known. A sequence step's read serves the 8 tests of the step and the next
     step's 8 (as their "before"): read once, not 32 times."""
     found = {}
     for device in mappings(mapping(ib).get('devices')):
@@ -164,18 +144,12 @@ def _changes(old, new, hca):
 
 def counter_seconds(before, after, hca):
     """Seconds between the two counter reads of the HCA's first port (None when a read has no time)."""
-    old, new = _read_at(before, hca), _read_at(after, hca)
-    return round(new - old, 3) if old is not None and new is not None and new > old else None
+    return _changes(_snapshot(before), _snapshot(after), hca)[1]
 
 
 def counter_delta(before, after, hca):
     """Increase of each error counter of the HCA's first port between two ib_link_facts reads."""
-    old, new = _port_counters(before, hca), _port_counters(after, hca)
-    delta = {}
-    for name, value in new.items():
-        if value is not None and old.get(name) is not None and value > old[name]:
-            delta[name] = value - old[name]
-    return delta
+    return _changes(_snapshot(before), _snapshot(after), hca)[0]
 
 
 def round_records(me, tests, client_results, server_results, before, after, round_number, memory):
@@ -376,20 +350,10 @@ def write_records(directory, host, records, run_id=None):
     directory = os.path.abspath(os.path.expanduser(directory))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, records_file_name(host))
-    handle, tmp = tempfile.mkstemp(prefix='.tmp.', dir=directory)
-    try:
-        # Level 1: a few times smaller (the records repeat their keys), at a small cost in time.
-        with os.fdopen(handle, 'wb') as raw, gzip.GzipFile(fileobj=raw, mode='wb', compresslevel=1, mtime=0) as out:
-            out.write(json.dumps({'format': RECORDS_FORMAT, 'host': host, 'run_id': run_id, 'records': records},
-                                 separators=(',', ':')).encode('utf-8'))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    # Level 1: a few times smaller (the records repeat their keys), at a small cost in time.
+    data = gzip.compress(json.dumps({'format': RECORDS_FORMAT, 'host': host, 'run_id': run_id, 'records': records},
+                                    separators=(',', ':')).encode('utf-8'), compresslevel=1, mtime=0)
+    write_atomic(path, data, 0o600)
     return path
 
 
