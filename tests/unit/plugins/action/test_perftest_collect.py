@@ -136,4 +136,3 @@ def test_a_job_that_never_started_gives_its_failure_to_every_test_without_pollin
 def test_bad_arguments_are_refused_with_the_reason(args, message):
     with pytest.raises(AnsibleActionFail, match=message):
         run(args, [])
-
