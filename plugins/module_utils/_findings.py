@@ -350,10 +350,16 @@ def explains(root, symptom):
     return condition is None or bool(condition[0](symptom))
 
 
-def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, **values):
+def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, at=None, path=None, **values):
     """A finding of a registered code. ``severity``/``layer``: where the rule picks one of the
     code's other registered ones; ``remedy``: a registered variant's name; ``values`` fill the
-    remedy's template (with ``host`` and ``subject``)."""
+    remedy's template (with ``host`` and ``subject``).
+
+    ``at``: the places a root sits on, ``path``: the places a symptom's tests went through; each a
+    list of places, a place a tuple: ('node', host), ('hca', host, hca), ('gpu', host, gpu),
+    ('gpu_nic', host, gpu, hca), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
+    (a fabric link, its two 'guid/port' ends sorted), ('fabric',) (the subnet). A root explains a
+    symptom only where one of its places is on the symptom's path."""
     entry = REGISTRY.get(code)
     if entry is None:
         raise ValueError('finding code %r is not registered in plugins/module_utils/_findings.py' % (code,))
@@ -368,7 +374,20 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     values = dict(values, host=host, subject=subject)
     text = (entry.remedies[remedy] if remedy is not None else entry.remedy) % values
     return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,
-            'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': text, 'explained_by': None}
+            'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': text, 'explained_by': None,
+            'at': places(at), 'path': places(path)}
+
+
+def places(items):
+    """Places as lists (JSON), in a stable order, each once; None stays None."""
+    if items is None:
+        return None
+    seen = []
+    for item in items:
+        place = [str(part) for part in item]
+        if place not in seen:
+            seen.append(place)
+    return seen
 
 
 def markdown_rows():
