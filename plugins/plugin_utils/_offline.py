@@ -293,8 +293,6 @@ def _member_name(member):
     parts = [p for p in name.split('/') if p and p != '.']
     if '..' in parts:
         raise ValueError("'..' in the name")
-    if not parts:
-        raise ValueError('empty name')
     return '/'.join(parts)
 
 
@@ -373,6 +371,10 @@ def _unpack_member(tar, member, dest, kinds):
         name = _member_name(member)
     except ValueError as exc:
         return 'refused (%s)' % exc
+    if not name:
+        # '.' (or './'): the snapshot's own top, as `tar -C dir -czf node.tar.gz .` writes it
+        # first. dest is that directory already (0755, made here); only a directory may name it.
+        return None if member.isdir() else 'refused (empty name)'
     parts = name.split('/')
     for index in range(1, len(parts)):
         prefix = '/'.join(parts[:index])

@@ -176,3 +176,20 @@ def test_offline_needs_snapshots(tmp_path):
     assert result.returncode == 2 and 'give -e gpu_fabric_snapshots=' in result.stdout
     result = playbook('playbooks/offline.yml', '-e', 'gpu_fabric_snapshots=' + str(tmp_path), '-e', 'gpu_fabric_output_dir=' + str(tmp_path))
     assert result.returncode == 2 and 'no <node>.tar.gz in' in result.stdout
+
+
+def test_a_snapshot_packed_from_its_top_is_analysed(tmp_path):
+    """`tar -C dir -czf node.tar.gz .` (members '.', './sys/...'): the node is analysed, not failed."""
+    dest = str(tmp_path)
+    cluster.build({'nodes': [{'name': 'n1', 'profile': 'nvidia_h100_8x_ndr'}]}, dest, 'local', python=sys.executable)
+    snapshots, out = os.path.join(dest, 'snapshots'), os.path.join(dest, 'out')
+    os.makedirs(snapshots)
+    subprocess.run(['tar', '-C', os.path.join(dest, 'roots', 'n1'), '-czf', os.path.join(snapshots, 'n1.tar.gz'), '.'], check=True)
+    shutil.rmtree(os.path.join(dest, 'roots'))
+    result = playbook('playbooks/offline.yml', '-e', 'gpu_fabric_snapshots=' + snapshots, '-e', 'gpu_fabric_output_dir=' + out)
+    assert 'analysed with members refused' not in ' '.join(result.stdout.split()), result.stdout[-3000:]
+    with open(os.path.join(out, 'report.json')) as handle:
+        report = json.load(handle)
+    assert report['hosts']['n1']['status'] != 'error', report['hosts']['n1']
+    assert not [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED'], report['findings']
+    assert 'n1: 9 RDMA device(s), 9/9 port(s) ACTIVE' in ' '.join(result.stdout.split()), result.stdout[-3000:]

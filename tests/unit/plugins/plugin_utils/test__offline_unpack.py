@@ -10,7 +10,9 @@ import gzip
 import io
 import json
 import os
+import shutil
 import stat
+import subprocess
 import tarfile
 
 import pytest
@@ -122,6 +124,48 @@ def test_no_member_lands_below_a_link_or_twice(tmp_path):
     assert notes == ['sys/up/escaped: refused (below a symlink)', 'sys/file: refused (a second member of that name)',
                      'sys/file/below: refused (below a file)']
     assert _tree(dest)['sys/file'] == ('file', '0o644') and not os.path.lexists(str(dest / 'escaped'))
+
+
+def test_a_tree_packed_from_its_own_top_unpacks_without_a_note(tmp_path):
+    """`tar -C dir -czf node.tar.gz .`: GNU tar's first member is '.', every other './x'."""
+    tree = tmp_path / 'tree'
+    (tree / 'etc' / 'security').mkdir(parents=True)
+    (tree / 'etc' / 'security' / 'limits.conf').write_text('* hard memlock unlimited\n')
+    (tree / 'sys').mkdir()
+    os.symlink('../etc', str(tree / 'sys' / 'up'))
+    tree.chmod(0o700)
+    archive = tmp_path / 'n1.tar.gz'
+    tar = shutil.which('tar')
+    if tar is None:
+        pytest.skip('no tar command')
+    subprocess.run([tar, '-C', str(tree), '-czf', str(archive), '.'], check=True)
+    with tarfile.open(str(archive)) as packed:
+        names = packed.getnames()
+    assert names[0] == '.' and './etc/security/limits.conf' in names
+    dest = tmp_path / 'root'
+    dest.mkdir()
+    assert _offline.unpack(str(archive), str(dest)) == []
+    assert _tree(dest) == {'etc': ('dir', '0o755'), 'etc/security': ('dir', '0o755'), 'etc/security/limits.conf': ('file', '0o644'),
+                           'sys': ('dir', '0o755'), 'sys/up': ('link', '../etc')}
+    assert SysRoot(str(dest)).text('/sys/up/security/limits.conf') == '* hard memlock unlimited'
+    # Through the import: the node is analysed with nothing refused.
+    out = tmp_path / 'out'
+    result = _offline.unpack_snapshots(str(tmp_path), str(out))
+    assert result['nodes'] == {'n1': str(out / 'offline' / 'n1' / 'root')} and result['failures'] == {} and result['refused'] == {}
+
+
+@pytest.mark.parametrize('name, kind, words', [
+    ('.', tarfile.REGTYPE, 'refused (empty name)'),
+    ('./', tarfile.SYMTYPE, 'refused (empty name)'),
+    ('./../escaped', tarfile.REGTYPE, "refused ('..' in the name)"),
+    ('/etc', tarfile.DIRTYPE, 'refused (absolute name)'),
+])
+def test_the_top_is_only_a_directory_and_nothing_climbs_out(tmp_path, name, kind, words):
+    member = _info(name, kind, data=b'x' if kind == tarfile.REGTYPE else None, linkname='/etc' if kind == tarfile.SYMTYPE else '')
+    notes, dest = _unpack(tmp_path, [_info('.', tarfile.DIRTYPE, mode=0o777), member, _info('./sys/a', data=b'a')])
+    assert len(notes) == 1 and words in notes[0], notes
+    assert _tree(dest) == {'sys': ('dir', '0o755'), 'sys/a': ('file', '0o644')}
+    assert not os.path.lexists(str(tmp_path / 'escaped'))
 
 
 @pytest.mark.parametrize('cap, value, members, words', [
