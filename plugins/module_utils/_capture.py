@@ -45,6 +45,7 @@ import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, SysRoot
 
 try:
@@ -64,7 +65,7 @@ _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 _MAX_LINKS = 40
 
 
-def _gdr_reader(sysroot):
+def _gdr_reader(sysroot, run=None):
     facts = read_gdr(sysroot, list_rdma_devices(sysroot))
     read_host = getattr(_host, 'read_host', None)
     if read_host is not None:
@@ -72,14 +73,78 @@ def _gdr_reader(sysroot):
     return facts
 
 
-# What each facts module reads, called as the module calls it. A reader added to a facts
-# module is added here too; test_fabric_capture compares the modules' own output on a
-# node and on its snapshot, so a reader missing here fails that test.
+def _roce_reader(sysroot, run=None):
+    # The ECN, CNP and RDMA CM ToS files are read through the sysroot (and so captured); the
+    # DCB settings only through ``run`` (a CommandLog: its outputs are saved, _roce.SAVED_DIR).
+    return _roce.read_roce(sysroot, read_ib(sysroot), run)
+
+
+# What each facts module reads, called as the module calls it: reader(sysroot, run), ``run``
+# the DCB tools' runner (a CommandLog) or None. A reader added to a facts module is added
+# here too; test_fabric_capture compares the modules' own output on a node and on its
+# snapshot, so a reader missing here fails that test.
 READERS = {
     # ibv_devinfo never runs against a snapshot (ib_link_facts uses it only on /).
-    'ib': lambda sysroot: read_ib(sysroot, {}),
+    'ib': lambda sysroot, run=None: read_ib(sysroot, {}),
     'gdr': _gdr_reader,
+    'roce': _roce_reader,
 }
+
+
+class CommandLog(object):
+    """The DCB reads of roce_qos_facts (mlnx_qos, dcb), run on the node through ``run``
+    (_roce.tool_runner: an argument list, a timeout) and each answer kept, to be saved in the
+    snapshot where roce_qos_facts ``from_log`` reads it (_roce.SavedOutputs).
+
+    A tool that is not installed is an answer too (saved as such: the analysis says so, and
+    falls back to dcb as on the node). Once a tool has timed out it is not run again on the
+    other ports - its runs are noted as not run - so a hung tool costs one timeout, not one per port.
+    """
+
+    def __init__(self, run):
+        self.run = run
+        self.answers = {}      # (netdev, kind) -> (argv, answer, note)
+        self._hung = set()
+
+    def __call__(self, argv):
+        argv = list(argv)
+        key = _roce.saved_kind(argv)
+        if key is not None and key in self.answers:
+            return self.answers[key][1]
+        note = None
+        if argv[0] in self._hung:
+            answer, note = (124, ''), 'not run: %s timed out on an earlier port' % argv[0]
+        else:
+            answer = self.run(argv)
+            if answer is not None and answer[0] == 124:
+                self._hung.add(argv[0])
+                note = 'timed out (or rc 124)'
+        if key is not None:
+            self.answers[key] = (argv, answer, note)
+        return answer
+
+    def members(self):
+        """{tar member name: member} of the saved outputs (and their directories)."""
+        members = {}
+        for (netdev, kind), (argv, answer, _note) in sorted(self.answers.items()):
+            if _roce.netdev_name_problem(netdev):
+                continue    # read_roce never asks for one; never a path either
+            members['%s/%s.%s.txt' % (_roce.SAVED_DIR, netdev, kind)] = {
+                'kind': 'file', 'data': _roce.saved_text(argv, answer).encode('utf-8', 'surrogateescape'), 'placeholder': False}
+        if members:
+            parts = _roce.SAVED_DIR.split('/')
+            for index in range(1, len(parts) + 1):
+                members['/'.join(parts[:index])] = {'kind': 'dir'}
+        return members
+
+    def summary(self):
+        """What the manifest and the module say about each command: its file, rc or error."""
+        out = []
+        for (netdev, kind), (argv, answer, note) in sorted(self.answers.items()):
+            out.append({'command': ' '.join(argv), 'file': '%s/%s.%s.txt' % (_roce.SAVED_DIR, netdev, kind),
+                        'rc': answer[0] if answer is not None else None,
+                        'error': 'not installed' if answer is None else note})
+        return out
 
 
 def _norm(rel):
@@ -389,17 +454,29 @@ def plan(sysroot):
     return out.members, notes
 
 
-def capture(root='/', readers=('ib', 'gdr')):
-    """Run the readers through a RecordingSysRoot -> (facts per reader, members, notes, warnings)."""
+def capture(root='/', readers=('ib', 'gdr', 'roce'), run=None):
+    """Run the readers through a RecordingSysRoot -> (facts per reader, members, notes, warnings).
+
+    ``run``: the DCB tools' runner (_roce.tool_runner) for the RoCE reader, whose outputs are
+    saved below _roce.SAVED_DIR (notes['commands'] lists them); None runs no tool."""
     unknown = [name for name in readers if name not in READERS]
     if unknown:
         raise ValueError('unknown reader(s) %s (known: %s)' % (', '.join(unknown), ', '.join(sorted(READERS))))
     sysroot = RecordingSysRoot(root)
+    commands = CommandLog(run) if run is not None else None
     facts = {}
     for name in readers:
-        facts[name] = READERS[name](sysroot)
+        facts[name] = READERS[name](sysroot, commands)
     members, notes = plan(sysroot)
-    return facts, members, notes, list(sysroot.warnings)
+    warnings = list(sysroot.warnings)
+    notes['commands'] = commands.summary() if commands is not None else []
+    if commands is not None:
+        members.update(commands.members())
+        for port in facts.get('roce') or []:
+            if port.get('source') is None:
+                warnings.append('RoCE port %s (%s/%s): its DCB settings are not in the snapshot: %s'
+                                % (port.get('netdev'), port.get('hca'), port.get('port'), port.get('source_reason')))
+    return facts, members, notes, warnings
 
 
 def summary(members):

@@ -27,12 +27,18 @@ What is read, and from where:
 
 Parsers (``parse_*``) are pure functions over the tools' text, proven on public printouts
 (tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb).
+
+The tools talk to the live NIC, so a snapshot of a node cannot be asked. fabric_capture runs
+them on the node and saves each output (``saved_text``: the command, its rc, its stdout) as
+``SAVED_DIR/<netdev>.<kind>.txt`` in the snapshot; :class:`SavedOutputs` answers read_roce
+from those files (or a ticket's outputs named the same way) as the tools would have.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
 
@@ -46,6 +52,26 @@ KERNEL_DEFAULT_TOS = 0
 # np_* the notification point, rp_* the reaction point; out_of_buffer is per device queue).
 CONGESTION_COUNTERS = ('np_cnp_sent', 'rp_cnp_handled', 'np_ecn_marked_roce_packets', 'rp_cnp_ignored')
 LOSS_COUNTERS = ('out_of_sequence', 'packet_seq_err', 'local_ack_timeout_err', 'rnr_nak_retry_err', 'out_of_buffer')
+# The DCB reads, in the order _tool_qos asks them ('IF' is the netdev), each under the name its
+# saved output has: <netdev>.<kind>.txt (fabric_capture writes them into a snapshot, SAVED_DIR;
+# a ticket's outputs are named the same way for roce_qos_facts from_log).
+SAVED_KINDS = {
+    'mlnx_qos': ('mlnx_qos', '-i', 'IF'),
+    'dcb_pfc': ('dcb', 'pfc', 'show', 'dev', 'IF'),
+    'dcb_app': ('dcb', '-N', 'app', 'show', 'dev', 'IF'),
+    'dcb_ets': ('dcb', 'ets', 'show', 'dev', 'IF'),
+    'dcb_apptrust': ('dcb', 'apptrust', 'show', 'dev', 'IF'),
+}
+# Where a snapshot holds them, relative to its root (next to _capture.MANIFEST: no node path).
+SAVED_DIR = '.gpu_fabric_commands/roce_qos'
+# A saved output is a few kB (mlnx_qos -i with its 64-entry DSCP map: ~1.5 kB); one over 1 MiB
+# is no output of these tools and is not read.
+SAVED_MAX_BYTES = 1 << 20
+# The first line of a saved output written by fabric_capture; the header lines after it say the
+# command and its rc. A file without it (a ticket's paste) is the tool's stdout, rc 0.
+SAVED_MAGIC = '# hpc.gpu_fabric saved output'
+# Linux's interface name limit: IFNAMSIZ (16) bytes with the terminating NUL (include/uapi/linux/if.h).
+IFNAMSIZ = 16
 
 # Symbolic DSCP names iproute2's dcb prints unless -N is given (lib/rt_names.c reads
 # /etc/iproute2/rt_dsfield; its default table: the class selectors, AF classes and EF).
@@ -197,31 +223,47 @@ def read_tos(sysroot, device, port):
     return value, 'configfs'
 
 
+def qos_argv(kind, netdev):
+    """The command line of one DCB read (a key of SAVED_KINDS) for ``netdev``."""
+    return [word if word != 'IF' else netdev for word in SAVED_KINDS[kind]]
+
+
+def _why(run, argv, answer, live_words, unparsed=None):
+    """Why ``argv`` gave nothing usable: ``live_words`` when the tool ran here, or the saved
+    outputs' own words (SavedOutputs.explain: which file, what was wrong with it)."""
+    explain = getattr(run, 'explain', None)
+    return explain(argv, answer, unparsed) if explain is not None else live_words
+
+
 def _tool_qos(run, netdev):
     """DCB configuration of ``netdev`` from mlnx_qos, else dcb: (fields, source, reason).
     ``run(argv)`` returns (rc, stdout) or None when the tool is not installed."""
     reasons = []
-    answer = run(['mlnx_qos', '-i', netdev])
+    argv = qos_argv('mlnx_qos', netdev)
+    answer = run(argv)
     if answer is not None and answer[0] == 0:
         fields = parse_mlnx_qos(answer[1])
         if fields['pfc'] is not None:
             return fields, 'mlnx_qos', None
-        reasons.append('mlnx_qos printed no PFC configuration')
+        reasons.append(_why(run, argv, answer, 'mlnx_qos printed no PFC configuration', 'no "PFC configuration" block'))
     else:
-        reasons.append('mlnx_qos not installed' if answer is None else 'mlnx_qos failed (rc %s)' % answer[0])
-    pfc = run(['dcb', 'pfc', 'show', 'dev', netdev])
+        reasons.append(_why(run, argv, answer, 'mlnx_qos not installed' if answer is None else 'mlnx_qos failed (rc %s)' % answer[0]))
+    argv = qos_argv('dcb_pfc', netdev)
+    pfc = run(argv)
     if pfc is None:
-        return None, None, '; '.join(reasons + ['dcb (iproute2) not installed'])
-    if pfc[0] != 0 or parse_dcb_pfc(pfc[1]) is None:
-        return None, None, '; '.join(reasons + ['dcb pfc show failed (rc %s)' % pfc[0]])
+        return None, None, '; '.join(reasons + [_why(run, argv, pfc, 'dcb (iproute2) not installed')])
+    if pfc[0] != 0:
+        return None, None, '; '.join(reasons + [_why(run, argv, pfc, 'dcb pfc show failed (rc %s)' % pfc[0])])
+    if parse_dcb_pfc(pfc[1]) is None:
+        return None, None, '; '.join(reasons + [_why(run, argv, pfc, 'dcb pfc show printed no prio-pfc map', 'no "prio-pfc" map')])
     fields = {'pfc': parse_dcb_pfc(pfc[1]), 'trust': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
-    app = run(['dcb', '-N', 'app', 'show', 'dev', netdev])
+    app = run(qos_argv('dcb_app', netdev))
     if app is not None and app[0] == 0:
         fields['dscp2prio'] = parse_dcb_app(app[1])
-    ets = run(['dcb', 'ets', 'show', 'dev', netdev])
+    ets = run(qos_argv('dcb_ets', netdev))
     if ets is not None and ets[0] == 0:
         fields['prio_tc'], fields['tc_tsa'], fields['tc_bw'] = parse_dcb_ets(ets[1])
-    trust = run(['dcb', 'apptrust', 'show', 'dev', netdev])
+    trust = run(qos_argv('dcb_apptrust', netdev))
     if trust is not None and trust[0] == 0:
         fields['trust'] = parse_dcb_apptrust(trust[1])
     return fields, 'dcb', None
@@ -236,8 +278,9 @@ def gid_index_v2(port):
 def read_roce(sysroot, devices, run=None):
     """RoCE QoS facts of every Ethernet port of ``devices`` (ib_link_facts' read_ib output).
 
-    ``run``: callable(argv) -> (rc, stdout) or None (tool not installed); None: the tools are
-    not asked (a snapshot of another node) and the DCB fields say so."""
+    ``run``: callable(argv) -> (rc, stdout) or None (tool not installed), or a SavedOutputs
+    (the tools' saved outputs); None: the tools are not asked (a snapshot of another node) and
+    the DCB fields say so."""
     ports = []
     for device in devices or []:
         for port in device.get('ports') or []:
@@ -248,8 +291,15 @@ def read_roce(sysroot, devices, run=None):
                      'state': port.get('state'), 'netdev_mtu': port.get('netdev_mtu'), 'active_mtu': port.get('active_mtu'),
                      'gid_index': gid_index_v2(port)}
             fields, source, reason = None, None, 'the port has no netdev'
-            if netdev and run is None:
+            bad_name = netdev_name_problem(netdev) if netdev else None
+            if bad_name:
+                # A name that no kernel gives an interface (a damaged snapshot): it goes onto no
+                # command line and into no path.
+                reason, netdev = 'the netdev name %s is not an interface name (%s): not read' % (ascii(entry['netdev']), bad_name), None
+            elif netdev and run is None:
                 reason = 'the DCB tools were not run (root is not this node, or qos_tools=never)'
+            elif netdev and getattr(run, 'has', None) is not None and not run.has(netdev):
+                reason = 'no saved output of mlnx_qos or dcb for %s (%s): not checked' % (netdev, run.where())
             elif netdev:
                 fields, source, reason = _tool_qos(run, netdev)
             fields = fields or {'trust': None, 'pfc': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
@@ -300,6 +350,177 @@ def tool_runner(find, timeout=20):
         out, _err = launched.output()
         return (124 if launched.timed_out else launched.rc), out
     return run
+
+
+# ---------------------------------------------------------------------------- saved outputs
+
+def netdev_name_problem(name):
+    """None for a name the kernel accepts for an interface, else what is wrong with it.
+
+    net/core/dev.c dev_valid_name(): not empty, shorter than IFNAMSIZ bytes, not '.' or '..',
+    no '/', ':' or whitespace. Control characters are refused too (no driver names one so)."""
+    if not isinstance(name, str) or not name:
+        return 'empty'
+    size = len(name.encode('utf-8', 'surrogateescape'))
+    if size >= IFNAMSIZ:
+        return '%d bytes, the limit is %d' % (size, IFNAMSIZ - 1)
+    if name in ('.', '..'):
+        return 'a directory name'
+    for char in name:
+        if char in '/:' or char.isspace() or ord(char) < 32 or ord(char) == 127:
+            return 'holds %s' % ascii(char)
+    return None
+
+
+def saved_kind(argv):
+    """(netdev, kind) of a DCB read's command line (qos_argv), or None for any other command."""
+    argv = list(argv)
+    if not argv:
+        return None
+    for kind in SAVED_KINDS:
+        if qos_argv(kind, argv[-1]) == argv:
+            return argv[-1], kind
+    return None
+
+
+def saved_text(argv, answer):
+    """The saved output of ``argv`` as fabric_capture stores it: SAVED_MAGIC, the command and its
+    rc (or that the tool was not installed) as '# key: value' header lines, then its stdout."""
+    lines = [SAVED_MAGIC, '# command: %s' % ' '.join(argv)]
+    if answer is None:
+        lines.append('# error: not installed')
+        return '\n'.join(lines) + '\n'
+    lines.append('# rc: %d' % answer[0])
+    return '\n'.join(lines) + '\n' + (answer[1] or '')
+
+
+def parse_saved(text):
+    """A saved output -> (answer, problem): answer (rc, stdout) or None for a tool that was not
+    installed; problem: why it cannot be used, or None. A file without SAVED_MAGIC is the tool's
+    stdout as it was pasted, rc 0."""
+    if not text.startswith(SAVED_MAGIC + '\n'):
+        return (0, text), None
+    header, rest = {}, text[len(SAVED_MAGIC) + 1:]
+    while rest.startswith('# '):
+        line, _sep, rest = rest.partition('\n')
+        key, sep, value = line[2:].partition(': ')
+        if not sep:
+            break
+        header[key.strip()] = value.strip()
+    if header.get('error') == 'not installed':
+        return None, None
+    rc = parse_int(header.get('rc'))
+    if rc is None:
+        return None, 'its header names no rc (%s)' % ascii(header.get('rc'))[:40]
+    return (rc, rest), None
+
+
+def _read_bounded(path, limit):
+    """Bytes of the regular file ``path`` (no symlink followed at its last component), or
+    ValueError when it is no regular file or longer than ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError('not a regular file')
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                return b''.join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        raise ValueError('larger than %d bytes: no output of mlnx_qos or dcb' % limit)
+    finally:
+        os.close(fd)
+
+
+class SavedOutputs(object):
+    """The DCB tools' saved outputs, answering read_roce as the tools would (``run``).
+
+    ``paths``: directories (each entry named <netdev>.<kind>.txt, SAVED_KINDS) and files named so.
+    A name that is not of that form, or whose netdev is not an interface name, is refused and
+    listed with why; a file is read (bounded, regular files only) when a port asks for it.
+    ``explain`` says, for a read that gave nothing usable, which file and what was wrong.
+    """
+
+    # DOTALL and \Z: a newline in the netdev part, or after '.txt', is a name to refuse, not to miss.
+    _NAME_RE = re.compile(r'^(?P<netdev>.+)\.(?P<kind>%s)\.txt\Z' % '|'.join(sorted(SAVED_KINDS, key=len, reverse=True)), re.S)
+
+    def __init__(self, paths):
+        self.paths = list(paths or [])
+        self.files = {}        # (netdev, kind) -> path
+        self.refused = []      # {'path', 'reason'}
+        self.read = []         # paths read, in order
+        self._notes = {}       # (netdev, kind) -> why it gave nothing
+        self._asked = set()
+        for path in self.paths:
+            if os.path.isdir(path):
+                try:
+                    names = sorted(os.listdir(path))
+                except OSError as exc:
+                    self.refused.append({'path': path, 'reason': 'cannot list: %s' % (exc.strerror or exc)})
+                    continue
+                for name in names:
+                    self._add(os.path.join(path, name), name)
+            else:
+                self._add(path, os.path.basename(path))
+
+    def _add(self, path, name):
+        match = self._NAME_RE.match(name)
+        if not match:
+            self.refused.append({'path': path, 'reason': 'not named <netdev>.<%s>.txt' % '|'.join(SAVED_KINDS)})
+            return
+        netdev, kind = match.group('netdev'), match.group('kind')
+        problem = netdev_name_problem(netdev)
+        if problem:
+            self.refused.append({'path': path, 'reason': 'the netdev name %s is not an interface name (%s)' % (ascii(netdev), problem)})
+        elif (netdev, kind) in self.files:
+            self.refused.append({'path': path, 'reason': 'a second output of %s for %s (%s is used)'
+                                 % (kind, netdev, self.files[(netdev, kind)])})
+        else:
+            self.files[(netdev, kind)] = path
+
+    def has(self, netdev):
+        return any(key[0] == netdev for key in self.files)
+
+    def where(self):
+        return ', '.join(self.paths) or 'no path given'
+
+    def unused(self):
+        """Saved outputs no port asked for (a netdev the node does not have)."""
+        return sorted(path for key, path in self.files.items() if key not in self._asked)
+
+    def __call__(self, argv):
+        key = saved_kind(argv)
+        if key is None:
+            return None
+        self._asked.add(key)
+        path = self.files.get(key)
+        if path is None:
+            self._notes[key] = 'no saved output %s.%s.txt' % key
+            return None
+        try:
+            data = _read_bounded(path, SAVED_MAX_BYTES)
+        except (OSError, ValueError) as exc:
+            self._notes[key] = '%s not read: %s' % (path, getattr(exc, 'strerror', None) or exc)
+            return None
+        self.read.append(path)
+        answer, problem = parse_saved(data.decode('utf-8', 'replace'))
+        if problem:
+            self._notes[key] = '%s is no saved output: %s' % (path, problem)
+            return None
+        if answer is None:
+            self._notes[key] = '%s: %s was not installed on the node' % (path, argv[0])
+        return answer
+
+    def explain(self, argv, answer, unparsed=None):
+        key = saved_kind(argv)
+        if key in self._notes:
+            return self._notes[key]
+        path = self.files.get(key, '%s.%s.txt' % key if key else '?')
+        if unparsed:
+            return '%s: %s in it (is it the output of "%s"?)' % (path, unparsed, ' '.join(argv))
+        return '%s: "%s" failed on the node (rc %s)' % (path, ' '.join(argv), answer[0] if answer else '?')
 
 
 # ---------------------------------------------------------------------------- configuring

@@ -10,7 +10,8 @@ module: fabric_capture
 short_description: Snapshot of the files the fabric facts read on a node, for offline analysis
 version_added: 0.1.0
 description:
-  - Runs the readers of M(hpc.gpu_fabric.ib_link_facts) and M(hpc.gpu_fabric.gdr_facts) on the node, notes every
+  - Runs the readers of M(hpc.gpu_fabric.ib_link_facts), M(hpc.gpu_fabric.gdr_facts) and
+    M(hpc.gpu_fabric.roce_qos_facts) on the node, notes every
     file, directory listing and symlink they read below O(root), and packs exactly those into a gzip'ed tar at
     O(dest) whose members are paths relative to the node root. Unpacked anywhere, the tree gives the same facts
     when the facts modules read it with O(root) pointing at it (playbook C(hpc.gpu_fabric.offline)).
@@ -24,7 +25,16 @@ description:
     listing is the same; RV(placeholders) counts them.
   - The tarball also holds C(.gpu_fabric_capture.json) at its top - when, from which root, with which readers,
     and everything this module returns - which no reader reads.
-  - Spawns no tool; reads only. The warnings of the readers (for example an unreadable file) come back as
+  - The DCB settings of a RoCE port (trust, PFC, DSCP map, ETS) are not files: they are asked from the NIC by
+    C(mlnx_qos -i IF), else iproute2's C(dcb ... show dev IF), as M(hpc.gpu_fabric.roce_qos_facts) asks them
+    (O(qos_tools) says when). Each of those read-only commands runs with an argument list and O(timeout), and
+    its stdout is saved with the command and its rc as C(.gpu_fabric_commands/roce_qos/<netdev>.<kind>.txt)
+    in the tarball (C(kind) C(mlnx_qos), C(dcb_pfc), C(dcb_app), C(dcb_ets), C(dcb_apptrust)), where
+    M(hpc.gpu_fabric.roce_qos_facts) O(hpc.gpu_fabric.roce_qos_facts#module:from_log) reads them (playbook
+    C(hpc.gpu_fabric.offline) does). A tool that is not installed is saved as such and never fails the capture;
+    a port whose DCB settings could not be read is a warning. A tool that timed out is not run again for the
+    other ports. The ECN, CNP and RDMA CM ToS files are captured as files.
+  - Spawns no other tool; reads only. The warnings of the readers (for example an unreadable file) come back as
     warnings, as the facts modules give them.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
@@ -49,17 +59,31 @@ options:
   readers:
     description:
       - Which facts to capture the files of - C(ib) (M(hpc.gpu_fabric.ib_link_facts)), C(gdr)
-        (M(hpc.gpu_fabric.gdr_facts)).
+        (M(hpc.gpu_fabric.gdr_facts)), C(roce) (M(hpc.gpu_fabric.roce_qos_facts), with the DCB tools' outputs).
     type: list
     elements: str
-    choices: [ib, gdr]
-    default: [ib, gdr]
+    choices: [ib, gdr, roce]
+    default: [ib, gdr, roce]
+  qos_tools:
+    description:
+      - When to run C(mlnx_qos) / C(dcb) for the RoCE ports' DCB settings, as in M(hpc.gpu_fabric.roce_qos_facts)
+        - C(auto) only when O(root) is C(/), C(always) also below another root (a simulated node whose stand-ins
+        act on it), C(never) not at all (the snapshot then holds no DCB settings and its RoCE ports are unchecked
+        offline).
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  timeout:
+    description: Seconds each run of C(mlnx_qos) / C(dcb) may take.
+    type: int
+    default: 20
 notes:
   - Modes and owners of the node's files are not kept (directories are stored 0755, files 0644), so that the
     unpacked tree can be removed by the user who unpacked it.
 seealso:
   - module: hpc.gpu_fabric.ib_link_facts
   - module: hpc.gpu_fabric.gdr_facts
+  - module: hpc.gpu_fabric.roce_qos_facts
 '''
 
 EXAMPLES = r'''
@@ -128,6 +152,15 @@ root:
   returned: always
   type: str
   sample: /
+commands:
+  description:
+    - The DCB reads run on the node, each with C(command), the C(file) its output is saved as in the tarball,
+      C(rc) (null when the tool is not installed) and C(error) (C(not installed), C(timed out (or rc 124)),
+      C(not run ...), or null).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{command: mlnx_qos -i ens10f0np0, file: .gpu_fabric_commands/roce_qos/ens10f0np0.mlnx_qos.txt, rc: 0, error: null}]
 '''
 
 import os
@@ -136,7 +169,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import tool_runner
 
 
 def main():
@@ -144,7 +178,9 @@ def main():
         argument_spec=dict(
             root=dict(type='path', default='/'),
             dest=dict(type='path', required=True),
-            readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr']),
+            readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr', 'roce']),
+            qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            timeout=dict(type='int', default=20),
         ),
         supports_check_mode=True,
     )
@@ -160,11 +196,21 @@ def main():
     directory = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(directory):
         module.fail_json(msg='the directory of dest (%s) does not exist' % directory)
+    if module.params['timeout'] < 1:
+        module.fail_json(msg='timeout must be at least 1 second')
 
-    _facts, members, notes, warnings = _capture.capture(root, readers)
+    tools = module.params['qos_tools']
+    run = None
+    if 'roce' in readers and (tools == 'always' or (tools == 'auto' and root == '/')):
+        run = tool_runner(module.get_bin_path, module.params['timeout'])
+    try:
+        _facts, members, notes, warnings = _capture.capture(root, readers, run)
+    except _process.Terminated as exc:
+        module.fail_json(msg='stopped while mlnx_qos / dcb ran (%s); all of them were reaped' % exc)
     counts = _capture.summary(members)
     meta = _capture.manifest(root, readers, members, notes, warnings)
-    result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'], **counts)
+    result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'],
+                  commands=notes['commands'], **counts)
     if not module.check_mode:
         fd, tmp = tempfile.mkstemp(prefix='.fabric_capture.', suffix='.tar.gz', dir=directory)
         try:

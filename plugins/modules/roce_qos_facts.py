@@ -17,6 +17,10 @@ description:
     802.1p priority (C(/sys/class/net/IF/ecn)), the RDMA CM default ToS (configfs), the netdev and
     RoCE MTUs, the RoCE v2 GID index, and the congestion and loss counters.
   - A node without RoCE ports returns C(ports=[]) and succeeds. docs/roce.md explains each value.
+  - With O(from_log), the DCB settings come from saved outputs of those tools instead of running them
+    (the outputs M(hpc.gpu_fabric.fabric_capture) saves into a snapshot, or a ticket's named the same way),
+    so that a snapshot of another node is judged too. A port without a saved output keeps null DCB fields
+    and its C(source_reason) says so: it is never taken as configured.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
@@ -31,9 +35,26 @@ options:
       - C(auto) - only when O(root) is C(/) (a snapshot of another node cannot be asked).
       - C(always) - also below another root (a simulated node whose stand-ins act on it).
       - C(never) - not at all; the DCB fields are then null and the port's C(source_reason) says why.
+      - Not used with O(from_log) (nothing is run then).
     type: str
     choices: [auto, always, never]
     default: auto
+  from_log:
+    description:
+      - Saved outputs to read instead of running C(mlnx_qos) / C(dcb) - directories and files. Each file is named
+        C(<netdev>.<kind>.txt), C(kind) one of C(mlnx_qos) (C(mlnx_qos -i IF)), C(dcb_pfc) (C(dcb pfc show dev IF)),
+        C(dcb_app) (C(dcb -N app show dev IF)), C(dcb_ets) (C(dcb ets show dev IF)) and C(dcb_apptrust)
+        (C(dcb apptrust show dev IF)); in a directory, every entry is one. A snapshot holds them in
+        C(.gpu_fabric_commands/roce_qos) below its root (M(hpc.gpu_fabric.fabric_capture)).
+      - A file is the tool's stdout as printed, or as M(hpc.gpu_fabric.fabric_capture) writes it (a header of
+        C(# key: value) lines with the command and its rc, or that the tool was not installed). mlnx_qos's output
+        is used first, as on a live node, else dcb's.
+      - Only regular files of at most 1 MiB are read, each when a port of the node asks for it. A file not
+        named so, or whose netdev is no interface name (C(/), C(:), whitespace or a control character, 16 bytes
+        or more), is not used and is listed in RV(ansible_facts.gpu_fabric_roce.from_log) with why. The ECN,
+        CNP and ToS values still come from the files below O(root).
+    type: list
+    elements: path
   timeout:
     description: Seconds each tool run may take.
     type: int
@@ -43,6 +64,12 @@ options:
 EXAMPLES = r'''
 - name: Gather RoCE lossless facts
   hpc.gpu_fabric.roce_qos_facts:
+
+- name: Judge the DCB outputs a customer sent (ens1f0np0.mlnx_qos.txt, ...) against an unpacked snapshot
+  hpc.gpu_fabric.roce_qos_facts:
+    root: /srv/tickets/4711/node1/root
+    from_log: /srv/tickets/4711/dcb
+  delegate_to: localhost
 
 - name: Ports without PFC on priority 3
   ansible.builtin.debug:
@@ -93,6 +120,13 @@ ansible_facts:
           type: str
           returned: always
           sample: /
+        from_log:
+          description:
+            - With O(from_log), the saved outputs - C(read) (files read), C(unused) (files of netdevs the node has
+              no RoCE port for) and C(refused) (C(path) and C(reason)) - else null.
+          type: dict
+          returned: always
+          sample: {read: [/srv/n1/root/.gpu_fabric_commands/roce_qos/ens10f0np0.mlnx_qos.txt], unused: [], refused: []}
 '''
 
 import os
@@ -100,7 +134,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import read_roce, tool_runner
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import SavedOutputs, read_roce, tool_runner
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -111,6 +145,7 @@ def main():
             root=dict(type='path', default='/'),
             qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             timeout=dict(type='int', default=20),
+            from_log=dict(type='list', elements='path'),
         ),
         supports_check_mode=True,
     )
@@ -119,15 +154,26 @@ def main():
         module.fail_json(msg='root %s is not a directory: give / or the path of an unpacked node snapshot' % root)
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second')
-    tools = module.params['qos_tools']
-    run = None
-    if tools == 'always' or (tools == 'auto' and root == '/'):
+    tools, from_log = module.params['qos_tools'], module.params['from_log']
+    missing = [path for path in from_log or [] if not os.path.exists(path)]
+    if missing:
+        module.fail_json(msg='from_log: %s not found (give directories or files of saved mlnx_qos / dcb outputs)' % ', '.join(missing))
+    run, saved = None, None
+    if from_log is not None:
+        run = saved = SavedOutputs(from_log)
+    elif tools == 'always' or (tools == 'auto' and root == '/'):
         run = tool_runner(module.get_bin_path, module.params['timeout'])
     sysroot = SysRoot(root)
     ports = without_surrogates(read_roce(sysroot, read_ib(sysroot), run), sysroot.warn, 'gpu_fabric_roce.ports')
+    facts = {'ports': ports, 'root': root, 'from_log': None}
+    if saved is not None:
+        facts['from_log'] = without_surrogates({'read': saved.read, 'unused': saved.unused(), 'refused': saved.refused},
+                                               sysroot.warn, 'gpu_fabric_roce.from_log')
+        for refused in facts['from_log']['refused']:
+            sysroot.warn('from_log: %s not used: %s' % (refused['path'], refused['reason']))
     for warning in sysroot.warnings:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={'gpu_fabric_roce': {'ports': ports, 'root': root}})
+    module.exit_json(changed=False, ansible_facts={'gpu_fabric_roce': facts})
 
 
 if __name__ == '__main__':

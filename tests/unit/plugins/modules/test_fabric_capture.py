@@ -4,11 +4,12 @@
 
 """fabric_capture: a snapshot reads back as the node it was taken from.
 
-The property: the facts modules (ib_link_facts, gdr_facts - the modules themselves, so
-that a reader added to them and not to the capture fails here) return the same facts
-and warnings on a simulated node and on its unpacked snapshot; and the tarball holds
-nothing the readers did not read (checked against an independent tracer, not against
-the recorder's own notes).
+The property: the facts modules (ib_link_facts, gdr_facts, roce_qos_facts - the modules
+themselves, so that a reader added to them and not to the capture fails here) return the
+same facts and warnings on a simulated node and on its unpacked snapshot; and the tarball
+holds nothing the readers did not read (checked against an independent tracer, not against
+the recorder's own notes). The DCB tools' outputs the capture saves give roce_qos_facts
+(from_log) on the snapshot the DCB settings the tools gave on the node.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import tarfile
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture, gdr_facts, ib_link_facts
+from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture, gdr_facts, ib_link_facts, roce_qos_facts
 from tests.functional.helpers import tree_hash
-from tests.sim import faults
+from tests.sim import cluster, faults
 from tests.unit.plugins.modules.utils import run_module
 
 # Profiles with and without faults: every layer the readers see (IB, RoCE, PCI tree and
@@ -63,9 +64,9 @@ def extract(tarball, dest):
 
 
 def facts_of(root, monkeypatch):
-    """What both facts modules return for root, without the root itself."""
+    """What the facts modules return for root, without the root itself."""
     facts = {}
-    for name, main in (('ib', ib_link_facts.main), ('gdr', gdr_facts.main)):
+    for name, main in (('ib', ib_link_facts.main), ('gdr', gdr_facts.main), ('roce', roce_qos_facts.main)):
         result, failed = run_module(main, {'root': root}, monkeypatch)
         assert not failed, result
         value = dict(result['ansible_facts']['gpu_fabric_%s' % name])
@@ -155,8 +156,8 @@ def check_only_what_was_read(source, extracted, names, manifest):
     for rel in tracer.touched:
         allowed_links.update(links_on_the_way(source, rel))
     for name in names:
-        if name == _capture.MANIFEST:
-            continue
+        if name == _capture.MANIFEST or (name + '/').startswith('.gpu_fabric_commands/'):
+            continue    # no node file: the DCB tools' outputs (test_dcb_outputs_are_saved_and_read_back)
         path = os.path.join(extracted, name)
         origin = os.path.join(source, name)
         info = os.lstat(path)
@@ -185,7 +186,9 @@ def test_snapshot_gives_the_same_facts(case, sim_root, monkeypatch, tmp_path):
     assert result['skipped'] == [] and result['warnings'] == []
     extracted = str(tmp_path / 'root')
     names, manifest = extract(dest, extracted)
-    assert manifest['schema'] == _capture.MANIFEST_SCHEMA and manifest['readers'] == ['ib', 'gdr']
+    assert manifest['schema'] == _capture.MANIFEST_SCHEMA and manifest['readers'] == ['ib', 'gdr', 'roce']
+    # Below another root the DCB tools are not run unless asked (qos_tools=always): nothing saved.
+    assert result['commands'] == manifest['commands'] == [] and not any(n.startswith('.gpu_fabric_commands') for n in names)
     regular = [n for n in names if n != _capture.MANIFEST and stat.S_ISREG(os.lstat(os.path.join(extracted, n)).st_mode)]
     assert result['files'] == manifest['counts']['files'] == len(regular)
     assert facts_of(extracted, monkeypatch) == facts_of(source, monkeypatch)
@@ -274,7 +277,7 @@ def test_reads_that_bypass_sysroot_methods_are_captured(sim_root, monkeypatch, t
     """A reader that builds a host path with path() and opens it itself still ends up in the snapshot."""
     source, _contexts = sim_root('homelab_cx4')
 
-    def reader(sysroot):
+    def reader(sysroot, run=None):
         with open(sysroot.path('/proc/sys/kernel/osrelease')) as handle:
             return handle.read()
 
@@ -294,7 +297,7 @@ def test_live_root_of_this_machine(monkeypatch, tmp_path):
     extracted = str(tmp_path / 'root')
     extract(dest, extracted)
     snapshot = SysRoot(extracted)
-    assert dict((name, reader(snapshot)) for name, reader in _capture.READERS.items()) == facts
+    assert dict((name, _capture.READERS[name](snapshot)) for name in facts) == facts
     if 'proc/modules' in members and os.stat('/proc/modules').st_size == 0:
         assert os.path.getsize(os.path.join(extracted, 'proc/modules')) == len(members['proc/modules']['data']) > 0
 
@@ -350,3 +353,86 @@ def test_a_real_gpu_nodes_snapshot_gives_its_live_facts(monkeypatch, tmp_path):
     gdr = facts['gdr'][0]
     assert [g['device_id'] for g in gdr['gpus']] == ['0x2335'] and gdr['nics'] == [] and gdr['gdr_ready'] is False
     assert facts['ib'][0]['devices'] == [] and gdr['dmabuf']['possible'] is True
+
+
+def _sim_tools(monkeypatch, source, installed):
+    """The DCB stand-ins (tests/sim/bin) acting on ``source``, as the only tools ``installed``:
+    get_bin_path finds nothing else (this machine may have a real dcb in /sbin)."""
+    from ansible.module_utils import basic
+    monkeypatch.setenv('GF_SIM_ROOT', source)
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, *args, **kwargs:
+                        os.path.join(cluster.SIM_BIN, name) if name in installed else None)
+
+
+def _roce_facts(monkeypatch, root, **options):
+    result, failed = run_module(roce_qos_facts.main, dict(root=root, **options), monkeypatch)
+    assert not failed, result
+    return result['ansible_facts']['gpu_fabric_roce'], result['warnings']
+
+
+@pytest.mark.parametrize('case, installed, source', [
+    (('amd_mi300x_roce',), ('mlnx_qos', 'dcb'), 'mlnx_qos'),
+    (('amd_mi300x_roce', 'roce_pfc_off'), ('mlnx_qos', 'dcb'), 'mlnx_qos'),
+    # Without mlnx_qos the capture saves that, and dcb's four outputs: read back as on the node.
+    (('amd_mi300x_roce', 'roce_pfc_off'), ('dcb',), 'dcb'),
+])
+def test_dcb_outputs_are_saved_and_read_back(case, installed, source, sim_root, monkeypatch, tmp_path):
+    node, _contexts = sim_root(*case)
+    _sim_tools(monkeypatch, node, installed)
+    dest = str(tmp_path / 'node.tar.gz')
+    result = capture(node, dest, monkeypatch, qos_tools='always')
+    assert result['warnings'] == []
+    names, manifest = extract(dest, str(tmp_path / 'root'))
+    saved = sorted(n for n in names if n.startswith(_roce.SAVED_DIR + '/'))
+    live, live_warnings = _roce_facts(monkeypatch, node, qos_tools='always')
+    netdevs = [port['netdev'] for port in live['ports']]
+    assert len(netdevs) == 8 and all(port['source'] == source for port in live['ports'])
+    kinds = ['mlnx_qos'] if source == 'mlnx_qos' else ['dcb_app', 'dcb_apptrust', 'dcb_ets', 'dcb_pfc', 'mlnx_qos']
+    assert saved == sorted('%s/%s.%s.txt' % (_roce.SAVED_DIR, n, k) for n in netdevs for k in kinds)
+    assert manifest['commands'] == result['commands'] and len(result['commands']) == len(saved)
+    first = dict((c['command'], c) for c in result['commands'])['mlnx_qos -i %s' % netdevs[0]]
+    assert (first['rc'], first['error']) == ((0, None) if source == 'mlnx_qos' else (None, 'not installed'))
+    with open(os.path.join(str(tmp_path / 'root'), _roce.SAVED_DIR, netdevs[0] + '.mlnx_qos.txt')) as handle:
+        text = handle.read()
+    assert text.startswith(_roce.SAVED_MAGIC + '\n# command: mlnx_qos -i %s\n' % netdevs[0])
+    assert ('# rc: 0\nDCBX mode' in text) if source == 'mlnx_qos' else text.endswith('# error: not installed\n')
+
+    # The snapshot, its saved outputs read instead of the tools: the same ports, field by field.
+    root = str(tmp_path / 'root')
+    offline, offline_warnings = _roce_facts(monkeypatch, root, from_log=[os.path.join(root, _roce.SAVED_DIR)])
+    assert offline['ports'] == live['ports'] and offline_warnings == live_warnings == []
+    assert offline['from_log']['refused'] == offline['from_log']['unused'] == []
+    assert len(offline['from_log']['read']) == len(saved)
+    assert [p['pfc'] for p in offline['ports']] == [[] if 'roce_pfc_off' in case else [3]] * 8
+    # Without from_log the snapshot's DCB settings are unknown, said so (fail closed).
+    unread, _warnings = _roce_facts(monkeypatch, root)
+    assert all(p['source'] is None and p['pfc'] is None and 'not run' in p['source_reason'] for p in unread['ports'])
+
+
+def test_a_node_without_dcb_tools_is_captured_and_said_so(sim_root, monkeypatch, tmp_path):
+    node, _contexts = sim_root('amd_mi300x_roce')
+    _sim_tools(monkeypatch, node, ())
+    result = capture(node, str(tmp_path / 'node.tar.gz'), monkeypatch, qos_tools='always')
+    assert len(result['warnings']) == 8 and 'not in the snapshot: mlnx_qos not installed; dcb (iproute2) not installed' in result['warnings'][0]
+    assert set((c['rc'], c['error']) for c in result['commands']) == {(None, 'not installed')} and len(result['commands']) == 16
+    root = str(tmp_path / 'root')
+    extract(str(tmp_path / 'node.tar.gz'), root)
+    offline, _warnings = _roce_facts(monkeypatch, root, from_log=[os.path.join(root, _roce.SAVED_DIR)])
+    port = offline['ports'][0]
+    assert port['source'] is None and port['pfc'] is None
+    assert 'mlnx_qos was not installed on the node' in port['source_reason'] and 'dcb was not installed on the node' in port['source_reason']
+
+
+def test_a_hung_tool_costs_one_timeout(sim_root, monkeypatch):
+    node, _contexts = sim_root('amd_mi300x_roce')
+    asked = []
+
+    def run(argv):
+        asked.append(argv)
+        return (124, '') if argv[0] == 'mlnx_qos' else None
+    facts, members, notes, warnings = _capture.capture(node, ['roce'], run)
+    assert [a[0] for a in asked].count('mlnx_qos') == 1 and len(warnings) == 8
+    errors = [c['error'] for c in notes['commands'] if c['command'].startswith('mlnx_qos')]
+    assert errors[0] == 'timed out (or rc 124)' or errors.count('timed out (or rc 124)') == 1
+    assert sum(1 for e in errors if e and e.startswith('not run: mlnx_qos timed out')) == 7
+    assert all(p['source'] is None for p in facts['roce'])
