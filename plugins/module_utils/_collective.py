@@ -131,6 +131,48 @@ def normalize(result):
     return result
 
 
+# The transports of NCCL's connection lines between two GPUs of one node (src/transport/*.cc): P2P
+# (NVLink or PCIe peer-to-peer), NVLS (NVLink SHARP), SHM (through host memory), NET (a network
+# transport looped back: neither P2P nor SHM was allowed).
+DIRECT_INTRA = ('P2P', 'NVLS')
+
+
+def gpu_interconnect(transport):
+    """The GPUs' own interconnect of a node as NCCL detected it (GRAPH lines of a run over one
+    node): {kind: NVLink|PCIe, gbs, basis}, or None when the run did not print its topology.
+
+    ``gbs`` is NCCL's totalBw: the largest per-GPU sum of NVLink bandwidth (src/graph/search.cc
+    getTotalBw; per link 20.6 GB/s on Hopper, SM90_NVLINK_BW in src/graph/topo.h), else the GPU's
+    PCIe bandwidth. All-reduce busbw over NVLink reaches most of it: 328.62 of 370.8 GB/s
+    on two H200 (NV18), tests/fixtures/real/h200x4-split/nodeA.txt."""
+    best = None
+    for host, entry in sorted(mapping(mapping(transport).get('topology')).items()):
+        entry = mapping(entry)
+        total = number(entry.get('total_bw_gbs'))
+        links = [text(kind) for kind in sequence(entry.get('links'))]
+        if not total or total <= 0:
+            continue
+        kind = 'NVLink' if 'NVL' in links else 'PCIe'
+        if best is None or total > best['gbs']:
+            best = {'kind': kind, 'gbs': round(total, 3), 'host': host,
+                    'basis': "NCCL's topology of the node (totalBw): GPUs joined by %s, %.1f GB/s per GPU" % (kind, total)}
+    return best
+
+
+def intra_node(transport):
+    """{host: {'kinds': {P2P|SHM|NVLS|NET: connections}, 'via': [...], 'direct': bool}} of the
+    connections between two GPUs of one host in a run."""
+    found = {}
+    for host, entry in sorted(mapping(mapping(transport).get('intra_by_host')).items()):
+        entry = mapping(entry)
+        kinds = dict((kind, integer(entry.get(kind)) or 0) for kind in ('P2P', 'NVLS', 'SHM', 'COLLNET', 'NET')
+                     if (integer(entry.get(kind)) or 0) > 0)
+        if kinds:
+            found[host] = {'kinds': kinds, 'via': [text(v) for v in sequence(entry.get('via'))][:4],
+                           'direct': any(kind in kinds for kind in DIRECT_INTRA)}
+    return found
+
+
 def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='max'):
     """Per-node collectives (launcher local: each node over its own GPUs), each judged against
     the expectation when one is given and against its peers: a node whose busbw is below
@@ -145,16 +187,31 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
     values = {}
     for host in sorted(results or {}):
         result = normalize(results[host])
-        verdict = result['verdict'] if expected_gbs is None or result.get('status') != 'ok' else \
-            judge(result, expected_gbs, healthy, warn, metric)
+        interconnect = gpu_interconnect(result.get('transport'))
+        # The network transport a run over one node's GPUs names (Socket, no GDR) says nothing of it:
+        # only the connections between its GPUs do (intra_node).
+        local = dict(result, transport={})
+        if result.get('status') != 'ok':
+            verdict = result['verdict']
+        elif expected_gbs is not None:
+            verdict = dict(judge(local, expected_gbs, healthy, warn, metric), basis='given (fabric_collective_expected_busbw_gbs)')
+        elif interconnect and interconnect['kind'] == 'NVLink':
+            verdict = dict(judge(local, interconnect['gbs'], healthy, warn, metric), basis=interconnect['basis'])
+        else:
+            verdict = result['verdict']
         if expected_gbs is None and result.get('status') == 'ok' and verdict.get('status') in ('unknown', None):
-            verdict = dict(verdict, status='measured', reasons=['no expectation given: judged against its peers only'])
+            # PCIe alone gives no expectation: peer-to-peer through a CPU's root complex runs far below the
+            # link rate, by platform ("CPUs are very, very bad PCI switches", NVIDIA/nccl#465).
+            verdict = dict(verdict, status='measured', basis=interconnect['basis'] if interconnect else None, reasons=[
+                'no expectation given and %s: judged against its peers only' % (
+                    'its GPUs are joined by PCIe only' if interconnect else 'the run printed no GPU topology')])
         entry = {'status': result.get('status'), 'verdict': verdict, 'busbw_gbs': number(result.get(key)),
                  'avg_busbw_gbs': number(result.get('avg_busbw_gbs')), 'max_busbw_gbs': number(result.get('max_busbw_gbs')),
                  'wrong_total': integer(result.get('wrong_total')), 'failure': result.get('failure'),
                  'ranks': len(sequence(result.get('ranks'))) or None, 'transport': result.get('transport'),
                  'results': sequence(result.get('results')), 'benchmark': result.get('benchmark'),
-                 'versions': result.get('versions')}
+                 'versions': result.get('versions'), 'interconnect': interconnect,
+                 'intra': intra_node(result.get('transport')), 'env': mapping(result.get('env'))}
         if entry['ranks'] == 1 and result.get('status') == 'ok':
             # busbw = algbw x 2(n-1)/n for all-reduce (nccl-tests doc/PERFORMANCE.md): 0 for one
             # rank, which moves no data between GPUs. Measured, not comparable with peers.

@@ -23,8 +23,10 @@ SEVERITIES = ('info', 'warning', 'error')
 # when} - the other severities a rule may give it, and when (the docs table says it);
 # explains: {symptom code: None, or (predicate over the symptom finding, when)}; remedy: the
 # default template (%(name)s from the finding's host, subject and the rule's values);
-# remedies: {variant: template} that a rule names instead.
-Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies')
+# remedies: {variant: template} that a rule names instead; scope: where a finding of the code sits
+# when its rule names no place (SCOPES: 'node' its host, 'fabric' the subnet, 'run' the run), None
+# where only the rule can say (an HCA, a GPU<->NIC path, a link).
+Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope')
 
 REGISTRY = OrderedDict()
 
@@ -41,17 +43,30 @@ _MR_FAILED = (lambda symptom: _failure_kind(symptom) in ('mr_failed', None), 'mr
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
 
 
-def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None):
+def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None, scope=None):
     layers = (layers,) if isinstance(layers, str) else tuple(layers)
     if code in REGISTRY or not set(layers) <= set(LAYERS) or severity not in SEVERITIES \
             or not set(other or {}) <= set(SEVERITIES):
         raise ValueError('bad registry entry %s' % code)
     explained = OrderedDict((item, None) if isinstance(item, str) else item for item in explains)
-    REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}))
+    if scope not in (None, 'node', 'fabric', 'run'):
+        raise ValueError('bad registry entry %s: scope %r' % (code, scope))
+    REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}), scope)
     return code
 
 
-_GPU_MEMORY_SYMPTOMS = ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT')
+def gdr_not_used(symptom):
+    """Does a symptom's own evidence say that GPUDirect RDMA was not used (a collective's
+    transport from NCCL's INFO lines, ``evidence.transport.gdr`` or ``evidence.gdr`` false, or
+    the path NCCL takes, ``evidence.nccl_path``)?"""
+    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    transport = evidence.get('transport') if isinstance(evidence.get('transport'), dict) else {}
+    return evidence.get('gdr') is False or transport.get('gdr') is False or evidence.get('nccl_path') in ('host_memory', 'socket')
+
+
+# A peer-memory root explains a slow collective where the run says GPUDirect RDMA was not used.
+_GPU_MEMORY_SYMPTOMS = ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT',
+                        ('COLLECTIVE_BUSBW_LOW', (gdr_not_used, 'GPUDirect RDMA not used')))
 _NO_OFED = ('install MLNX OFED (its ib_core carries the peer-memory client API the inbox stack lacks), or use the dma-buf '
             'path (kernel >= 5.12 and a dma-buf capable GPU driver, NCCL_DMABUF_ENABLE)')
 
@@ -63,7 +78,8 @@ IB_PORT_DOWN = _register(
 IB_RATE_DEGRADED = _register(
     'IB_RATE_DEGRADED', 'ib', 'error', 'width 1X or rate below the node\'s other ports',
     'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width',
-    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+    # FABRIC_LINK_DEGRADED of the same host link (the switch's view of this port): one fault, one root.
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_LINK_DEGRADED'))
 IB_ERROR_COUNTERS = _register(
     'IB_ERROR_COUNTERS', 'ib', 'warning', 'symbol/receive/link errors counted (saturated counters said)',
     'clear the counters (perfquery -x -R) and watch whether they rise under load; rising symbol or receive errors mean '
@@ -73,7 +89,8 @@ MTU_MISMATCH = _register(
     'set the same MTU on every port of the fabric (subnet manager partition MTU, netdev MTU for RoCE)')
 ROCE_NO_V2_GID = _register(
     'ROCE_NO_V2_GID', 'ib', 'error', 'RoCE port without a RoCE v2 GID with an IPv4 address',
-    'give the port\'s netdev an IP address; check cma_roce_mode')
+    'give the port\'s netdev an IP address; check cma_roce_mode',
+    other={'info': 'a storage or management port, not a compute rail (module_utils/_rails.py)'})
 IB_ERRORS_UNDER_LOAD = _register(
     'IB_ERRORS_UNDER_LOAD', 'ib', 'error', 'counters rose during a pair\'s test',
     'replace the cable or transceiver of %(hca)s on %(host)s',
@@ -81,12 +98,16 @@ IB_ERRORS_UNDER_LOAD = _register(
 
 # ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/_roce_rules.py)
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
-_ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW')
+# A node's lossless settings unlike its peers' because of a ROCE_* fault are that fault once (the
+# fleet comparison, plugin_utils/_fleet.py roce_qos, names the same ports): one fault, one root.
+_ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (lambda symptom: symptom.get('subject') == 'roce_qos', 'roce_qos'))
+_ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW', _ROCE_QOS_DIFFERS)
 _ROCE_ROLE = 'run playbooks/configure.yml -e gpu_fabric_roce_qos=true --tags roce_qos (role roce_qos), and match the switch ports'
 ROCE_QOS_UNKNOWN = _register(
     'ROCE_QOS_UNKNOWN', 'ib', 'warning',
     'RoCE port whose DCB settings (trust, PFC) could not be read: neither mlnx_qos nor dcb answered (fail closed)',
-    'install mlnx-tools (mlnx_qos) or iproute2 with dcb on the node, or run roce_qos_facts with qos_tools=always')
+    'install mlnx-tools (mlnx_qos) or iproute2 with dcb on the node, or run roce_qos_facts with qos_tools=always',
+    other={'info': 'storage or management ports, which carry no compute traffic (module_utils/_rails.py)'})
 ROCE_TRUST_PCP = _register(
     'ROCE_TRUST_PCP', 'ib', 'error',
     'RoCE port trusts PCP (VLAN priority) while RoCE v2 marks DSCP: untagged RDMA traffic lands on priority 0',
@@ -108,7 +129,8 @@ ROCE_ECN_OFF = _register(
 ROCE_CNP_LOSSY = _register(
     'ROCE_CNP_LOSSY', 'ib', 'warning',
     'CNPs are sent on a priority that is neither PFC-enabled nor on a strict-priority TC: congestion feedback can be dropped',
-    'send CNPs on priority 6 with DSCP 48 (ecn/roce_np/cnp_802p_prio, cnp_dscp) and give that TC strict priority: ' + _ROCE_ROLE)
+    'send CNPs on priority 6 with DSCP 48 (ecn/roce_np/cnp_802p_prio, cnp_dscp) and give that TC strict priority: ' + _ROCE_ROLE,
+    explains=(_ROCE_QOS_DIFFERS,))
 ROCE_MTU_MISMATCH = _register(
     'ROCE_MTU_MISMATCH', 'ib', 'warning',
     'the netdev MTU of a RoCE port leaves an RDMA MTU below 4096 (the netdev must carry 4096 + the RoCE headers)',
@@ -138,7 +160,9 @@ FLEET_DIFFERS = _register(
     'FLEET_DIFFERS', ('ib', 'ib_gpu', 'host'), 'warning',
     'unlike the majority of the kind in the subject: `firmware`, `board_id`, `hca_model`, `roce_mtu` (netdev MTU the RDMA '
     'MTU does not show), `gid_index`, `roce_qos` (RoCE lossless settings), `peer_memory`, `kernel`, `ofed`, `nccl` '
-    '(recommended settings), or more GPUs/HCAs/faster ports; evidence `value`, `most_nodes`', '%(attribute_remedy)s')
+    '(recommended settings), `other_hcas` (storage and management cards), or more GPUs/HCAs/faster ports; evidence `value`, '
+    '`most_nodes`', '%(attribute_remedy)s',
+    other={'info': '`other_hcas`: a storage or management card more than the peers have'})
 FLEET_SPLIT = _register(
     'FLEET_SPLIT', ('ib', 'ib_gpu', 'host'), 'warning',
     'nodes of a kind differ and no strict majority (two nodes, or a tie) says which is right: `evidence.values` lists each '
@@ -245,6 +269,21 @@ BENCH_NOT_RUN = _register(
     'BENCH_NOT_RUN', 'benchmark', 'error',
     'fewer than two nodes could run the mesh: nothing was tested, `evidence.skipped` says why',
     'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and perftest (%(test)s) installed')
+# Symptoms that no finding on their path explains, on the one device all their tests share
+# (_diagnose.unexplained_findings): a fault no rule names, said once on its device.
+BENCH_DEVICE_UNEXPLAINED = _register(
+    'BENCH_DEVICE_UNEXPLAINED', 'benchmark', 'error',
+    'every test through one device (an HCA port, a GPU<->NIC path, a node) with two or more peers is slow or failed, '
+    'and no finding on the tests\' path explains it (`at` names the device, evidence the tests)',
+    'nothing in the facts of %(host)s explains it: check the PCIe link of %(device)s (lspci -vv: LnkSta against LnkCap), '
+    'its cable or transceiver and the switch port (iblinkinfo, perfquery -x under load)',
+    explains=('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'FABRIC_SLOW_PAIR_PATH',
+              'COLLECTIVE_CULPRIT'),
+    remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (nvidia-smi '
+                         'topo -m, lspci -vv: LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
+                         'IOMMU)',
+              'node': 'nothing in the facts of %(host)s explains it: compare the node with a healthy peer (PCIe links: '
+                      'lspci -vv LnkSta, BIOS settings, firmware, its cables and switch ports)'})
 
 _CULPRITS = 'see the culprit nodes and their lower-layer findings'
 _RUN_OUTPUT = 'see the run\'s output and the node\'s lower-layer findings'
@@ -266,8 +305,39 @@ COLLECTIVE_GDR_NOT_USED = _register(
     'compare the job\'s NCCL_* environment with the recommended settings (report hosts.*.nccl, role nccl_conf); check '
     'NCCL_NET_GDR_LEVEL and that containers see the peer-memory module')
 COLLECTIVE_SOCKET_TRANSPORT = _register(
-    'COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error', 'NCCL used Socket on an RDMA fleet',
-    'check that the RDMA devices are visible in the job (NCCL_IB_HCA, container devices)')
+    'COLLECTIVE_SOCKET_TRANSPORT', 'collective', 'error',
+    'NCCL used Socket on an RDMA fleet (the cause from its log: libibverbs not loaded, no device seen, NCCL_IB_DISABLE)',
+    'check that the RDMA devices are visible in the job (NCCL_IB_HCA, container devices)',
+    remedies={'libibverbs': 'install rdma-core\'s libibverbs (libibverbs1, or the OFED user space) where the job runs, '
+                            'its container included',
+              'disabled': 'remove NCCL_IB_DISABLE from the job\'s environment (fabric_collective_env, /etc/nccl.conf)'},
+    explains=('COLLECTIVE_BUSBW_LOW',))
+# NCCL's own log of a run: which transport two GPUs of one node used (src/transport.cc connection lines).
+COLLECTIVE_GPUS_NOT_P2P = _register(
+    'COLLECTIVE_GPUS_NOT_P2P', 'collective', 'error',
+    'GPUs of one node talked through a network transport, or through host memory (SHM) where NVLink joins them, not '
+    'peer-to-peer: the variables that forbid P2P where set (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_P2P_LEVEL), else '
+    'P2P was impossible',
+    'check peer-to-peer between the GPUs (nvidia-smi topo -p2p r), PCIe ACS (playbooks/configure.yml --tags pcie_acs), the '
+    'IOMMU mode (iommu=pt) and that the ranks can share CUDA IPC (containers: --ipc=host)',
+    remedies={'env': 'remove %(variables)s from the job\'s environment (fabric_collective_env, /etc/nccl.conf, the scheduler\'s '
+                     'job environment)'},
+    explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_CULPRIT'))
+COLLECTIVE_GDR_PATH = _register(
+    'COLLECTIVE_GDR_PATH', 'collective', 'info',
+    'how the collective used GPUDirect RDMA: dma-buf (NCCL says DMA-BUF is available on the GPUs) or the peer-memory client',
+    'nothing to do; without a peer-memory module GPUDirect RDMA still works through dma-buf (kernel >= 5.12, NCCL_DMABUF_ENABLE)')
+# NVIDIA/nccl#1676: NCCL up to 2.22.3 (src/transport/net_ib.cc ncclIbGdrSupport) accepts only the
+# memory_peers client of nv_peer_mem; 2.23.4 also /sys/module/nvidia_peermem/version. A node whose
+# nvidia-peermem registers no memory_peers client has GPUDirect RDMA for newer NCCL, not for older:
+# 2-node all_reduce fell from ~180 to ~10 GB/s there.
+COLLECTIVE_NCCL_PEERMEM_NAME = _register(
+    'COLLECTIVE_NCCL_PEERMEM_NAME', 'collective', 'error',
+    'the run\'s NCCL (2.22.3 or older) looks for nv_peer_mem\'s memory_peers client, the node has only nvidia-peermem: '
+    'NCCL turns GPUDirect RDMA off',
+    'use NCCL 2.23.4 or newer (it accepts /sys/module/nvidia_peermem/version), or a peer-memory module that registers '
+    'the memory_peers client nv_mem (MLNX OFED with nv_peer_mem)',
+    explains=('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_GDR_NOT_USED', 'COLLECTIVE_CULPRIT'))
 COLLECTIVE_CULPRIT = _register(
     'COLLECTIVE_CULPRIT', 'collective', 'error', 'the culprit search named this node',
     'take %(host)s out of the job and fix its lower-layer findings',
@@ -314,8 +384,16 @@ FABRIC_SM_MULTIPLE_MASTERS = _register(
     'stop all but one master SM, or set distinct priorities so that the others become standby',
     explains=('FABRIC_SM_DISAGREE', 'FABRIC_SM_PRIORITY_TIE'))
 FABRIC_SM_PRIORITY_TIE = _register(
-    'FABRIC_SM_PRIORITY_TIE', 'ib', 'warning', 'subnet managers share a priority (the master is chosen by GUID)',
-    'give the intended master the highest sm_priority and the standbys lower, distinct ones')
+    'FABRIC_SM_PRIORITY_TIE', 'ib', 'warning',
+    'subnet managers share a priority, a standby at the master\'s included (every SM is read: sminfo and `saquery SMIR`); '
+    'the master is then chosen by GUID',
+    'give the intended master the highest sm_priority and the standbys lower, distinct ones (opensm.conf sm_priority, '
+    'or the switch SM\'s priority), then check with saquery SMIR')
+FABRIC_SM_INACTIVE = _register(
+    'FABRIC_SM_INACTIVE', 'ib', 'warning',
+    'a subnet manager other than the master is NOTACTIVE or DISCOVERING: it will not take over when the master fails',
+    'restart or re-enable that SM so that it comes up STANDBY (sminfo <its LID> then says SMINFO_STANDBY), or remove it '
+    'from the plan of failover')
 FABRIC_SM_DISAGREE = _register(
     'FABRIC_SM_DISAGREE', 'ib', 'error', 'nodes\' ports of one rail see different SM LIDs (sysfs `sm_lid`)',
     'find why the subnet is split (two masters, an unfinished handover) with sminfo on the nodes of each group')
@@ -331,18 +409,45 @@ FABRIC_ERROR_RATE = _register(
 FABRIC_SLOW_PAIR_PATH = _register(
     'FABRIC_SLOW_PAIR_PATH', 'ib', 'info', 'the switch ports and cables between the two HCAs of a slow or failed pair',
     'check the cables named in the evidence, starting with those other findings name')
+FABRIC_INPUT_UNREAD = _register(
+    'FABRIC_INPUT_UNREAD', 'ib', 'warning',
+    'lines of the fabric tools\' output (or of the saved outputs read with from_log) that no pattern read; '
+    'the evidence names the first ones',
+    'look at the lines named in the evidence (a paste wrapped or cut, another tool\'s output in the file, a format this '
+    'version does not know) and give the tools\' plain output: iblinkinfo, ibnetdiscover or ibnetdiscover -p, sminfo, '
+    'saquery SMIR, perfquery -x')
 FABRIC_TOOLS_MISSING = _register(
     'FABRIC_TOOLS_MISSING', 'ib', 'warning',
     'the fabric could not be (fully) discovered: infiniband-diags missing, a tool failed or timed out, or the node has no IB port',
     'install infiniband-diags on the node that discovers the fabric and give it access to umad (root)')
 # ---------------------------------------------------------------------------- end of fabric block
 
-# Which codes a root on the same host explains (a symptom anywhere above it).
+# Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
+# node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the
+# subnet manager's state, the run as a whole. One decision per code, so that no rule forgets it.
+SCOPES = {
+    'node': (HOST_CPU_GOVERNOR, HOST_MEMLOCK_LIMITED, HOST_MODULES_NOT_PERSISTENT, HOST_UNREACHABLE, HOST_LOST, HOST_TASK_FAILED,
+             HOST_NOTHING_TO_CHECK, GDR_MM_KOBJ_NOT_EXPORTED, GDR_OFED_STALE_BUILD, GDR_PEERMEM_NOT_LOADED,
+             GDR_MEMORY_PEERS_MISSING, GDR_NO_RDMA_NIC, GDR_NOT_READY, COLLECTIVE_CULPRIT, COLLECTIVE_SUSPECT),
+    'fabric': (FABRIC_SM_ABSENT, FABRIC_SM_MULTIPLE_MASTERS, FABRIC_SM_PRIORITY_TIE, FABRIC_SM_DISAGREE),
+    'run': (RUN_NOTHING_VALIDATED,),
+}
+for _scope, _codes in SCOPES.items():
+    for _code in _codes:
+        REGISTRY[_code] = REGISTRY[_code]._replace(scope=REGISTRY[_code].scope or _scope)
+
+# Which codes a root explains (a symptom anywhere above it, on the symptom's path: on_path).
 EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY.items() if entry.explains)
+SYMPTOMS = frozenset(code for entry in REGISTRY.values() for code in entry.explains)
+# Roots whose fault means GPUDirect RDMA is not used: where a symptom's evidence says so
+# (gdr_not_used), they are preferred over other roots on its path (a slow port there is not why).
+GDR_OFF = (GDR_MM_KOBJ_NOT_EXPORTED, GDR_OFED_STALE_BUILD, GDR_PEERMEM_NOT_LOADED, GDR_MEMORY_PEERS_MISSING, GDR_NOT_READY,
+           GDR_NO_RDMA_NIC, GDR_ACS_REDIRECT, GPU_NIC_FAR)
 
 
 def explains(root, symptom):
-    """Does a finding of code ``root`` explain the finding ``symptom`` (when on the same host)?"""
+    """Does a finding of code ``root`` explain the finding ``symptom`` (when one of the root's
+    places is on the symptom's path: on_path)?"""
     entry = REGISTRY.get(root)
     if entry is None or symptom['code'] not in entry.explains:
         return False
@@ -359,10 +464,17 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     list of places, a place a tuple: ('node', host), ('hca', host, hca), ('gpu', host, gpu),
     ('gpu_nic', host, gpu, hca), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
     (a fabric link, its two 'guid/port' ends sorted), ('fabric',) (the subnet). A root explains a
-    symptom only where one of its places is on the symptom's path."""
+    symptom only where one of its places is on the symptom's path (on_path). Where the rule gives
+    none, the code's scope does (SCOPES); a code that explains others and has neither is refused:
+    a root without places would explain nothing."""
     entry = REGISTRY.get(code)
     if entry is None:
         raise ValueError('finding code %r is not registered in plugins/module_utils/_findings.py' % (code,))
+    own = _scope_places(entry.scope, host)
+    at = own if at is None else at
+    path = own if path is None and code in SYMPTOMS else path
+    if not at and entry.explains and _STRICT:
+        raise ValueError('%s explains other findings: its rule must say where it sits (at=[places])' % code)
     severity = severity or entry.severity
     if severity != entry.severity and severity not in entry.other:
         raise ValueError('%s: severity %r is not registered' % (code, severity))
@@ -376,6 +488,40 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,
             'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': text, 'explained_by': None,
             'at': places(at), 'path': places(path)}
+
+
+_STRICT = False
+
+
+def _scope_places(scope, host):
+    if scope == 'node':
+        return [('node', host)] if host else None
+    return {'fabric': [('fabric',)], 'run': [('run',)]}.get(scope)
+
+
+# Places that belong to one node (their second part is the host).
+HOST_PLACES = ('node', 'hca', 'gpu', 'gpu_nic', 'gpus')
+
+
+def on_path(at, path):
+    """Is one of the places ``at`` (a root's) on ``path`` (a symptom's)? A place is on a path
+    that holds it; a node's place ('node', host) is on every path through that host (a node-wide
+    cause: the peer-memory chain, the kernel, memlock, the governor). No places: never (fail closed)."""
+    if not at or not path:
+        return False
+    path = [[str(part) for part in place] for place in path]
+    hosts = set(place[1] for place in path if len(place) > 1 and place[0] in HOST_PLACES)
+    for place in at:
+        place = [str(part) for part in place]
+        if place in path or (place[0] == 'node' and len(place) > 1 and place[1] in hosts):
+            return True
+    return False
+
+
+def named(root, symptom):
+    """Does the symptom's own evidence name the root's kind of cause (GPUDirect RDMA not used:
+    GDR_OFF)? ``root``: a code."""
+    return root in GDR_OFF and gdr_not_used(symptom)
 
 
 def places(items):

@@ -26,7 +26,12 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv
 BENCHMARKS = ('all_reduce_perf', 'all_gather_perf', 'reduce_scatter_perf', 'sendrecv_perf', 'alltoall_perf',
               'broadcast_perf', 'reduce_perf')
 LAUNCHERS = ('local', 'mpirun', 'srun')
-DEBUG_ENV = {'NCCL_DEBUG': 'INFO', 'NCCL_DEBUG_SUBSYS': 'INIT,NET'}
+# INIT and NET print the network, the HCAs, GDR and the connections; ENV the NCCL_* settings NCCL saw
+# ('NCCL_P2P_DISABLE set by environment to 1.'); GRAPH the topology NCCL detected ('=== System : maxBw ...
+# totalBw ...', 'NVL[...]'), a few dozen lines per rank: only for runs over one node's GPUs, where it gives
+# the expectation (plugins/module_utils/_collective.py judge_nodes).
+DEBUG_ENV = {'NCCL_DEBUG': 'INFO', 'NCCL_DEBUG_SUBSYS': 'INIT,NET,ENV'}
+DEBUG_SUBSYS_LOCAL = 'INIT,NET,ENV,GRAPH'
 
 _HEADER_RE = re.compile(
     r'nThread\s+(?P<threads>\d+)\s+nGpus\s+(?P<gpus>\d+)\s+minBytes\s+(?P<min>\d+)\s+maxBytes\s+(?P<max>\d+)\s+'
@@ -66,6 +71,29 @@ _NVLS_CHANNELS_RE = re.compile(r'\b(?P<count>\d+) nvls channels')
 # init.cc: 'Connected all rings, use ring PXN 0 GDR 1' - whether the graph uses GPUDirect RDMA.
 _RING_GDR_RE = re.compile(r'^Connected all rings.*\bGDR (?P<gdr>[01])\b')
 EVIDENCE_MAX = 20
+
+# Who printed a line: NCCL's prefix 'host:pid:tid [cudaDev] NCCL INFO' (src/debug.cc ncclDebugLog; the
+# host name cut at its first dot, as nccl-tests' '#  Rank ... on <host>' prints it).
+_LINE_HOST_RE = re.compile(r'(?:^|\s)(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] [NRM]CCL INFO ')
+# The two ranks of a connection line: '0[0] -> 1[1]' (rank[cudaDev], or rank[busId] before 2.19).
+_CONNECT_RANKS_RE = re.compile(r' : (?P<a>\d+)\[[^\]]*\] -> (?P<b>\d+)\[[^\]]*\]')
+# init.cc: 'comm 0x... rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0'.
+_NNODES_RE = re.compile(r'\bnRanks (?P<ranks>\d+) nNodes (?P<nodes>\d+)\b')
+# src/misc/param.cc (NCCL_DEBUG_SUBSYS ENV): 'NCCL_P2P_DISABLE set by environment to 1.' - what NCCL
+# saw, whether from the job's environment or /etc/nccl.conf (which NCCL loads into its environment).
+_ENV_SET_RE = re.compile(r'^(?P<name>[A-Z][A-Z0-9_]{0,63}) set by environment to (?P<value>.{0,200}?)\.?\s*$')
+# src/graph/topo.cc ncclTopoPrint (NCCL_DEBUG_SUBSYS GRAPH): '=== System : maxBw 1.2 totalBw 264.0 ===' and the
+# tree below it, '+ NVL[264.0] - NVS/0', '+ PCI[24.0] - GPU/7000 (0)' (tests/fixtures/public/nccl_info/
+# nccl_1053_socket_lo_gdr_disabled.txt). totalBw is the largest of the GPUs' own interconnect bandwidth
+# (getTotalBw in src/graph/search.cc: the sum of a GPU's NVLink links, else its PCIe link), in GB/s, from
+# the hardware NCCL detected: NCCL_P2P_DISABLE changes the paths, not these links.
+_SYSTEM_RE = re.compile(r'^=== System : maxBw (?P<max>[\d.]+) totalBw (?P<total>[\d.]+) ===')
+_TOPO_LINK_RE = re.compile(r'^\+ (?P<kind>[A-Z]{2,5})\[(?P<bw>[\d.]+)\] - (?P<to>[A-Z]+)/')
+# ibvwrap.cc: 'Failed to open libibverbs.so[.1]' - the IB plugin cannot load without rdma-core's libibverbs.
+_NO_VERBS_RE = re.compile(r'Failed to open libibverbs')
+# init.cc: 'DMA-BUF is available on GPU device 0' - NCCL registers GPU buffers with dma-buf where the NIC can.
+_DMABUF_RE = re.compile(r'^DMA-BUF is available on GPU device')
+HOSTS_MAX = 4096
 
 # First kind that matches wins (a missing binary is also a failed launch); each (kind, pattern) names what failed. Texts: Open MPI
 # help-ras-base.txt / help-orte-rmaps-base.txt ('not enough slots'), Open MPI
@@ -130,7 +158,9 @@ def _empty():
         'benchmark': None, 'header': {}, 'ranks': [], 'hosts': [],
         'versions': {'tool': None, 'tests': None, 'headers': None, 'library': None, 'library_version': None},
         'results': [], 'avg_busbw_gbs': None, 'max_busbw_gbs': None, 'out_of_bounds': None, 'wrong_total': None,
-        'transport': {'net': None, 'net_name': None, 'hcas': [], 'gdr': None, 'intra': [], 'evidence': []},
+        'transport': {'net': None, 'net_name': None, 'hcas': [], 'gdr': None, 'intra': [], 'evidence': [],
+                      'env': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None,
+                      'dmabuf_available': None},
         'format': None, 'columns': None, 'complete': False, 'failure': None, 'problems': [],
     }
 
@@ -365,6 +395,89 @@ def _transport(info_lines):
     return transport
 
 
+def _number(token):
+    value = _float(token)
+    return value if value is not None and 0 <= value < 1e7 else None
+
+
+def gpu_evidence(info_lines, ranks=None):
+    """What NCCL says about the GPUs of each node and the run's settings, from INFO lines:
+    {env, nnodes, intra_by_host: {host: {P2P|SHM|NVLS|COLLNET|NET: connections between two ranks of that
+    host, via: [first transports seen]}}, topology: {host: {total_bw_gbs, max_bw_gbs, links, nvlink_gbs}},
+    ib_unavailable, dmabuf_available}.
+
+    ``ranks``: the benchmark's rank table (nccl-tests '#  Rank N ... on <host>'), which says which
+    host each rank of a connection line ran on; a single-node run (nNodes 1) needs no table."""
+    host_of = {}
+    for rank in ranks or []:
+        if isinstance(rank, dict) and isinstance(rank.get('rank'), int) and rank.get('host'):
+            host_of[rank['rank']] = rank['host']
+    evidence = {'env': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None, 'dmabuf_available': None}
+    for line, text in info_lines:
+        match = _LINE_HOST_RE.search(line)
+        host = match.group('host') if match else None
+        match = _ENV_SET_RE.match(text)
+        if match:
+            if len(evidence['env']) < 64:
+                evidence['env'].setdefault(match.group('name'), match.group('value').strip())
+            continue
+        match = _NNODES_RE.search(text)
+        if match and text.startswith('comm '):
+            evidence['nnodes'] = max(evidence['nnodes'] or 0, _int(match.group('nodes')) or 0) or None
+            continue
+        match = _CONNECT_RE.match(text)
+        if match:
+            ends = _CONNECT_RANKS_RE.search(text)
+            if not ends:
+                continue
+            a, b = _int(ends.group('a')), _int(ends.group('b'))
+            if host_of:
+                same = host_of.get(a) is not None and host_of.get(a) == host_of.get(b)
+                where = host_of.get(a) if same else None
+            else:
+                where = host if evidence['nnodes'] == 1 else None
+            if where is None or (where not in evidence['intra_by_host'] and len(evidence['intra_by_host']) >= HOSTS_MAX):
+                continue
+            via = match.group('via')
+            kind = 'NET' if via.startswith('NET/') else next((k for k, pattern in _VIA_INTRA if pattern.match(via)), None)
+            if kind is None:
+                continue
+            seen = evidence['intra_by_host'].setdefault(where, {'via': []})
+            seen[kind] = seen.get(kind, 0) + 1
+            short = '/'.join(via.split()[0].split('/')[:2])
+            if short not in seen['via'] and len(seen['via']) < 4:
+                seen['via'].append(short)
+            continue
+        if host is None or (host not in evidence['topology'] and len(evidence['topology']) >= HOSTS_MAX):
+            pass
+        else:
+            match = _SYSTEM_RE.match(text)
+            if match:
+                topo = evidence['topology'].setdefault(host, {'total_bw_gbs': None, 'max_bw_gbs': None, 'links': [],
+                                                              'nvlink_gbs': None})
+                topo['total_bw_gbs'] = max(topo['total_bw_gbs'] or 0, _number(match.group('total')) or 0) or None
+                topo['max_bw_gbs'] = max(topo['max_bw_gbs'] or 0, _number(match.group('max')) or 0) or None
+                continue
+            match = _TOPO_LINK_RE.match(text)
+            if match and host in evidence['topology']:
+                topo = evidence['topology'][host]
+                kind = match.group('kind')
+                if kind not in topo['links'] and len(topo['links']) < 8:
+                    topo['links'].append(kind)
+                if kind == 'NVL' and match.group('to') in ('GPU', 'NVS'):
+                    topo['nvlink_gbs'] = max(topo['nvlink_gbs'] or 0, _number(match.group('bw')) or 0) or None
+                continue
+        if _NO_VERBS_RE.search(text):
+            evidence['ib_unavailable'] = {'reason': 'libibverbs', 'line': line.strip()[:TEXT_MAX]}
+        elif _NET_NO_DEVICE_RE.match(text) and not evidence['ib_unavailable']:
+            evidence['ib_unavailable'] = {'reason': 'no_device', 'line': line.strip()[:TEXT_MAX]}
+        elif _DMABUF_RE.match(text):
+            evidence['dmabuf_available'] = True
+    if evidence['env'].get('NCCL_IB_DISABLE') == '1' and not evidence['ib_unavailable']:
+        evidence['ib_unavailable'] = {'reason': 'disabled', 'line': 'NCCL_IB_DISABLE set by environment to 1'}
+    return evidence
+
+
 def find_failure(lines):
     """The first line naming a known failure, as {kind, message, lines}, or None."""
     for kind, pattern in FAILURE_RULES:
@@ -483,6 +596,7 @@ def parse_text(stdout, stderr=''):
         parsed['results'].append(row)
         last_row = position
     parsed['transport'] = _transport(info)
+    parsed['transport'].update(gpu_evidence(info, parsed['ranks']))
     # A run that printed its Avg line finished: a stray 'NCCL WARN' before it was not fatal. Nor was
     # one before a result row: the benchmark went on ('Failed to open libibverbs', nccl-tests issue 82).
     if not parsed['complete']:
@@ -737,12 +851,15 @@ def launch_argv(launcher, argv, options, env_names=()):
     return cmd + list(argv)
 
 
-def library_env(env, debug):
-    """The environment additions: the user's library variables, plus INFO logging of INIT
-    and NET (the subsystems that print the network, HCAs and GDR) when debug is on."""
+def library_env(env, debug, launcher=None):
+    """The environment additions: the user's library variables, plus INFO logging of INIT, NET
+    and ENV (the network, HCAs, GDR, the settings NCCL saw; GRAPH too for launcher local)
+    when debug is on."""
     added = {}
     if debug:
         added.update(DEBUG_ENV)
+        if launcher == 'local':
+            added['NCCL_DEBUG_SUBSYS'] = DEBUG_SUBSYS_LOCAL
     for name, value in (env or {}).items():
         added[str(name)] = _flag_value(value)
     return added

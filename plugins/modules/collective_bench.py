@@ -152,8 +152,9 @@ options:
     default: {}
   debug:
     description:
-      - Sets C(NCCL_DEBUG=INFO) and C(NCCL_DEBUG_SUBSYS=INIT,NET) (unless O(env) sets them), so that
-        RV(transport) can be read from the output.
+      - Sets C(NCCL_DEBUG=INFO) and C(NCCL_DEBUG_SUBSYS=INIT,NET,ENV) (unless O(env) sets them), so that
+        RV(transport) can be read from the output; with O(launcher=local) also C(GRAPH), whose topology lines give
+        the GPUs' own interconnect (RV(transport.topology)).
     type: bool
     default: true
   timeout:
@@ -298,15 +299,28 @@ versions:
   returned: always
   type: dict
   sample: {tool: nccl-tests, tests: 2.19.6, headers: 22809, library: 22809, library_version: 2.28.9+cuda13.0}
+env:
+  description: The library environment the benchmark ran with (O(env) and the debug settings); absent when it did not run.
+  returned: when the benchmark ran
+  type: dict
+  sample: {NCCL_DEBUG: INFO, NCCL_DEBUG_SUBSYS: 'INIT,NET,ENV,GRAPH', NCCL_P2P_DISABLE: '1'}
 transport:
   description:
     - "C(net) (IB, Socket, AWS Libfabric, ...; the IB plugin builds IBext and IBext_v8 count as IB), C(net_name) (the
       name as NCCL printed it), C(hcas) (from C(NET/IB : Using) and C(GPU Direct RDMA Disabled|Enabled for HCA) lines),
       C(gdr), C(intra) (the intra-node transports seen in the connection lines - P2P, SHM, NVLS) and the C(evidence)
       lines they were read from."
+    - "C(env): the C(NCCL_*) settings NCCL reports it saw (C(set by environment to)); C(nnodes); C(intra_by_host): per
+      host, the connections between two of its own ranks by transport (C(P2P), C(SHM), C(NVLS), C(NET)) and C(via) (the
+      first transports named, e.g. C(NET/Socket)); C(topology): per host, NCCL's C(total_bw_gbs) and C(max_bw_gbs)
+      (C(=== System : maxBw totalBw ===)), the link kinds and C(nvlink_gbs) (GRAPH lines); C(ib_unavailable): why the IB
+      transport could not be used (C(libibverbs), C(no_device), C(disabled)) with the line; C(dmabuf_available)."
   returned: always
   type: dict
-  sample: {net: Socket, net_name: Socket, hcas: [], gdr: false, intra: [P2P], evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"]}
+  sample: {net: Socket, net_name: Socket, hcas: [], gdr: false, intra: [P2P], evidence: ["vm:1401:1413 [1] NCCL INFO Using network Socket"],
+           env: {NCCL_P2P_DISABLE: '1'}, nnodes: 1, intra_by_host: {vm: {NET: 24, via: [NET/Socket]}},
+           topology: {vm: {total_bw_gbs: 370.8, max_bw_gbs: 370.8, links: [PCI, NVL], nvlink_gbs: 370.8}},
+           ib_unavailable: null, dmabuf_available: null}
 problems:
   description:
     - Lines of the output that could not be read - C(line) (number, or null for a JSON field), C(text) (the line or the
@@ -432,7 +446,7 @@ def run(module, params):
             raise ArgumentError('%s not found on PATH: install it or give launcher_path' % params['launcher'])
         launcher_options['%s_path' % params['launcher']] = path
     # The user's env wins over the debug defaults (library_env applies it last).
-    added = _nccl.library_env(params['env'], params['debug'])
+    added = _nccl.library_env(params['env'], params['debug'], params['launcher'])
     bench_options = dict((key, params[key]) for key, _flag in _nccl.BENCH_FLAGS)
     bench_options['extra_args'] = params['extra_args']
     tmpdir = tempfile.mkdtemp(prefix='collective_bench.')
@@ -479,6 +493,9 @@ def execute(cmd, added, timeout, json_path):
     else:
         status, failure = _nccl.outcome(parsed, launched.rc)
     result = result_of(parsed, status, failure)
+    # The library settings of the run (env and the debug defaults), so that a finding can name the one
+    # that made it slow (NCCL_P2P_DISABLE in env, say).
+    result['env'] = dict(sorted(added.items()))
     result.update(cmd=cmd, rc=launched.rc, stdout=stdout, stderr=stderr,
                   elapsed_s=round(launched.ended - launched.started, 3))
     return result

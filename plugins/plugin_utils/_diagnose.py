@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import LAYERS, finding
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, peer_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
@@ -32,8 +33,11 @@ FAR = BEYOND_GDR_LEVEL
 
 # ---------------------------------------------------------------------------- IB layer
 
-def ib_findings(host, ib):
+def ib_findings(host, ib, role_of=None):
+    """Port findings of one node; ``role_of``: module_utils/_rails.py roles() of the node (from
+    ``ib`` alone when not given: no GPU affinity, every device a compute rail)."""
     found = []
+    role_of = role_of if role_of is not None else _rails.roles(ib)
     for device in (ib or {}).get('devices') or []:
         ports = device.get('ports') or []
         for port in ports:
@@ -47,16 +51,26 @@ def ib_findings(host, ib):
                     'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'), why),
                     device=device['name']))
                 continue
+            # Peers of a port: the node's other ACTIVE ports of its model and role on its link layer
+            # (_rails.roles): a storage card's 100 GbE ports are not slow next to a 200 GbE one of another
+            # model. A 1X width is a fault in any role (a 4X link with lanes lost).
+            mine = role_of.get(device['name']) or {}
+            group = (_rails.model(device), mine.get('role'), port.get('link_layer'))
             others = [p.get('rate_gbps') for d in (ib or {}).get('devices') or [] for p in d.get('ports') or []
-                      if p is not port and p.get('state') == 'ACTIVE' and p.get('link_layer') == port.get('link_layer')
-                      and p.get('rate_gbps')]
+                      if p is not port and p.get('state') == 'ACTIVE' and p.get('rate_gbps')
+                      and (_rails.model(d), (role_of.get(d['name']) or {}).get('role'), p.get('link_layer')) == group]
             best = max(others) if others else None
             if port.get('width') == '1X' or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
                 found.append(finding(
                     F.IB_RATE_DEGRADED, host, subject,
-                    {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best},
-                    'the link trained at %s (%s), below the node\'s other %s ports (%s Gb/s): every test and every '
-                    'ring through it runs at this rate' % (port.get('rate'), port.get('width'), port.get('link_layer'), best or '?')))
+                    {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best, 'role': mine.get('role'),
+                     'model': list(group[0]) if group[0] else None},
+                    'the link trained at %s (%s)%s: every test and every ring through it runs at this rate' % (
+                        port.get('rate'), port.get('width'),
+                        ', below the node\'s other %s ports of its model and role (%s, %s Gb/s)' % (
+                            port.get('link_layer'), mine.get('role') or '?', best) if best and port.get('rate_gbps')
+                        and port['rate_gbps'] < best else ', on a single lane (1X)'),
+                    at=[('hca', host, device['name'])]))
             counters = dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS and v)
             if counters or port.get('counters_saturated'):
                 found.append(finding(
@@ -67,18 +81,29 @@ def ib_findings(host, ib):
             if port.get('link_layer') == 'Ethernet':
                 types = [g.get('type') for g in port.get('gids') or []]
                 if 'RoCE v2' not in types:
+                    # On a storage or management port no collective goes: said, not an error.
                     found.append(finding(
-                        F.ROCE_NO_V2_GID, host, subject, {'gid_types': types},
-                        'no RoCE v2 GID on the port (no IP address on its netdev, or RoCE v2 disabled): NCCL cannot '
-                        'pick a routable GID (NCCL_IB_GID_INDEX)'))
+                        F.ROCE_NO_V2_GID, host, subject, {'gid_types': types, 'role': mine.get('role')},
+                        'no RoCE v2 GID on the port (no IP address on its netdev, or RoCE v2 disabled): %s' % (
+                            'NCCL cannot pick a routable GID (NCCL_IB_GID_INDEX)' if _rails.is_compute(role_of, device['name'])
+                            else 'RDMA over it cannot be routed; it is a %s port (%s), not a compute rail' % (
+                                mine.get('role'), mine.get('why'))),
+                        severity=None if _rails.is_compute(role_of, device['name']) else 'info',
+                        at=[('hca', host, device['name'])]))
     return found
 
 
-def mtu_findings(nodes):
-    """Fleet rule: InfiniBand ports of different nodes with different active MTUs."""
+def mtu_findings(nodes, roles=None):
+    """Fleet rule: ports of the compute rails of different nodes with different active MTUs
+    (a storage or management port's MTU is its own network's: _rails.roles). ``roles``:
+    {host: _rails.roles()} where the caller has them."""
     seen = {}
     for host in sorted(nodes):
+        role_of = (roles or {}).get(host)
+        role_of = role_of if role_of is not None else _rails.node_roles(nodes[host])
         for device in (nodes[host].get('ib') or {}).get('devices') or []:
+            if not _rails.is_compute(role_of, device['name']):
+                continue
             for port in device.get('ports') or []:
                 mtu = port.get('active_mtu')
                 if port.get('link_layer') == 'Ethernet':
@@ -100,20 +125,6 @@ def mtu_findings(nodes):
 
 
 # ---------------------------------------------------------------------------- IB + GPU layer
-
-def _top_rates(ib):
-    return dict((d['name'], max([p.get('rate_gbps') or 0 for p in d.get('ports') or []] or [0])) for d in (ib or {}).get('devices') or [])
-
-
-def _models(ib):
-    """{hca: (hca_type, board_id, link layers)} where the model is known, else None."""
-    models = {}
-    for device in (ib or {}).get('devices') or []:
-        kind = (device.get('hca_type'), device.get('board_id'))
-        layers = tuple(sorted(set(p.get('link_layer') or '' for p in device.get('ports') or [])))
-        models[device['name']] = kind + layers if any(kind) else None
-    return models
-
 
 def gpu_net_path(gdr):
     """How NCCL moves this node's GPU buffers over the network, from the facts alone.
@@ -145,7 +156,8 @@ _PATH_WORDS = {
 }
 
 
-def gdr_findings(host, gdr, ib=None):
+def gdr_findings(host, gdr, ib=None, role_of=None):
+    """``role_of``: module_utils/_rails.py roles() of the node (from ``ib`` and ``gdr`` when not given)."""
     found = []
     gdr = gdr or {}
     kernel, ofed = gdr.get('kernel') or {}, gdr.get('ofed') or {}
@@ -204,17 +216,12 @@ def gdr_findings(host, gdr, ib=None):
                 for nic in gdr.get('nics') or [])
     close = [name for name, level in near.items() if level < len(DISTANCE_CLASSES) and DISTANCE_CLASSES[level] not in FAR]
     # Only a NIC of the compute rails: a storage or management NIC is meant to sit elsewhere.
-    # Rails are told by their model (hca_type, board_id), which a fault elsewhere cannot change;
-    # the rate only where the model is unknown, and then the rails' full rate: one rail trained
-    # down to a storage NIC's rate must not turn that NIC into a rail (a verdict on one NIC may
-    # not depend on a fault of another).
-    rates, models = _top_rates(ib), _models(ib)
-    rail_models = set(models.get(name) for name in close) - set([None])
-    rail_rate = max([rates.get(name) or 0 for name in close] or [0])
+    # Which NIC is a rail is _rails.roles' decision (by model, which a fault elsewhere cannot
+    # change; the rails' full rate only where the model is unknown).
+    role_of = role_of if role_of is not None else _rails.roles(ib, gdr)
     if len(close) >= 2:
-        for name, level in sorted(near.items()):
-            rail = (models.get(name) in rail_models) if models.get(name) and rail_models else rates.get(name) == rail_rate
-            if name not in close and level < len(DISTANCE_CLASSES) and rail:
+        for name, level in sorted(near.items(), key=lambda item: _rails.natural_key(item[0])):
+            if name not in close and level < len(DISTANCE_CLASSES) and _rails.is_compute(role_of, name):
                 found.append(finding(F.GPU_NIC_FAR, host, name, {'nearest_gpu_distance': DISTANCE_CLASSES[level]},
                                      '%s has no GPU nearer than %s while the node\'s other NICs sit under a GPU\'s PCIe switch: '
                                      'a GPU whose rail it is reaches it across the socket' % (name, DISTANCE_CLASSES[level]),
@@ -368,39 +375,127 @@ def bench_findings(bench):
     return found
 
 
+# NCCL variables that forbid a transport between GPUs of one node (NCCL docs, Environment Variables):
+# NCCL_P2P_DISABLE=1, NCCL_P2P_LEVEL=LOC (or 0: P2P only within one GPU), NCCL_SHM_DISABLE=1.
+_NO_P2P_VALUES = {'NCCL_P2P_DISABLE': ('1',), 'NCCL_P2P_LEVEL': ('LOC', '0'), 'NCCL_SHM_DISABLE': ('1',)}
+# NVIDIA/nccl#1676: up to this release NCCL needs the memory_peers client of nv_peer_mem.
+NCCL_PEERMEM_CLIENT_ONLY = (2, 22, 3)
+
+
+def _variables(*envs):
+    """{name: value} of the variables that forbid P2P or SHM, from the run's environment and what NCCL says it saw."""
+    found = {}
+    for env in envs:
+        for name, values in _NO_P2P_VALUES.items():
+            value = str((env or {}).get(name, '')).strip().upper()
+            if value in values and name not in found:
+                found[name] = (env or {}).get(name)
+    return found
+
+
+def _gpus_not_p2p(host, intra, interconnect, envs, subject='collective'):
+    """COLLECTIVE_GPUS_NOT_P2P for one host's connections between its own GPUs, or None.
+
+    A network transport between two GPUs of one node is never right; host memory (SHM) is NCCL's
+    normal choice between GPUs that share no P2P path (across CPU sockets), not between GPUs that
+    NVLink joins."""
+    kinds = intra.get('kinds') or {}
+    if not kinds or intra.get('direct'):
+        return None
+    nvlink = bool(interconnect and interconnect.get('kind') == 'NVLink')
+    if 'NET' not in kinds and not nvlink:
+        return None
+    variables = _variables(*envs)
+    used = ', '.join(intra.get('via') or sorted(kinds))
+    count = sum(kinds.values())
+    joined = ('their NVLink (%s)' % interconnect['basis']) if nvlink else 'peer-to-peer'
+    if variables:
+        why = '%s %s set in the run\'s environment, so NCCL may not use %s between them' % (
+            ' and '.join('%s=%s' % item for item in sorted(variables.items())), 'is' if len(variables) == 1 else 'are',
+            'peer-to-peer or shared memory' if 'NCCL_SHM_DISABLE' in variables else 'peer-to-peer')
+    else:
+        why = ('nothing in the run\'s environment forbids P2P: NCCL found peer-to-peer between these GPUs impossible (PCIe ACS '
+               'redirecting P2P to the root complex, an IOMMU translating DMA, GPUs behind different root complexes, or '
+               'processes that cannot share CUDA IPC)')
+    return finding(F.COLLECTIVE_GPUS_NOT_P2P, host, subject,
+                   {'connections': kinds, 'via': intra.get('via'), 'variables': variables,
+                    'interconnect': interconnect},
+                   'the GPUs of %s talked to each other via %s (%d connection(s)), not peer-to-peer over %s: %s'
+                   % (host, used, count, joined, why),
+                   remedy='env' if variables else None, variables=', '.join(sorted(variables)) or '-',
+                   at=[('gpus', host)])
+
+
 def _local_collective_findings(local):
-    """Per-node collectives (fabric_collective launcher local): each node against its peers and
-    against the expectation when one was given."""
+    """Per-node collectives (fabric_collective launcher local): each node against its GPUs' own
+    interconnect (NCCL's topology of the run: NVLink), the given expectation, and its peers."""
     found = []
     local = local or {}
     for host, entry in sorted((local.get('hosts') or {}).items()):
         verdict = entry.get('verdict') or {}
         status = verdict.get('status')
         evidence = {'busbw_gbs': entry.get('busbw_gbs'), 'peer_median_gbs': entry.get('peer_median_gbs'),
-                    'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': local.get('expected_gbs'),
-                    'failure': entry.get('failure'), 'wrong_total': entry.get('wrong_total')}
+                    'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': verdict.get('expected_gbs', local.get('expected_gbs')),
+                    'expected_basis': verdict.get('basis'), 'failure': entry.get('failure'),
+                    'wrong_total': entry.get('wrong_total'), 'intra': entry.get('intra')}
         subject = entry.get('benchmark') or 'collective'
+        path = [('node', host), ('gpus', host)]
         if status in ('failed', 'corrupt'):
             code = F.COLLECTIVE_DATA_CORRUPTION if status == 'corrupt' else F.COLLECTIVE_FAILED
             found.append(finding(code, host, subject, evidence,
                                  'the collective over the GPUs of %s: %s' % (host, '; '.join(verdict.get('reasons') or [status])),
                                  remedy='missing_binary' if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
-                                 else 'node'))
+                                 else 'node', path=path))
             continue
+        own = (entry.get('intra') or {})
+        # The run was over this node only: its connections are between its own GPUs, whatever NCCL's host name.
+        intra = next((own[name] for name in sorted(own)), {}) if len(own) == 1 else own.get(host) or {}
+        root = _gpus_not_p2p(host, intra, entry.get('interconnect'), ((entry.get('env') or {}),
+                             ((entry.get('transport') or {}).get('env') or {})), subject)
+        if root:
+            found.append(root)
         if status in ('warning', 'low'):
-            found.append(finding(F.COLLECTIVE_BUSBW_LOW, host, subject, evidence, '; '.join(verdict.get('reasons') or []),
-                                 severity='warning' if status == 'warning' else 'error', remedy='node'))
+            found.append(finding(F.COLLECTIVE_BUSBW_LOW, host, subject, evidence,
+                                 '; '.join(verdict.get('reasons') or []) + (
+                                     ' (%s)' % verdict['basis'] if verdict.get('basis') else ''),
+                                 severity='warning' if status == 'warning' else 'error', remedy='node', path=path))
         if entry.get('slow'):
+            mine = ', '.join(intra.get('via') or []) or 'unknown'
+            peers = sorted(set(via for other, item in (local.get('hosts') or {}).items() if other != host
+                               for found_intra in (item.get('intra') or {}).values() for via in found_intra.get('via') or []))
+            differs = ('its GPUs talked via %s, its peers\' via %s' % (mine, ', '.join(peers))
+                       if peers and mine != 'unknown' and set(intra.get('via') or []) != set(peers) else
+                       'NCCL\'s log shows the same transports as its peers\': the GPUs, their links or clocks differ')
             found.append(finding(F.COLLECTIVE_NODE_SLOW, host, subject, evidence,
                                  'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
-                                 'below %.0f %% is slow): something on this node differs'
+                                 'below %.0f %% is slow): %s'
                                  % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),
-                                    entry.get('peer_median_gbs') or 0, 100 * local.get('healthy_ratio', HEALTHY_RATIO))))
+                                    entry.get('peer_median_gbs') or 0, 100 * local.get('healthy_ratio', HEALTHY_RATIO), differs),
+                                 path=path))
     return found
+
+
+def _nccl_release(versions):
+    """(major, minor, patch) of the run's NCCL ('2.21.5+cuda12.4'), or None."""
+    text = str((versions or {}).get('library_version') or '')
+    parts = text.split('+')[0].split('.')
+    try:
+        return tuple(int(part) for part in parts[:3]) if len(parts) >= 3 else None
+    except ValueError:
+        return None
+
+
+def _run_host(name, nodes):
+    """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
+    if name in nodes:
+        return name
+    matches = [host for host in nodes if host.split('.')[0] == name]
+    return matches[0] if len(matches) == 1 else None
 
 
 def collective_findings(collective, nodes=None):
     found = []
+    nodes = nodes or {}
     skipped = (collective or {}).get('skipped')
     if skipped:
         # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
@@ -408,30 +503,90 @@ def collective_findings(collective, nodes=None):
                              'the collective benchmark did not run: %s' % skipped))
     fleet = (collective or {}).get('fleet') or {}
     verdict = fleet.get('verdict') or {}
+    transport = fleet.get('transport') or {}
+    run_hosts = [host for host in (_run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
+    # A fleet run's path: every node of it, their GPUs and the HCAs NCCL used.
+    hcas = [name.split(':')[0] for name in transport.get('hcas') or []]
+    path = [('node', host) for host in run_hosts] + [('gpus', host) for host in run_hosts] + [
+        ('hca', host, hca) for host in run_hosts for hca in hcas]
     if verdict.get('status') in ('warning', 'low', 'corrupt', 'failed'):
         code = {'corrupt': F.COLLECTIVE_DATA_CORRUPTION, 'failed': F.COLLECTIVE_FAILED}.get(verdict['status'], F.COLLECTIVE_BUSBW_LOW)
         severity = 'warning' if verdict['status'] == 'warning' else 'error'
         found.append(finding(code, None, fleet.get('benchmark') or 'collective',
                              {'busbw_gbs': verdict.get('busbw_gbs'), 'expected_gbs': verdict.get('expected_gbs'),
-                              'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total')},
-                             '; '.join(verdict.get('reasons') or []), severity=severity))
-    transport = fleet.get('transport') or {}
-    ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in (nodes or {}).items()
+                              'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total'),
+                              'gdr': transport.get('gdr'), 'net': transport.get('net')},
+                             '; '.join(verdict.get('reasons') or []), severity=severity, path=path))
+    ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in nodes.items()
                  if (node.get('gdr') or {}).get('gpus'))
-    if transport.get('net') == 'IB' and transport.get('gdr') is False and ready and all(ready.values()):
+    gdr_via = None
+    if transport.get('gdr') is True:
+        # NCCL registers GPU buffers with dma-buf where both the GPU (init.cc 'DMA-BUF is available on GPU
+        # device') and the NIC support it, else through the peer-memory client (src/transport/net_ib.cc).
+        gdr_via = 'dma-buf' if transport.get('dmabuf_available') else 'peer memory'
+    release = _nccl_release(fleet.get('versions'))
+    trapped = []
+    if transport.get('net') == 'IB' and release and release <= NCCL_PEERMEM_CLIENT_ONLY:
+        for host in run_hosts:
+            paths = (((nodes.get(host) or {}).get('gdr') or {}).get('peer_memory') or {}).get('paths') or {}
+            nvidia = paths.get('nvidia') or {}
+            if nvidia.get('detected') and str(nvidia.get('evidence') or '').startswith('/sys/module/'):
+                trapped.append(host)
+                found.append(finding(
+                    F.COLLECTIVE_NCCL_PEERMEM_NAME, host, 'nccl %s' % '.'.join(str(part) for part in release),
+                    {'nccl': (fleet.get('versions') or {}).get('library_version'), 'peer_memory': nvidia.get('evidence'),
+                     'module': nvidia.get('module_loaded'), 'gdr_in_run': transport.get('gdr')},
+                    'NCCL %s looks for the memory_peers client of nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem/version) '
+                    'and does not know %s, which registers none on %s (%s only): it turns GPUDirect RDMA off there and every '
+                    'message is copied through host memory' % ((fleet.get('versions') or {}).get('library_version'),
+                                                                nvidia.get('module_loaded') or 'nvidia_peermem', host,
+                                                                nvidia.get('evidence')),
+                    at=[('node', host)]))
+    if transport.get('net') == 'IB' and transport.get('gdr') is False and ready and (all(ready.values()) or trapped):
         # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
         # settings or environment, not the nodes (NCCL_NET_GDR_LEVEL below the GPU<->NIC distance,
-        # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set).
+        # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set),
+        # or a NCCL too old for the node's peer-memory module.
         found.append(finding(F.COLLECTIVE_GDR_NOT_USED, None, 'transport',
-                             {'evidence': transport.get('evidence'), 'gdr_ready': ready},
-                             'the collective ran over IB without GPUDirect RDMA although gdr_facts finds every node '
-                             'GPUDirect-RDMA ready: data went through host memory'))
+                             {'evidence': transport.get('evidence'), 'gdr_ready': ready, 'hcas': transport.get('hcas')},
+                             'the collective ran over IB without GPUDirect RDMA (NCCL: "GPU Direct RDMA Disabled" for %s) '
+                             'although gdr_facts finds every node GPUDirect-RDMA ready: data went through host memory'
+                             % (', '.join(hcas) or 'its HCAs'), path=path))
+    rdma_hosts = [host for host in run_hosts if ((nodes.get(host) or {}).get('ib') or {}).get('devices')]
     if transport.get('net') == 'Socket' and fleet.get('hosts') and len(fleet['hosts']) > 1:
+        unavailable = transport.get('ib_unavailable') or {}
+        why = {'libibverbs': 'NCCL could not load libibverbs ("%s"): rdma-core\'s verbs library is missing where the job '
+                             'runs (a container, a node without the OFED or rdma-core user space)',
+               'no_device': 'NCCL found no RDMA device ("%s"): the job does not see /dev/infiniband (a container without the '
+                            'devices) or NCCL_IB_HCA names none of the HCAs',
+               'disabled': 'NCCL_IB_DISABLE=1 is set in the job\'s environment (%s)'}.get(unavailable.get('reason'))
         found.append(finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
-                             {'evidence': transport.get('evidence')}, 'NCCL used TCP sockets across nodes, not RDMA'))
+                             {'evidence': transport.get('evidence'), 'ib_unavailable': unavailable or None,
+                              'rdma_hosts': rdma_hosts},
+                             'NCCL used TCP sockets across nodes, not RDMA%s' % (
+                                 (': ' + why % unavailable.get('line')) if why else ''),
+                             remedy=unavailable.get('reason') if unavailable.get('reason') in ('libibverbs', 'disabled') else None,
+                             at=[('node', host) for host in rdma_hosts or run_hosts], path=path))
+    # GPUs of one node that did not talk peer-to-peer in the fleet run (its connection lines by host).
+    interconnects = dict((name, _collective_interconnect(transport, name)) for name in (transport.get('intra_by_host') or {}))
+    for name, intra in sorted(intra_node(transport).items()):
+        host = _run_host(name, nodes)
+        if host is None:
+            continue
+        root = _gpus_not_p2p(host, intra, interconnects.get(name), (transport.get('env') or {},), fleet.get('benchmark') or 'collective')
+        if root:
+            found.append(root)
+    if gdr_via and fleet:
+        found.append(finding(F.COLLECTIVE_GDR_PATH, None, 'transport', {'gdr_via': gdr_via, 'hcas': transport.get('hcas')},
+                             'the collective used GPUDirect RDMA through %s' % gdr_via))
     found.extend(_local_collective_findings((collective or {}).get('nodes')))
     found.extend(search_findings((collective or {}).get('search')))
     return found
+
+
+def _collective_interconnect(transport, name):
+    topology = ((transport or {}).get('topology') or {}).get(name)
+    return gpu_interconnect({'topology': {name: topology}}) if topology else None
 
 
 # ---------------------------------------------------------------------------- roots and symptoms
@@ -508,15 +663,17 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     findings = []
     # Only nodes with facts are judged by the rules; a node without is named by its failure.
     judged = dict((host, node) for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
+    # What each HCA is for (compute rail, storage, management): one decision per node, for every rule.
+    roles = dict((host, _rails.node_roles(node)) for host, node in judged.items())
     for host in sorted(judged):
-        findings.extend(ib_findings(host, judged[host].get('ib')))
-        findings.extend(roce_findings(host, judged[host].get('roce')))   # RoCE lossless
-    findings.extend(mtu_findings(judged))
-    findings.extend(fleet_findings(judged))
+        findings.extend(ib_findings(host, judged[host].get('ib'), roles[host]))
+        findings.extend(roce_findings(host, judged[host].get('roce'), roles[host]))   # RoCE lossless
+    findings.extend(mtu_findings(judged, roles))
+    findings.extend(fleet_findings(judged, roles=roles))
     findings.extend(bench_findings(bench) if bench else [])
     findings.extend(fabric_findings(judged, bench))   # fabric beyond the node
     for host in sorted(judged):
-        findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib')))
+        findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib'), roles[host]))
         findings.extend(host_findings(host, judged[host].get('gdr')))
     findings.extend(collective_findings(collective, judged) if collective else [])
     findings.extend(failure_findings(failures))

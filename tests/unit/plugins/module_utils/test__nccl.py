@@ -273,7 +273,7 @@ def test_local_argv_is_the_benchmark_alone():
 
 def test_library_env():
     assert _nccl.library_env({'NCCL_IB_HCA': 'mlx5_0', 'NCCL_DEBUG': 'WARN', 'NCCL_P2P_DISABLE': True}, True) == {
-        'NCCL_IB_HCA': 'mlx5_0', 'NCCL_DEBUG': 'WARN', 'NCCL_DEBUG_SUBSYS': 'INIT,NET', 'NCCL_P2P_DISABLE': '1'}
+        'NCCL_IB_HCA': 'mlx5_0', 'NCCL_DEBUG': 'WARN', 'NCCL_DEBUG_SUBSYS': 'INIT,NET,ENV', 'NCCL_P2P_DISABLE': '1'}
     assert _nccl.library_env({}, False) == {}
 
 

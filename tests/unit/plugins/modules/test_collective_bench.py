@@ -164,7 +164,7 @@ def test_local_run_argv_env_and_result(monkeypatch, tools):
                                 '-w', '1', '-d', 'float', '-o', 'sum', '-c', '1', '-z', '0', '-T', '60']]
     assert processes.helps == [['/usr/bin/all_reduce_perf', '-h']]
     env = processes.envs[0]
-    assert (env['NCCL_DEBUG'], env['NCCL_DEBUG_SUBSYS'], env['NCCL_NVLS_ENABLE'], env['LC_ALL']) == ('INFO', 'INIT,NET', '0', 'C')
+    assert (env['NCCL_DEBUG'], env['NCCL_DEBUG_SUBSYS'], env['NCCL_NVLS_ENABLE'], env['LC_ALL']) == ('INFO', 'INIT,NET,ENV,GRAPH', '0', 'C')
     assert result['status'] == 'ok'
     assert result['avg_busbw_gbs'] == 87.6407
     assert result['transport']['gdr'] is False
