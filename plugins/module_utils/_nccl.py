@@ -597,6 +597,11 @@ def parse_text(stdout, stderr=''):
         last_row = position
     parsed['transport'] = _transport(info)
     parsed['transport'].update(gpu_evidence(info, parsed['ranks']))
+    if not parsed['transport']['ib_unavailable'] or parsed['transport']['ib_unavailable']['reason'] != 'libibverbs':
+        # ibvwrap.cc prints it as a warning: 'misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]'.
+        missing = next((line for line in lines if _NO_VERBS_RE.search(line)), None)
+        if missing:
+            parsed['transport']['ib_unavailable'] = {'reason': 'libibverbs', 'line': missing.strip()[:TEXT_MAX]}
     # A run that printed its Avg line finished: a stray 'NCCL WARN' before it was not fatal. Nor was
     # one before a result row: the benchmark went on ('Failed to open libibverbs', nccl-tests issue 82).
     if not parsed['complete']:

@@ -27,6 +27,8 @@ counters, a switch port, a firmware bug): GF_SIM_NCCL_SLOW=F scales the peak of 
 nodes that includes the node by F; GF_SIM_NCCL_SLOW_WITH=host[,host] does so (by
 GF_SIM_NCCL_SLOW, default 0.3) only when one of those hosts is in the run too (a bad pair).
 GF_SIM_NCCL_LOG=file and GF_SIM_NCCL_DELAY=seconds log when each run started and ended.
+GF_SIM_NCCL_REPLAY=file prints a real run's captured output instead. Runs over one node's GPUs print NCCL's
+ENV, GRAPH and connection lines of the real 4 x H200 runs, and follow NCCL_P2P_DISABLE / NCCL_SHM_DISABLE.
 
 mpirun: -np/-n, --host/-H host[:slots],..., -x NAME[=VALUE], --mca K V and the usual
 switches; hosts are looked up in $GF_SIM_HOSTS (JSON written by tests/sim/cluster.py);
@@ -101,6 +103,51 @@ def nodes_from_env(opts):
     return [{'host': host, 'root': root, 'ranks': 1, 'env': dict(os.environ)}]
 
 
+# Between two GPUs of one node NCCL uses P2P over NVLink, SHM with NCCL_P2P_DISABLE=1, and its network
+# transport looped back (NET/Socket) with NCCL_SHM_DISABLE=1 too; the real 4 x H200 runs measured 328.62,
+# 27.83 and 3.67 GB/s (tests/fixtures/real/h200x4-split/).
+INTRA_FACTOR = {'P2P': 1.0, 'SHM': 27.83 / 328.62, 'NET': 3.67 / 328.62}
+# NCCL's topology of a simulated GPU (GRAPH lines): its NVLink total, as the H200 node printed it (the
+# other vendors': about 10 % above their simulated peak, the share the H200 run reached).
+TOPOLOGY_GBS = {'nvidia': 370.8, 'amd': 336.0, 'metax': 165.0}
+
+
+def intra_transport(env):
+    p2p_off = str(env.get('NCCL_P2P_DISABLE', '')) == '1' or str(env.get('NCCL_P2P_LEVEL', '')).upper() in ('LOC', '0')
+    if not p2p_off:
+        return 'P2P'
+    return 'NET' if str(env.get('NCCL_SHM_DISABLE', '')) == '1' else 'SHM'
+
+
+def local_info(node, vendor, ranks):
+    """The INFO lines of a run over one node's GPUs that say how they talked, in the real run's texts
+    (tests/fixtures/real/h200x4-split/nodeA.txt, nodeB.txt): the settings NCCL saw (ENV), its topology
+    (GRAPH), the communicator and one connection per pair of neighbours."""
+    env = node.get('env') or {}
+    host = node['host']
+    kind = intra_transport(env)
+    total = float(env.get('GF_SIM_NVLINK_GBS') or TOPOLOGY_GBS.get(vendor, 100.0))
+    for rank in range(ranks):
+        tag = '%s:1000:%d [%d] NCCL INFO ' % (host, 1010 + rank, rank)
+        for name in ('NCCL_P2P_DISABLE', 'NCCL_P2P_LEVEL', 'NCCL_SHM_DISABLE'):
+            if name in env:
+                print(tag + '%s set by environment to %s.' % (name, env[name]))
+        print(tag + '=== System : maxBw %.1f totalBw %.1f ===' % (total if kind == 'P2P' else (48.0 if kind == 'SHM' else 1.2), total))
+        print(tag + 'CPU/0-0 (1/1/1)')
+        for gpu in range(ranks):
+            print(tag + '+ PCI[48.0] - GPU/0-%x0 (%d)' % (6 + gpu, gpu))
+            print(tag + '              + NVL[%.1f] - NVS/0-0' % total)
+        print(tag + '==========================================')
+        nodes = ranks if kind == 'NET' else 1
+        print(tag + 'comm 0x55d07d1557d0 rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL 0'
+              % (rank, ranks, nodes, ranks // nodes, rank if nodes == 1 else 0))
+    for rank in range(ranks if ranks > 1 else 0):
+        peer = (rank + 1) % ranks
+        tag = '%s:1000:%d [%d] NCCL INFO ' % (host, 1020 + rank, rank)
+        via = {'P2P': 'via P2P/direct pointer', 'SHM': 'via SHM/direct/direct', 'NET': '[send] via NET/Socket/0'}[kind]
+        print(tag + 'Channel 00/0 : %d[%d] -> %d[%d] %s' % (rank, rank, peer, peer, via))
+
+
 def slow_factor(nodes):
     """The slowest factor a node's GF_SIM_NCCL_SLOW(_WITH) puts on a run across ``nodes``."""
     names = set(n['host'] for n in nodes)
@@ -117,6 +164,13 @@ def slow_factor(nodes):
 
 def main_perf(bench, argv):
     opts = parse_args(argv)
+    replay = os.environ.get('GF_SIM_NCCL_REPLAY')
+    if replay:
+        # A real run's whole output, as it was captured (tests/fixtures/real/...): the same evidence as on
+        # the real node, through the same module and playbook.
+        with open(replay) as handle:
+            sys.stdout.write(handle.read())
+        return 0
     gpus_per_rank = int(opts['g']) * int(opts['t'])
     nodes = nodes_from_env(opts)
     info = [node_peak(n['root']) for n in nodes]
@@ -157,6 +211,8 @@ def main_perf(bench, argv):
             if multi and hcas:
                 via = 'via NET/IB/0' + ('/GDRDMA' if gdr_ok else '')
                 print(tag + 'Channel 00/0 : 0[0] -> 1[0] [send] %s' % via)
+        if not multi:
+            local_info(nodes[0], info[0][2], total_ranks)
     # GF_SIM_NCCL_LOG (a node's env): each run appends {hosts, start, end} there, after sleeping
     # GF_SIM_NCCL_DELAY seconds, so a test can see which runs overlapped in time.
     log = next((n['env']['GF_SIM_NCCL_LOG'] for n in nodes if (n.get('env') or {}).get('GF_SIM_NCCL_LOG')), None)
@@ -176,6 +232,7 @@ def main_perf(bench, argv):
         # GF_SIM_NVLINK_GBS: a node whose GPU links are slower than its peers' (an NVLink down,
         # GPUs on PCIe), seen only by comparing per-node runs.
         peak = float(nodes[0].get('env', {}).get('GF_SIM_NVLINK_GBS') or NVLINK_GBS.get(info[0][2], 100.0))
+        peak *= INTRA_FACTOR[intra_transport(nodes[0].get('env') or {})]
     wrong = sum(int(n.get('env', {}).get('GF_SIM_NCCL_WRONG') or 0) for n in nodes)
     factor = BUS_FACTOR.get(bench, BUS_FACTOR['all_reduce_perf'])(max(total_ranks, 2))
     redop = REDOP.get(bench, 'none')

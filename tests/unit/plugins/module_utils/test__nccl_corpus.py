@@ -78,6 +78,8 @@ CORPUS = [
      None),
     (I + ('nccl_1537_roce_gdr_disabled_two_hcas.txt',), 0, None, None, None, 0, 'failed', 'unparsed',
      ('IB', False, ['mlx5_0:1', 'mlx5_1:1'], []), None),
+    (I + ('nccl_tests_293_dmabuf_gdrdma_two_nodes.txt',), 2, (1073741824, 6.44, 6.43), 2.36313, 0, 2, 'ok', None,
+     ('IB', True, ['mlx5_0:1'], []), None),
     (I + ('nccl_988_ibext_sharp_8hca.txt',), 0, None, None, None, 0, 'failed', 'unparsed',
      ('IB', None, ['mlx5_%d:1' % index for index in range(8)], []), None),
     (I + ('nccl_tests_29_socket_and_ib_using_multi_host.txt',), 0, None, None, None, 0, 'failed', 'unparsed',
@@ -95,10 +97,16 @@ CORPUS = [
      ('Socket', False, [], ['P2P']), None),
     (('real', 'h200x2', 'all_reduce.json'), 28, (1073741824, 327.22, 326.81), 87.6407, 0, 1, 'ok', None, NO_NET, None),
     (('real', 'h200x2', 'all_reduce_bad_g3.txt'), 0, None, None, None, 0, 'failed', 'invalid_usage', NO_NET, None),
+    # One 4 x H200 host split in two (real/h200x4-split/README.md): P2P, NET/Socket and SHM between two GPUs of one node.
+    (('real', 'h200x4-split', 'nodeA.txt'), 6, (1073741824, 325.92, 328.62), 215.69, 0, 2, 'ok', None, ('Socket', False, [], ['P2P']),
+     None),
+    (('real', 'h200x4-split', 'nodeB.txt'), 6, (1073741824, 3.21, 3.64), 3.26209, 0, 2, 'ok', None, ('Socket', False, [], []), None),
+    (('real', 'h200x4-split', 'nodeB_shm.txt'), 6, (1073741824, 27.83, 27.68), 24.9172, 0, 2, 'ok', None,
+     ('Socket', False, [], ['SHM']), None),
 ]
 
 # The kinds of fixture the corpus covers: every file of these directories, and these name patterns elsewhere.
-CORPUS_GLOBS = ('public/nccl_tests/*', 'public/nccl_info/*', 'seeds/000_mccl_*', 'real/h200x2/all_*')
+CORPUS_GLOBS = ('public/nccl_tests/*', 'public/nccl_info/*', 'seeds/000_mccl_*', 'real/h200x2/all_*', 'real/h200x4-split/node*')
 
 
 @pytest.mark.parametrize('parts, rows, last, avg, wrong_total, ranks, status, kind, transport, problem_line', CORPUS,
