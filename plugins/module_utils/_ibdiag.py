@@ -60,12 +60,38 @@ _ND_PORT_RE = re.compile(r'^\[(?P<port>\d{1,3})\](?:\((?P<pguid>[0-9a-fA-F]{1,16
                          r'\[(?P<rport>\d{1,3})\](?:\((?P<rpguid>[0-9a-fA-F]{1,16})\))?\s*#\s*'
                          r'(?:lid\s+(?P<mylid>\d{1,5})\s+lmc\s+\d+\s+)?"(?P<desc>[^"]*)"\s+lid\s+(?P<lid>\d{1,5})'
                          r'(?:\s+(?P<width>\d{1,2})x(?P<speed>[A-Z0-9]+))?', re.A)
+# ibnetdiscover -p (ports report, ibnetdiscover.c dump_ports_report()): one line per port,
+#   "%2s %5d %2d 0x%016" PRIx64 " %s %s" (type SW/CA/RT, LID - the switch's base LID or the CA port's -,
+#   port, port GUID, width "1x".."12x" or "??", speed "SDR".."XDR" or "???"), then for a connected port
+#   " - %2s %5d %2d 0x%016" PRIx64 " ( '%s' - '%s' )" (the peer and both node descriptions), else
+#   "%36s'%s'" (the node description alone). Real lines: tests/fixtures/public/ibnetdiscover/*ports*.
+_ND_PORTS_RE = re.compile(
+    r'^(?P<type>SW|CA|RT|\?\?)\s+(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\s+(?P<guid>0x[0-9a-fA-F]{1,16})\s+'
+    r'(?P<width>\d{1,2}x|\?\?)\s+(?P<speed>[A-Z0-9]{3,5}|\?\?\?)\s*'
+    r'(?:-\s+(?P<ptype>SW|CA|RT|\?\?)\s+(?P<plid>\d{1,5})\s+(?P<pport>\d{1,3})\s+(?P<pguid>0x[0-9a-fA-F]{1,16})\s+'
+    r"\(\s*'(?P<desc>.*)'\s+-\s+'(?P<pdesc>.*)'\s*\)"
+    r"|'(?P<odesc>.*)')\s*$", re.A)
+_ND_PORTS_KIND = {'SW': 'switch', 'CA': 'ca', 'RT': 'router'}
 
 # sminfo.c: "sminfo: sm lid %d sm guid 0x%" PRIx64 ", activity count %u priority %d state %d %s"
 _SMINFO_RE = re.compile(r'sminfo:\s+sm lid\s+(?P<lid>0x[0-9a-fA-F]+|\d{1,5})\s+sm guid\s+(?P<guid>' + _GUID + r'),\s*'
                         r'activity count\s+(?P<activity>\d{1,10})\s+priority\s+(?P<priority>\d{1,2})'
                         r'(?:\s+state\s+(?P<state>\d)\s*(?P<state_name>SMINFO_[A-Z]+)?)?', re.A)
+_SMINFO_COMPLETE_RE = re.compile(r'\bstate\s+\d\b', re.A)
 SM_STATES = {0: 'SMINFO_NOTACTIVE', 1: 'SMINFO_DISCOVERING', 2: 'SMINFO_STANDBY', 3: 'SMINFO_MASTER'}
+
+# saquery.c dump_sm_info_record() (saquery SMIR: the SMInfoRecord of every SM the master's SA knows,
+# its own and every remote SM it found - opensm osm_sa_sminfo_record.c osm_smir_rcv_process()):
+#   "SMInfoRecord dump:" then tab-indented "RID", "LID...................%u", "SMInfo dump:",
+#   "GUID..................0x%016" PRIx64, "SM_Key................0x%016" PRIx64, "ActCount..............%u",
+#   "Priority..............%u", "SMState...............%u".
+_SMIR_HEADER = 'SMInfoRecord dump:'
+_SMIR_FIELD_RE = re.compile(r'^(?P<name>LID|GUID|SM_Key|ActCount|Priority|SMState)\.{2,}\s*(?P<value>0x[0-9a-fA-F]{1,16}|\d{1,10})\s*$', re.A)
+_SMIR_LABELS = ('RID', 'SMInfo dump:')
+# Lines a failed SA query leaves (ibdiag_sa.c IBWARN, saquery.c get_any_records "Query SA failed: %s").
+_DIAG_ERROR_RE = re.compile(r'^(?:ibwarn:|ibpanic:|iberror:|\S+: iberror:|Query SA failed|ERROR: Query result|Failed to)', re.A)
+# How many unread lines a parser keeps (each is counted; the facts stay small on a garbage input).
+UNREAD_KEPT = 50
 
 # perfquery.c: "# Port counters: Lid %d port %d (CapMask: ...)" / "# Port extended counters: ...",
 # then "Name:....value" lines (libibmad dump of PortCounters / PortCountersExtended).
@@ -182,6 +208,10 @@ def parse_ibnetdiscover(text):
         if not line or line.startswith('#') or '=' in line.split(' ', 1)[0] or line == 'Non-Chassis Nodes' \
                 or line.startswith('Chassis'):
             continue
+        match = _ND_PORTS_RE.match(line)
+        if match:
+            links.append(_ports_line(nodes, match))
+            continue
         match = _ND_NODE_RE.match(line)
         if match:
             kind = {'Switch': 'switch', 'Ca': 'ca', 'Rt': 'router'}[match.group('type')]
@@ -213,6 +243,32 @@ def parse_ibnetdiscover(text):
             'gbps': round(width * lane, 4) if width and lane else None,
             'could_be': {'width': None, 'lane_gbps': None}, 'source': 'ibnetdiscover'})
     return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+
+
+def _ports_line(nodes, match):
+    """One line of ``ibnetdiscover -p`` -> a link (its peer None when the port has no remote port).
+    The GUIDs are port GUIDs: a switch's is its node GUID (all its ports share port 0's), a CA
+    port's is the GUID of that port, which host_ports() of plugin_utils/_fabric.py maps too."""
+    node_id = guid(match.group('guid'))
+    lid, port = int(match.group('lid')), int(match.group('port'))
+    desc = (match.group('desc') if match.group('desc') is not None else match.group('odesc')).strip()
+    _add_node(nodes, node_id, _ND_PORTS_KIND.get(match.group('type')), node_id, desc, lid)
+    peer = None
+    if match.group('pguid'):
+        pid, plid = guid(match.group('pguid')), int(match.group('plid'))
+        _add_node(nodes, pid, _ND_PORTS_KIND.get(match.group('ptype')), pid, match.group('pdesc').strip(), plid)
+        peer = _end(pid, plid, int(match.group('pport')), match.group('pdesc').strip(), pid)
+    # Width and speed of a port without a remote port are stale PortInfo fields, not a trained link.
+    width = int(match.group('width')[:-1]) if peer and match.group('width') != '??' else None
+    speed = match.group('speed') if peer and match.group('speed') in LANE_GBPS else None
+    lane = LANE_GBPS.get(speed)
+    return {'a': _end(node_id, lid, port, desc, node_id), 'b': peer,
+            # A port with a remote port was discovered through it, so its link is up; of one without,
+            # ibnetdiscover says nothing (iblinkinfo gives the state).
+            'state': 'Active' if peer else None, 'phys_state': 'LinkUp' if peer else None,
+            'width': '%dX' % width if width else None, 'lanes': width, 'lane_gbps': lane, 'speed': speed,
+            'gbps': round(width * lane, 4) if width and lane else None,
+            'could_be': {'width': None, 'lane_gbps': None}, 'source': 'ibnetdiscover'}
 
 
 def _end_key(end):
@@ -288,46 +344,127 @@ def topology(linkinfo=None, netdiscover=None):
     return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
 
 
+def _unread(unparsed, number, line):
+    if len(unparsed) < UNREAD_KEPT:
+        unparsed.append({'line': number, 'text': line[:200]})
+
+
 def parse_sminfo(text):
-    """sminfo output (one or more records; a record wrapped over two lines is joined) ->
-    {'sms': [{'lid', 'guid', 'activity', 'priority', 'state', 'state_name'}], 'errors': [...]}."""
+    """sminfo output (one or more records) -> {'sms': [{'lid', 'guid', 'activity', 'priority', 'state',
+    'state_name'}], 'errors': [...], 'unparsed': [{'line', 'text'}], 'unparsed_count'}.
+
+    A record wrapped over several lines (a mail client breaks it anywhere: after 'activity count
+    6881', after 'priority 0') is joined with the lines that follow until it holds its state. A
+    record whose state never comes is listed in ``unparsed`` with a state of None, never given one."""
     lines = [line.rstrip() for line in (text or '').splitlines()]
-    joined, errors = [], []
-    for line in lines:
-        if joined and joined[-1].startswith('sminfo: sm lid') and not _SMINFO_RE.search(joined[-1]) \
-                and re.match(r'^\s*priority\b', line):
-            joined[-1] = joined[-1] + ' ' + line.strip()
-        else:
-            joined.append(line.strip())
-    sms = []
-    for line in joined:
-        match = _SMINFO_RE.search(line)
-        if match:
-            lid = match.group('lid')
-            state = int(match.group('state')) if match.group('state') is not None else None
-            sms.append({'lid': int(lid, 16) if lid.startswith('0x') else int(lid), 'guid': guid(match.group('guid')),
-                        'activity': int(match.group('activity')), 'priority': int(match.group('priority')),
-                        'state': state, 'state_name': match.group('state_name') or SM_STATES.get(state)})
-        elif line.startswith('sminfo:') or 'iberror' in line or 'ibwarn' in line:
+    sms, errors, unparsed = [], [], []
+    count, index = 0, 0
+    while index < len(lines):
+        number, line = index + 1, lines[index].strip()
+        index += 1
+        if not line:
+            continue
+        if line.startswith('sminfo: sm lid'):
+            # Join continuation lines (not a new record, not a diagnostic) until the record is whole.
+            while not _SMINFO_COMPLETE_RE.search(line) and index < len(lines) and lines[index].strip() \
+                    and not lines[index].strip().startswith('sminfo:') and not _DIAG_ERROR_RE.match(lines[index].strip()) \
+                    and len(line) < 400:
+                line = line + ' ' + lines[index].strip()
+                index += 1
+            match = _SMINFO_RE.search(line)
+            if match and match.group('state') is not None and not match.group('state_name') and index < len(lines) \
+                    and re.match(r'^SMINFO_[A-Z]+$', lines[index].strip()):
+                line = line + ' ' + lines[index].strip()       # wrapped just before the state's name
+                index += 1
+                match = _SMINFO_RE.search(line)
+            if match:
+                lid = match.group('lid')
+                state = int(match.group('state')) if match.group('state') is not None else None
+                sms.append({'lid': int(lid, 16) if lid.startswith('0x') else int(lid), 'guid': guid(match.group('guid')),
+                            'activity': int(match.group('activity')), 'priority': int(match.group('priority')),
+                            'state': state, 'state_name': match.group('state_name') or SM_STATES.get(state)})
+                if state is not None:
+                    continue
+            count += 1
+            _unread(unparsed, number, line)
+        elif line.startswith('sminfo:') or _DIAG_ERROR_RE.match(line):
             errors.append(line[:300])
-    return {'sms': sms, 'errors': errors}
+        else:
+            count += 1
+            _unread(unparsed, number, line)
+    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count}
 
 
-def parse_perfquery(text):
+def parse_saquery_sminfo(text):
+    """``saquery SMIR`` output -> {'sms': [...as parse_sminfo], 'errors': [...], 'unparsed': [...],
+    'unparsed_count'}. A record without its LID, GUID, priority or state is listed in ``unparsed``
+    (from its header line), never completed with a guess."""
+    sms, errors, unparsed = [], [], []
+    count, record, start = 0, None, 0
+
+    def close():
+        if record is None:
+            return 0
+        if all(k in record for k in ('LID', 'GUID', 'Priority', 'SMState')):
+            state = record['SMState']
+            sms.append({'lid': record['LID'], 'guid': guid('0x%x' % record['GUID']), 'activity': record.get('ActCount'),
+                        'priority': record['Priority'], 'state': state, 'state_name': SM_STATES.get(state)})
+            return 0
+        _unread(unparsed, start, '%s (incomplete: %s)' % (_SMIR_HEADER, ', '.join(sorted(record)) or 'no field'))
+        return 1
+
+    for number, raw in enumerate((text or '').splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line == _SMIR_HEADER:
+            count += close()
+            record, start = {}, number
+            continue
+        field = _SMIR_FIELD_RE.match(line)
+        if field and record is not None and field.group('name') not in record:
+            value = field.group('value')
+            record[field.group('name')] = int(value, 16) if value.startswith('0x') else int(value)
+        elif line in _SMIR_LABELS and record is not None:
+            continue
+        elif _DIAG_ERROR_RE.match(line) or line.startswith('saquery:'):
+            errors.append(line[:300])
+        else:
+            count += 1
+            _unread(unparsed, number, line)
+    count += close()
+    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count}
+
+
+def parse_perfquery(text, unread=None):
     """perfquery output (one or more ports; -x, -l) -> [{'lid', 'port', 'counters': {sysfs names: int}}].
-    A block without its '# Port counters' line (an excerpt) has lid and port None."""
+    A block without its '# Port counters' line (an excerpt) has lid and port None. ``unread``, a dict,
+    gets 'count' and 'lines' ([{'line', 'text'}]) of the lines no pattern read: a '#' line other than
+    a header is a comment (a shell prompt kept with the output), a header wrapped after 'CapMask2:'
+    (a mail paste) is read with its continuation."""
     blocks, current = [], None
     lines = (text or '').splitlines()
+    count, kept, open_header = 0, [], False
     for index, line in enumerate(lines):
         stripped = line.strip()
+        if not stripped:
+            continue
         header = _PQ_HEADER_RE.match(stripped)
         if header:
             port = header.group('port')
             current = {'lid': int(header.group('lid')), 'port': int(port) if port.isdigit() else None, 'counters': {}}
             blocks.append(current)
+            open_header = not stripped.endswith(')')
             continue
+        if open_header and re.match(r'^[0-9A-Za-z: ]*\)$', stripped, re.A):
+            open_header = False
+            continue
+        open_header = False
         field = _PQ_FIELD_RE.match(stripped)
         if not field:
+            if not (stripped.startswith('#') and 'counters' not in stripped.lower()) and not _DIAG_ERROR_RE.match(stripped):
+                count += 1
+                _unread(kept, index + 1, line)
             continue
         name, value = field.group('name'), field.group('value')
         if name == 'PortSelect' and (current is None or 'port_select' in current):
@@ -344,4 +481,7 @@ def parse_perfquery(text):
             current['counters'][PERFQUERY_NAMES[name]] = int(value, 0)
     for block in blocks:
         block.pop('port_select', None)
+    if isinstance(unread, dict):
+        unread['count'] = unread.get('count', 0) + count
+        unread.setdefault('lines', []).extend(kept[:max(0, UNREAD_KEPT - len(unread['lines']))])
     return [b for b in blocks if b['counters']]

@@ -12,8 +12,12 @@ version_added: 0.2.0
 description:
   - Runs on ONE node with an InfiniBand port the infiniband-diags views of the whole fabric - C(iblinkinfo)
     and C(ibnetdiscover) (switches, CAs and the links between their ports with width, speed and state),
-    C(sminfo) (the master subnet manager, and every SM LID given in O(sm_lids)), and C(perfquery -x -l)
-    of every switch twice, O(interval) seconds apart (the switch port counters, with the time of each read).
+    C(sminfo) (the master subnet manager, and every SM LID given in O(sm_lids)), C(saquery SMIR) (the
+    SMInfoRecord of every subnet manager the master knows, standbys included, each then asked with C(sminfo)),
+    and C(perfquery -x -l) of every switch twice, O(interval) seconds apart (the switch port counters, with
+    the time of each read).
+  - Every line of a tool's output that no pattern read is counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread)
+    and makes the status C(partial): a fabric built from input that was not read is never C(ok).
   - Each tool runs with an argument list and a timeout. A tool that is not installed, fails or times out is
     said in RV(ansible_facts.gpu_fabric_ib_fabric.tools); a node without an InfiniBand port returns
     C(status=no_ib_port). Neither fails the task.
@@ -45,8 +49,10 @@ options:
     default: 120
   from_log:
     description:
-      - A directory with saved outputs C(iblinkinfo.txt), C(ibnetdiscover.txt), C(sminfo.txt),
+      - A directory with saved outputs C(iblinkinfo.txt), C(ibnetdiscover.txt) (the topology file or the ports
+        report of C(ibnetdiscover -p)), C(sminfo.txt) (one or more records), C(saquery_smir.txt) (C(saquery SMIR)),
         C(perfquery.1.txt) and C(perfquery.2.txt) (the second read O(interval) seconds after the first).
+      - Only regular files are read (no symlink, FIFO or device), each up to 64 MiB.
     type: path
 notes:
   - The counters are read from the switches, so a host link's errors are seen at the switch port at its other end.
@@ -96,7 +102,8 @@ ansible_facts:
           returned: always
           sample: {nodes: {}, links: [], unparsed: []}
         sm:
-          description: C(sms) (one record per SM asked, with priority and state) and C(errors).
+          description: C(sms) (one record per SM asked or listed by C(saquery SMIR), with priority, state and
+            C(asked)) and C(errors).
           type: dict
           returned: always
           sample: {sms: [{lid: 1, guid: "0x0000000000500001", priority: 14, state: 3, state_name: SMINFO_MASTER}], errors: []}
@@ -105,6 +112,12 @@ ansible_facts:
           type: dict
           returned: always
           sample: {reads: [], interval_s: 5}
+        unread:
+          description: C(count) of the lines of the tools' outputs that no pattern read, and C(lines) (the first 50,
+            each with C(tool), C(line) number and C(text)).
+          type: dict
+          returned: always
+          sample: {count: 0, lines: []}
         local:
           description: This node's InfiniBand ports (device, port, lid, sm_lid).
           type: list
@@ -114,6 +127,7 @@ ansible_facts:
 '''
 
 import os
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -124,9 +138,32 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
-TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'perfquery')
+TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'saquery', 'perfquery')
 # IB LIDs are 16 bit; unicast LIDs 0x0001-0xBFFF (IBTA Vol 1, 4.1.3).
 MAX_UNICAST_LID = 0xBFFF
+# A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
+# switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
+LOG_LIMIT = 64 << 20
+_LOG_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
+
+
+def read_log(path):
+    """Bytes of the saved output ``path``: a regular file (no symlink, opened non-blocking so that a
+    FIFO does not wait for a writer), at most LOG_LIMIT bytes. Raises OSError or ValueError."""
+    fd = os.open(path, _LOG_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError('not a regular file')
+        chunks, size = [], 0
+        while size <= LOG_LIMIT:
+            chunk = os.read(fd, min(1 << 20, LOG_LIMIT + 1 - size))
+            if not chunk:
+                return b''.join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        raise ValueError('larger than %d MiB' % (LOG_LIMIT >> 20))
+    finally:
+        os.close(fd)
 
 
 def local_ports(sysroot):
@@ -156,12 +193,16 @@ class Runner(object):
         """(stdout, stderr) or None; the outcome is kept in ``tools``."""
         if self.from_log:
             path = os.path.join(self.from_log, log_name or tool + '.txt')
-            if not os.path.isfile(path):
+            if not os.path.lexists(path):
                 self.tools.setdefault(tool, 'no saved output (%s)' % os.path.basename(path))
                 return None
-            with open(path, 'rb') as handle:
-                self.tools[tool] = 'read from log'
-                return handle.read().decode('utf-8', 'replace'), ''
+            try:
+                data = read_log(path)
+            except (OSError, ValueError) as exc:
+                self.tools[tool] = 'not read (%s: %s)' % (os.path.basename(path), getattr(exc, 'strerror', None) or exc)
+                return None
+            self.tools.setdefault(tool, 'read from log')
+            return data.decode('utf-8', 'replace'), ''
         if not self.available(tool):
             return None
         argv = [self.paths[tool]] + [str(a) for a in args]
@@ -179,34 +220,57 @@ class Runner(object):
         return out, err
 
 
+def _ask_sm(runner, args, asked, sms, errors, unread, log_name=None):
+    """sminfo [LID]: its records and errors added (each marked with who was asked); False when the tool
+    is missing (no use asking again)."""
+    text = runner.run('sminfo', args, log_name=log_name)
+    if text is None:
+        return False
+    parsed = _ibdiag.parse_sminfo('\n'.join(text))
+    sms.extend(dict(sm, asked=asked) for sm in parsed['sms'])
+    errors.extend({'asked': asked, 'error': e} for e in parsed['errors'])
+    _add_unread(unread, 'sminfo', parsed)
+    if not parsed['sms'] and not parsed['errors']:
+        errors.append({'asked': asked, 'error': 'no SMInfo record in the output'})
+    return True
+
+
+def _add_unread(unread, tool, parsed):
+    unread['count'] += parsed.get('unparsed_count', len(parsed.get('unparsed') or []))
+    for item in parsed.get('unparsed') or []:
+        if len(unread['lines']) < _ibdiag.UNREAD_KEPT:
+            unread['lines'].append(dict(item, tool=tool))
+
+
 def discover(module, runner, sm_lids, interval, ports):
     """The fabric facts from the tools' outputs."""
+    unread = {'count': 0, 'lines': []}
     text = runner.run('iblinkinfo')
     linkinfo = _ibdiag.parse_iblinkinfo(text[0]) if text else None
     text = runner.run('ibnetdiscover')
     netdiscover = _ibdiag.parse_ibnetdiscover(text[0]) if text else None
     topology = _ibdiag.topology(linkinfo, netdiscover)
+    for item in topology['unparsed']:
+        _add_unread(unread, item['tool'], {'unparsed': [dict((k, v) for k, v in item.items() if k != 'tool')], 'unparsed_count': 1})
 
     sms, errors = [], []
-    text = runner.run('sminfo')
+    _ask_sm(runner, [], 'local port', sms, errors, unread)
+    # Every SM the master's SA knows (opensm answers SMInfoRecord with its own record and one per remote
+    # SM it found: osm_sa_sminfo_record.c), so that a standby nobody's sm_lid names is read too.
+    text = runner.run('saquery', ['SMIR'], log_name='saquery_smir.txt')
     if text is not None:
-        parsed = _ibdiag.parse_sminfo('\n'.join(text))
-        sms.extend(dict(sm, asked='local port') for sm in parsed['sms'])
-        errors.extend({'asked': 'local port', 'error': e} for e in parsed['errors'])
-        if not parsed['sms'] and not parsed['errors']:
-            errors.append({'asked': 'local port', 'error': 'no SMInfo record in the output'})
-    asked = set(sm['lid'] for sm in sms)
-    wanted = sorted(set(lid for lid in list(sm_lids) + [p.get('sm_lid') for p in ports]
-                        if isinstance(lid, int) and 0 < lid <= MAX_UNICAST_LID) - asked)
+        parsed = _ibdiag.parse_saquery_sminfo('\n'.join(text))
+        sms.extend(dict(sm, asked='saquery SMIR') for sm in parsed['sms'])
+        errors.extend({'asked': 'saquery SMIR', 'error': e} for e in parsed['errors'])
+        _add_unread(unread, 'saquery', parsed)
+    asked = set(sm['lid'] for sm in sms if sm['asked'] != 'saquery SMIR')
+    listed = [sm['lid'] for sm in sms if sm['asked'] == 'saquery SMIR']
+    wanted = sorted(set(lid for lid in list(sm_lids) + [p.get('sm_lid') for p in ports] + listed
+                        if isinstance(lid, int) and not isinstance(lid, bool) and 0 < lid <= MAX_UNICAST_LID) - asked)
+    # Each SM's own answer: the SA's record of a remote SM is what the master last polled.
     for lid in wanted if not runner.from_log else []:
-        text = runner.run('sminfo', [lid])
-        if text is None:
+        if not _ask_sm(runner, [lid], 'lid %d' % lid, sms, errors, unread):
             break
-        parsed = _ibdiag.parse_sminfo('\n'.join(text))
-        sms.extend(dict(sm, asked='lid %d' % lid) for sm in parsed['sms'])
-        errors.extend({'asked': 'lid %d' % lid, 'error': e} for e in parsed['errors'])
-        if not parsed['sms'] and not parsed['errors']:
-            errors.append({'asked': 'lid %d' % lid, 'error': 'no SMInfo record in the output'})
 
     switch_lids = sorted(set(lid for node in topology['nodes'].values() if node['type'] == 'switch' for lid in node['lids']))
     reads = []
@@ -214,19 +278,35 @@ def discover(module, runner, sm_lids, interval, ports):
         if number == 2 and not runner.from_log:
             time.sleep(interval)
         read_at, blocks = time.time(), []
+        counted = {'count': 0, 'lines': []}
         if runner.from_log:
             text = runner.run('perfquery', log_name='perfquery.%d.txt' % number)
-            blocks = _ibdiag.parse_perfquery(text[0]) if text else []
+            blocks = _ibdiag.parse_perfquery(text[0], counted) if text else []
         else:
             for lid in switch_lids:
                 text = runner.run('perfquery', ['-x', '-l', lid])
                 if text is None:
                     break
-                blocks.extend(_ibdiag.parse_perfquery(text[0]))
+                blocks.extend(_ibdiag.parse_perfquery(text[0], counted))
+        _add_unread(unread, 'perfquery', {'unparsed': counted['lines'], 'unparsed_count': counted['count']})
         if blocks or not runner.from_log:
             reads.append({'read_at': read_at, 'ports': blocks})
     return {'topology': topology, 'sm': {'sms': sms, 'errors': errors},
-            'counters': {'reads': reads, 'interval_s': reads[1]['read_at'] - reads[0]['read_at'] if len(reads) > 1 else None}}
+            'counters': {'reads': reads, 'interval_s': reads[1]['read_at'] - reads[0]['read_at'] if len(reads) > 1 else None},
+            'unread': unread}
+
+
+def judge_status(facts, tools):
+    """status/reason of the facts from how each tool went and what was left unread."""
+    bad = sorted(tool for tool, how in tools.items() if how not in ('used', 'read from log'))
+    reasons = ['%s: %s' % (tool, tools[tool]) for tool in bad]
+    unread = facts.get('unread') or {}
+    if unread.get('count'):
+        reasons.append('%d line(s) of the tools\' output not read (%s)' % (
+            unread['count'], ', '.join(sorted(set(item['tool'] for item in unread.get('lines') or [])))))
+    if reasons:
+        facts.update(status='partial', reason='; '.join(reasons))
+    return facts
 
 
 def main():
@@ -251,7 +331,8 @@ def main():
     sysroot = SysRoot(root)
     ports = local_ports(sysroot)
     facts = {'status': 'ok', 'reason': '', 'tools': {}, 'topology': {'nodes': {}, 'links': [], 'unparsed': []},
-             'sm': {'sms': [], 'errors': []}, 'counters': {'reads': [], 'interval_s': None}, 'local': ports}
+             'sm': {'sms': [], 'errors': []}, 'counters': {'reads': [], 'interval_s': None}, 'unread': {'count': 0, 'lines': []},
+             'local': ports}
     runner = Runner(module, params['timeout'], params['from_log'])
     if not ports and not params['from_log']:
         facts.update(status='no_ib_port', reason='this node has no InfiniBand port: the fabric is discovered from a node that has one')
@@ -264,9 +345,7 @@ def main():
         except _process.Terminated as exc:
             module.fail_json(msg='stopped while the fabric tools ran (%s); all of them were reaped' % exc)
         facts['tools'] = dict(runner.tools)
-        bad = sorted(tool for tool, how in runner.tools.items() if how not in ('used', 'read from log'))
-        if bad:
-            facts.update(status='partial', reason='; '.join('%s: %s' % (tool, runner.tools[tool]) for tool in bad))
+        judge_status(facts, runner.tools)
     for warning in sysroot.warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={'gpu_fabric_ib_fabric': without_surrogates(facts, module.warn, 'gpu_fabric_ib_fabric')})

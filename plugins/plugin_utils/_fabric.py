@@ -22,8 +22,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import fi
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
 
-# opensm's SMInfo states (IBTA Vol 1 14.4.1, SMInfo:SMState): 3 is MASTER, 0 NOT-ACTIVE.
-SM_MASTER, SM_NOTACTIVE = 3, 0
+# opensm's SMInfo states (IBTA Vol 1 14.4.1, SMInfo:SMState): 3 is MASTER, 2 STANDBY, 1 DISCOVERING, 0 NOT-ACTIVE.
+SM_MASTER, SM_DISCOVERING, SM_NOTACTIVE = 3, 1, 0
 
 
 def fabric_of(nodes):
@@ -65,6 +65,25 @@ def _kind(topology, end):
 
 def _owner(end, owners):
     return owners.get(text(end.get('guid')) or text(end.get('node')))
+
+
+def _end_name(end):
+    """'guid/port' of a link end (the node id where no GUID is known), as ('link', a, b) places name it."""
+    return '%s/%s' % (text(end.get('guid')) or text(end.get('node')), end.get('port'))
+
+
+def _link_places(a, b, owners):
+    """The places of the link a <-> b: ('link', end, end) with its ends sorted, and ('hca', host, hca)
+    for an end that is a node's HCA."""
+    found = [('link',) + tuple(sorted((_end_name(a), _end_name(b))))] if a and b else []
+    for end in (a, b):
+        owner = _owner(end, owners) if end else None
+        if owner:
+            found.append(('hca', owner[0], owner[1]))
+    return found
+
+
+FABRIC = ('fabric',)
 
 
 def classify(topology):
@@ -116,11 +135,13 @@ def link_findings(topology, owners):
             {'width': link.get('width'), 'speed': link.get('speed'), 'gbps': gbps, 'usual_gbps': expected,
              'could_be': could, 'a': a, 'b': b},
             'the link trained at %s %s (%s): every flow through it runs slower' % (
-                link.get('width'), link.get('speed') or '', '; '.join(reasons)), link=subject))
+                link.get('width'), link.get('speed') or '', '; '.join(reasons)), link=subject,
+            # A host link is also the node's port: IB_RATE_DEGRADED of that HCA explains it (one fault, one root).
+            at=_link_places(a, b, owners), path=_link_places(a, b, owners)))
     return found
 
 
-def uplink_findings(topology, roles):
+def uplink_findings(topology, roles, owners=None):
     found = []
     spines = set(roles['spines'])
     counts = {}
@@ -141,37 +162,85 @@ def uplink_findings(topology, roles):
                  'most_leaves': most},
                 '%s has %d up-links to the spines where its peers have %d: adaptive routing and ECMP spread '
                 'traffic over fewer paths, which shows as bandwidth loss only under load' % (
-                    text(node.get('desc')) or leaf, count, peak), switch=text(node.get('desc')) or leaf))
+                    text(node.get('desc')) or leaf, count, peak), switch=text(node.get('desc')) or leaf,
+                # Every flow through this leaf: its active links (host ports and the remaining up-links).
+                at=[place for l in mappings(topology.get('links')) if l.get('state') == 'Active' and mapping(l.get('b'))
+                    and leaf in (mapping(l['a']).get('node'), mapping(l['b']).get('node'))
+                    for place in _link_places(mapping(l['a']), mapping(l['b']), owners or {})] or [FABRIC]))
     return found
 
 
+def _sms_by_guid(sms):
+    """One record per SM (by GUID): the SM's own answer (sminfo) before the SA's record of it (saquery
+    SMIR lists what the master last polled), and a record with a state before one without."""
+    best = {}
+    for sm in sms:
+        key = text(sm.get('guid')) or 'lid %s' % sm.get('lid')
+        rank = (integer(sm.get('state')) is not None, text(sm.get('asked')) != 'saquery SMIR')
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, sm)
+    return [best[key][1] for key in sorted(best)]
+
+
+def _sm_name(sm):
+    return 'LID %s GUID %s priority %s' % (sm.get('lid'), sm.get('guid'), sm.get('priority'))
+
+
 def sm_findings(fabric, nodes, discovered_by):
+    """The subnet managers: none master, several masters, standbys at the master's priority, SMs that
+    will not take over, and the nodes' views. IBTA/opensm elect by priority, then the LOWER GUID
+    (opensm osm_sminfo_rcv.c smi_rcv_remote_sm_is_higher(): "higher priority or with same priority and
+    lower GUID"); opensm(8) -p: "master is chosen by priority and GUID", 0 lowest to 15 highest."""
     found = []
     sm = mapping(fabric.get('sm'))
-    sms = mappings(sm.get('sms'))
+    sms = _sms_by_guid(mappings(sm.get('sms')))
     errors = mappings(sm.get('errors'))
     masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
+    unknown = [s for s in sms if integer(s.get('state')) is None]
     if not masters:
+        why = '; '.join(text(e.get('error')) for e in errors[:3]) or 'no SMInfo record'
+        if unknown:
+            why = 'the state of %s was not read; %s' % (', '.join(_sm_name(s) for s in unknown[:3]), why)
         found.append(finding(
             F.FABRIC_SM_ABSENT, None, 'subnet manager',
             {'asked_from': discovered_by, 'sms': sms, 'errors': errors[:10]},
             'no subnet manager answered as master (%s): the fabric keeps its routes until a link or node changes, '
-            'then nothing reconfigures it' % ('; '.join(text(e.get('error')) for e in errors[:3]) or 'no SMInfo record')))
+            'then nothing reconfigures it' % why, at=[FABRIC]))
     elif len(masters) > 1:
         found.append(finding(
             F.FABRIC_SM_MULTIPLE_MASTERS, None, 'subnet manager',
             {'masters': sorted(masters.values(), key=lambda s: integer(s.get('lid')) or 0)},
             '%d subnet managers each claim to be master (%s): the subnet is split and routes fight' % (
-                len(masters), ', '.join('LID %s GUID %s' % (s.get('lid'), g) for g, s in sorted(masters.items())))))
-    active = [s for s in dict((text(s.get('guid')), s) for s in sms).values() if integer(s.get('state')) != SM_NOTACTIVE]
+                len(masters), ', '.join('LID %s GUID %s' % (s.get('lid'), g) for g, s in sorted(masters.items()))),
+            at=[FABRIC]))
+    active = [s for s in sms if integer(s.get('state')) not in (SM_NOTACTIVE, None)]
     priorities = Counter(integer(s.get('priority')) for s in active)
     tied = sorted(p for p, c in priorities.items() if c > 1 and p is not None)
     if tied:
+        master = list(masters.values())[0] if len(masters) == 1 else None
+        with_master = [s for s in active if master is not None and s is not master
+                       and integer(s.get('priority')) == integer(master.get('priority'))]
+        if with_master:
+            cause = ('%s stand%s by at the master\'s priority %s (master %s): at equal priority the lower GUID is master, '
+                     'so the GUIDs, not the priorities, decide who takes over, and a restarted SM with a lower GUID takes '
+                     'the subnet back - each handover a heavy sweep that re-routes the fabric' % (
+                         ', '.join(_sm_name(s) for s in with_master), 's' if len(with_master) == 1 else '',
+                         master.get('priority'), _sm_name(master)))
+        else:
+            cause = ('subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
+                     'pick an unintended one' % ', '.join(str(p) for p in tied))
         found.append(finding(
             F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
-            {'priority': tied, 'sms': active},
-            'subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
-            'pick an unintended one' % ', '.join(str(p) for p in tied)))
+            {'priority': tied, 'sms': active, 'master': master, 'standbys_at_master_priority': with_master}, cause, at=[FABRIC]))
+    idle = [s for s in sms if integer(s.get('state')) in (SM_NOTACTIVE, SM_DISCOVERING)]
+    if idle and masters:
+        found.append(finding(
+            F.FABRIC_SM_INACTIVE, None, 'subnet manager',
+            {'sms': idle},
+            '%s: %s' % ('; '.join('%s is %s' % (_sm_name(s), text(s.get('state_name')) or s.get('state')) for s in idle),
+                        'an SM that is not STANDBY does not poll the master and does not take over when it fails '
+                        '(NOTACTIVE: stopped or disabled; DISCOVERING: still electing, or stuck if it stays so)'),
+            at=[FABRIC]))
     views = {}
     for host in sorted(nodes or {}):
         for device in mappings(mapping(mapping(nodes[host]).get('ib')).get('devices')):
@@ -184,8 +253,27 @@ def sm_findings(fabric, nodes, discovered_by):
                 F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
                 {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
                 'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
-                'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items())))))
+                'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items()))),
+                at=[FABRIC]))
     return found
+
+
+def unread_findings(fabric, host):
+    """Lines of the tools' outputs that no pattern read: a fabric built from them is not called ok."""
+    unread = mapping(fabric.get('unread'))
+    count = integer(unread.get('count')) or 0
+    if count <= 0:
+        return []
+    lines = mappings(unread.get('lines'))
+    tools = sorted(set(text(item.get('tool')) for item in lines))
+    return [finding(
+        F.FABRIC_INPUT_UNREAD, host, 'fabric tools\' output',
+        {'count': count, 'tools': tools, 'first': lines[:5]},
+        '%d line(s) of %s were not read, so what they say about the fabric was not judged; first: %s' % (
+            count, ', '.join(tools) or 'the tools\' output',
+            '; '.join('%s line %s: %r' % (text(item.get('tool')), item.get('line'), text(item.get('text'))[:120])
+                      for item in lines[:5])),
+        at=[FABRIC])]
 
 
 def _port_speeds(topology):
@@ -225,7 +313,7 @@ def counter_findings(fabric, topology, owners):
              'hca': owner[1] if owner else None},
             'between two reads %.1f s apart the switch port %s' % (seconds, '; '.join(
                 '%s rose by %d (%s)' % (v['counter'], v['increase'], v['rule']) for v in result['verdicts'])),
-            port=subject))
+            port=subject, at=_link_places(here, there, owners) or [('link', _end_name(here), _end_name(here))]))
     return found
 
 
@@ -242,9 +330,10 @@ def slow_pair_findings(bench, topology, owners):
     for pair in mappings(mapping(bench).get('pairs')):
         if pair.get('verdict') in (None, 'ok'):
             continue
+        # The HCAs of the pair's rail at each end (_bench.report()'s server_hca, client_hca).
         hcas = mapping(pair.get('hcas'))
-        server = (text(pair.get('server')), text(hcas.get('server')) or text(pair.get('rail')))
-        client = (text(pair.get('client')), text(hcas.get('client')) or text(pair.get('rail')))
+        server = (text(pair.get('server')), text(pair.get('server_hca')) or text(hcas.get('server')) or text(pair.get('rail')))
+        client = (text(pair.get('client')), text(pair.get('client_hca')) or text(hcas.get('client')) or text(pair.get('rail')))
         ends = [where.get(server), where.get(client)]
         if not all(ends):
             continue
@@ -256,7 +345,9 @@ def slow_pair_findings(bench, topology, owners):
                        {'cables': cables, 'same_leaf': ends[0][1] == ends[1][1], 'bad_links': len(bad)},
                        'the pair\'s traffic crosses %s%s' % (
                            ' and '.join(cables),
-                           '' if ends[0][1] == ends[1][1] else ' and the up-links of both leaves (see their findings)'))
+                           '' if ends[0][1] == ends[1][1] else ' and the up-links of both leaves (see their findings)'),
+                       path=[place for _label_, _node_, link in ends
+                             for place in _link_places(mapping(link.get('a')), mapping(link.get('b')), owners)])
         item['hosts'] = [server[0], client[0]]
         found.append(item)
     return found
@@ -277,19 +368,27 @@ def fabric_findings(nodes, bench=None):
     # unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
     # ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
     sm = mapping(fabric.get('sm'))
-    no_umad = not mappings(sm.get('sms')) and any('umad' in text(e.get('error')) for e in mappings(sm.get('errors')))
+    # (Only the umad device itself: saquery's "sa_query: umad_recv failed" is the SA not answering.)
+    no_umad = not mappings(sm.get('sms')) and any(
+        'umad_init' in text(e.get('error')) or 'ib_umad' in text(e.get('error')) or '/dev/infiniband/umad' in text(e.get('error'))
+        for e in mappings(sm.get('errors')))
+    # saquery SMIR is answered by the master's SA: with no master it fails as sminfo does (FABRIC_SM_ABSENT).
+    no_master = not any(integer(s.get('state')) == SM_MASTER for s in mappings(sm.get('sms')))
     broken = dict((tool, how) for tool, how in tools.items()
                   if text(how) not in ('used', 'read from log')
-                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad))
+                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
+                  and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
     if status in ('no_tools', 'no_ib_port') or broken:
         found.append(finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
                              {'status': status, 'tools': tools},
                              'the fabric could not be fully discovered from %s: %s' % (
-                                 host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status)))
+                                 host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status),
+                             at=[FABRIC]))
     topology = mapping(fabric.get('topology'))
     owners = host_ports(nodes)
     found.extend(link_findings(topology, owners))
-    found.extend(uplink_findings(topology, classify(topology)))
+    found.extend(uplink_findings(topology, classify(topology), owners))
+    found.extend(unread_findings(fabric, host))
     # The SM is judged only when sminfo ran (it may have failed: the SM did not answer).
     if status in ('ok', 'partial') and text(tools.get('sminfo')) not in ('', 'not installed') \
             and not text(tools.get('sminfo')).startswith('no saved output') and not no_umad:

@@ -17,6 +17,10 @@ Faults (``model(faults=...)``):
   sm_absent             the master SM stopped: sminfo's query times out
   sm_duplicated         a second master (another GUID, same priority) on spine-2, LID 2,
                         seen by the nodes of the second half (sysfs sm_lid 2)
+  sm_standby_tie        a standby SM on spine-2 (LID 2) at the master's priority 14: no node's
+                        sm_lid names it, only saquery SMIR (then sminfo 2) finds it
+  sm_standby_not_active a second SM on spine-2 (LID 2, priority 13) in state NOTACTIVE: the
+                        failover the admin counts on is not there
   flapping_link         the leaf port of gpu-05's mlx5_3 goes down and retrains between
                         any two counter reads (LinkDownedCounter +1, SymbolErrorCounter +500)
 
@@ -29,11 +33,13 @@ from __future__ import annotations
 import json
 import os
 
-FAULTS = ('degraded_switch_link', 'missing_uplink', 'sm_absent', 'sm_duplicated', 'flapping_link')
+FAULTS = ('degraded_switch_link', 'missing_uplink', 'sm_absent', 'sm_duplicated', 'sm_standby_tie', 'sm_standby_not_active',
+          'flapping_link')
 # NDR: 4 lanes at 106.25 Gb/s signalling (rdma-core libibmad/dump.c mad_dump_linkspeedext()).
 NDR_LANE_GBPS = 106.25
 MASTER_GUID = '0x0000000000500001'
 SECOND_MASTER_GUID = '0x0000000000500002'
+STANDBY_GUID = '0x0000000000500003'
 
 
 def _guid(prefix, index):
@@ -99,6 +105,10 @@ def model(nodes=16, rails=8, leaves=4, spines=2, uplinks_per_spine=4, faults=())
         for index, name in enumerate(sorted(hosts)):
             if index >= len(hosts) // 2:
                 sm_lid_of[name] = 2
+    if 'sm_standby_tie' in faults:
+        sms.append({'lid': 2, 'guid': STANDBY_GUID, 'priority': 14, 'state': 2, 'activity': 0, 'alive': True})
+    if 'sm_standby_not_active' in faults:
+        sms.append({'lid': 2, 'guid': STANDBY_GUID, 'priority': 13, 'state': 0, 'activity': 0, 'alive': True})
     if 'flapping_link' in faults and nodes >= 5 and rails >= 4:
         for link in links:
             if link['a'][:3] == ('host', hostname(5), 'mlx5_3'):

@@ -2,15 +2,21 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Stand-ins for iblinkinfo, ibnetdiscover, sminfo and perfquery over the simulated fabric
+"""Stand-ins for iblinkinfo, ibnetdiscover, sminfo, saquery and perfquery over the simulated fabric
 ($GF_SIM_FABRIC, written by tests/sim/fabric.py), printing the real tools' formats:
 
   iblinkinfo     rdma-core infiniband-diags/iblinkinfo.c print_node_header()/print_port():
                  "Switch: 0x%016x %s:" / "CA: %s:", then "      [0x%016x ]%6d %4d[%2s] ==(%3s %18s %6s/%8s)==>  %6d %4d[%2s] \"%s\" (%s %s)"
                  (tests/fixtures/public/iblinkinfo/linpack_edr_sb7700.txt)
-  ibnetdiscover  the topology file of ibnetdiscover(8) (tests/fixtures/public/ibnetdiscover/)
+  ibnetdiscover  the topology file of ibnetdiscover(8) (tests/fixtures/public/ibnetdiscover/); with -p
+                 (--ports) the ports report of ibnetdiscover.c dump_ports_report(): "%2s %5d %2d 0x%016x %s %s"
+                 then " - %2s %5d %2d 0x%016x ( '%s' - '%s' )" or "%36s'%s'"
+                 (tests/fixtures/public/ibnetdiscover/infiniband_exporter_ports_edr.txt)
   sminfo         "sminfo: sm lid %d sm guid 0x%x, activity count %u priority %d state %d %s"
                  (tests/fixtures/public/sminfo/); a dead SM: "sminfo: iberror: failed: query"
+  saquery        SMIR: saquery.c dump_sm_info_record() blocks, the master's own record then every other
+                 live SM (opensm osm_sa_sminfo_record.c); no live master: "Query SA failed: ..." (saquery.c
+                 get_any_records()) (tests/fixtures/public/saquery/)
   perfquery      -x [-l] LID [PORT]: "# Port extended counters: Lid %d port %d (CapMask: ...)"
                  blocks (tests/fixtures/public/perfquery/infiniband_diags_16_rhel75_x.txt)
 
@@ -87,7 +93,30 @@ def iblinkinfo(fab, args):
     return 0, '\n'.join(lines) + '\n', ''
 
 
+def _ports_report(fab):
+    """ibnetdiscover -p: every port of every node, from the highest port number down (dump_ports_report()
+    walks node->ports from numports to 1), switches and CAs in the order the tool met them."""
+    ends = _ends(fab)
+    out = []
+    nodes = [('switch', name) for name in sorted(fab['switches'])] + \
+        [('host', name, hca['name']) for name in sorted(fab['hosts']) for hca in fab['hosts'][name]['hcas']]
+    for node in nodes:
+        oguid_, lid, desc = _describe(fab, node)
+        kind = 'SW' if node[0] == 'switch' else 'CA'
+        for port, link, other, other_port in sorted(ends.get(node, []), key=lambda item: -item[0]):
+            if link['state'] == 'Down':
+                out.append("%2s %5d %2d 0x%016x %s %s%36s'%s'" % (kind, lid, port, int(oguid_, 16), '4x', 'SDR', '', desc))
+                continue
+            pguid, plid, pdesc = _describe(fab, other)
+            out.append("%2s %5d %2d 0x%016x %s %s - %2s %5d %2d 0x%016x ( '%s' - '%s' )" % (
+                kind, lid, port, int(oguid_, 16), '%dx' % link['width'], 'NDR', 'SW' if other[0] == 'switch' else 'CA',
+                plid, other_port, int(pguid, 16), desc, pdesc))
+    return 0, '\n'.join(out) + '\n', ''
+
+
 def ibnetdiscover(fab, args):
+    if '-p' in args or '--ports' in args:
+        return _ports_report(fab)
     ends = _ends(fab)
     first = fab['hosts'][sorted(fab['hosts'])[0]]['hcas'][0]['guid'][2:]
     out = ['#', '# Topology file: generated on Tue Nov 24 12:00:00 2026', '#',
@@ -138,6 +167,25 @@ def sminfo(fab, args):
             return 0, 'sminfo: sm lid %d sm guid 0x%x, activity count %d priority %d state %d %s\n' % (
                 sm['lid'], int(sm['guid'], 16), sm['activity'], sm['priority'], sm['state'], _STATE_NAMES[sm['state']]), ''
     return 255, '', 'ibwarn: [4711] _do_madrpc: recv failed: Connection timed out\nsminfo: iberror: failed: query\n'
+
+
+_SMIR = ('SMInfoRecord dump:\n\t\tRID\n\t\tLID...................%u\n\t\tSMInfo dump:\n\t\tGUID..................0x%016x\n'
+         '\t\tSM_Key................0x%016x\n\t\tActCount..............%u\n\t\tPriority..............%u\n'
+         '\t\tSMState...............%u\n')
+
+
+def saquery(fab, args):
+    """saquery SMIR: the SA (the live master) answers with its own record, then every other live SM."""
+    if not any(a.upper() in ('SMIR', 'SMINFORECORD') for a in args):
+        return 2, '', 'tools_ibdiags: only the SMIR query is simulated\n'
+    masters = [sm for sm in fab['sms'] if sm['alive'] and sm['state'] == 3]
+    if not masters:
+        return 255, '', 'ibwarn: [4711] sa_query: umad_recv failed: attr 0x18: Connection timed out\nQuery SA failed: Connection timed out\n'
+    master = masters[0]
+    others = [sm for sm in fab['sms'] if sm['alive'] and sm is not master]
+    out = ''.join(_SMIR % (sm['lid'], int(sm['guid'], 16), 0, sm['activity'], sm['priority'], sm['state'])
+                  for sm in [master] + others)
+    return 0, out, ''
 
 
 _PQ_FIELDS = (('PortXmitData', 'port_xmit_data'), ('PortRcvData', 'port_rcv_data'), ('PortXmitPkts', None),
@@ -221,6 +269,8 @@ def main(argv=None):
         rc, out, err = ibnetdiscover(fab, argv)
     elif tool == 'sminfo':
         rc, out, err = sminfo(fab, argv)
+    elif tool == 'saquery':
+        rc, out, err = saquery(fab, argv)
     elif tool == 'perfquery':
         rc, out, err = perfquery(fab, argv, path)
     else:
@@ -255,7 +305,8 @@ class InProcessRunner(object):
         if tool == 'perfquery':
             rc, out, err = perfquery(self.fab, args, self.path, self.reads)
         else:
-            rc, out, err = {'iblinkinfo': iblinkinfo, 'ibnetdiscover': ibnetdiscover, 'sminfo': sminfo}[tool](self.fab, args)
+            rc, out, err = {'iblinkinfo': iblinkinfo, 'ibnetdiscover': ibnetdiscover, 'sminfo': sminfo,
+                            'saquery': saquery}[tool](self.fab, args)
         if rc != 0:
             self.tools[tool] = 'failed: rc=%d %s' % (rc, err.strip().splitlines()[-1])
         else:
@@ -270,7 +321,4 @@ def fabric_facts(path, sm_lids=(), interval=0.01, ports=()):
     facts = {'status': 'ok', 'reason': '', 'local': list(ports)}
     facts.update(module.discover(None, runner, list(sm_lids), interval, list(ports)))
     facts['tools'] = dict(runner.tools)
-    bad = sorted(tool for tool, how in runner.tools.items() if how != 'used')
-    if bad:
-        facts.update(status='partial', reason='; '.join('%s: %s' % (tool, runner.tools[tool]) for tool in bad))
-    return facts
+    return module.judge_status(facts, runner.tools)
