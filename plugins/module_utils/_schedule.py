@@ -328,6 +328,14 @@ class _Plan(object):
         return counts * (2 if self.mirrored else 1)
 
 
+def _seed(seed):
+    """A seed of digits given as text (`-e fabric_bench_seed=7`, an INI inventory) is that integer:
+    random.Random('7') and random.Random(7) draw different matchings."""
+    if isinstance(seed, str) and seed.strip().isdigit():
+        return int(seed)
+    return seed
+
+
 def _check_options(mode, k, seed, direction):
     if mode not in MODES:
         raise ScheduleError('unknown mode %r: choose one of %s' % (mode, ', '.join(MODES)))
@@ -405,6 +413,7 @@ def _prepare(nodes, rails, mode, k, seed, direction):
 
 def summary(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate'):
     """The counts of a schedule without building its rounds (O(N x rails))."""
+    seed = _seed(seed)
     nodes, table, plan = _prepare(nodes, rails, mode, k, seed, direction)
     return _summary(nodes, table, plan, mode, direction, seed)
 
@@ -436,6 +445,7 @@ def schedule(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate',
     expand_round) when ``expand`` is true. With ``node``, each round keeps only the pair
     that node is in (what the node itself runs), and ``idle`` says whether it sits out.
     """
+    seed = _seed(seed)
     nodes, table, plan = _prepare(nodes, rails, mode, k, seed, direction)
     counts = _summary(nodes, table, plan, mode, direction, seed)
     if node is not None and node not in nodes:
