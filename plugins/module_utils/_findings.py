@@ -121,6 +121,11 @@ ROCE_TC_NOT_LOSSLESS = _register(
     'the RDMA CM ToS (NCCL_IB_TC) maps through the DSCP map to a priority without PFC: RDMA lands in a lossy queue',
     'set the RDMA CM ToS to the lossless class (106: DSCP 26, ECT) and map DSCP 26 to the PFC priority: ' + _ROCE_ROLE,
     explains=_ROCE_SYMPTOMS)
+ROCE_DSCP_CONFLICT = _register(
+    'ROCE_DSCP_CONFLICT', 'ib', 'error',
+    'a DSCP mapped to two or more priorities (dcb app allows conflicting entries): which one the NIC applies is not known',
+    'keep one priority per DSCP (dcb app replace dev IF dscp-prio 26:3 removes the DSCP\'s other entries, dcb-app(8)): ' + _ROCE_ROLE,
+    other={'warning': 'a DSCP that neither the RDMA CM ToS nor the CNPs use'}, explains=_ROCE_SYMPTOMS)
 ROCE_ECN_OFF = _register(
     'ROCE_ECN_OFF', 'ib', 'error',
     'ECN (DCQCN) off for the RDMA priority at the notification (roce_np) or reaction (roce_rp) point',
@@ -196,6 +201,18 @@ GPU_NIC_FAR = _register(
     'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node',
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'})
+# A PCIe link on the way of an HCA or a GPU trained below what both of its ends can do
+# (plugin_utils/_pcie_rules.py; facts gdr.pcie_links, module_utils/_pcie.py): every byte through it
+# crawls, host memory and GPU memory alike for an HCA's link, GPU memory for a GPU's.
+PCIE_LINK_DEGRADED = _register(
+    'PCIE_LINK_DEGRADED', 'ib_gpu', 'error',
+    'a PCIe link of an HCA, a GPU or a bridge above them trained narrower or slower than both of its ends can do '
+    '(a GPU\'s own link below its speed is its idle power saving, not judged); evidence: both ends, the speeds, widths '
+    'and the bandwidth it caps against the HCA ports\' rate',
+    'reseat the card (or its riser/cable) at %(device)s and check the slot\'s lane setting in the BIOS (bifurcation); '
+    'then check that current_link_width/current_link_speed under /sys/bus/pci/devices/%(bdf)s match the maximum',
+    other={'warning': 'the link still carries more than the rate of every HCA port whose traffic crosses it'},
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
 # No RDMA device, or nothing at all: the node cannot join the mesh; alone, nothing can run.
 GDR_NO_RDMA_NIC = _register(
     'GDR_NO_RDMA_NIC', 'ib_gpu', 'error',
@@ -224,6 +241,15 @@ HOST_MEMLOCK_LIMITED = _register(
 HOST_MODULES_NOT_PERSISTENT = _register(
     'HOST_MODULES_NOT_PERSISTENT', 'host', 'warning', 'an RDMA or peer-memory module loaded now but listed in no modules-load.d',
     'run playbooks/configure.yml --tags rdma_modules (role rdma_modules writes /etc/modules-load.d/gpu-fabric.conf)')
+# GPUDirect RDMA needs the same physical addresses on every device: an IOMMU that translates the
+# DMA of the GPUs or HCAs breaks or slows it (https://docs.nvidia.com/cuda/gpudirect-rdma/, IOMMUs).
+HOST_IOMMU_TRANSLATED = _register(
+    'HOST_IOMMU_TRANSLATED', 'host', 'warning',
+    'the IOMMU translates the DMA of GPUs or HCAs (iommu_groups type DMA or DMA-FQ, not identity): GPUDirect RDMA and '
+    'PCIe peer-to-peer need passthrough',
+    'boot with iommu=pt (with intel_iommu=on or amd_iommu=on where the IOMMU is wanted for VMs), or disable the '
+    'IOMMU (VT-d / AMD-Vi) in the BIOS',
+    explains=('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
 HOST_UNREACHABLE = _register(
     'HOST_UNREACHABLE', 'host', 'error', 'no facts came back; nothing on the node was checked',
     'check that the node is up and reachable over SSH; nothing on it was checked')

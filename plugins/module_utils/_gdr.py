@@ -21,7 +21,7 @@ import zlib
 
 from collections import OrderedDict
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _pci
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _pci, _pcie
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
@@ -503,6 +503,17 @@ def read_gdr(sysroot, rdma_devices):
     peer['modules_loaded'] = sorted(m for m in modules if any(m in spec['modules'] for spec in PEER_PATHS.values()))
     dmabuf = read_dmabuf(sysroot, kernel, vendors, sysroot.text('/proc/driver/nvidia/version', quiet=True))
     ready, reasons, notes = assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf)
+    # PCIe links below what both ends can do, and the IOMMU mode: they slow GPUDirect RDMA down
+    # (or stop it, an IOMMU that translates), they do not make it impossible: notes, and the
+    # diagnosis judges them (plugin_utils/_pcie_rules.py).
+    pcie_links = _pcie.read_links(sysroot, pci, gpus, nics)
+    iommu = _pcie.read_iommu(sysroot, gpus, nics)
+    for link in pcie_links:
+        if link['degraded']:
+            notes.append('PCIe link %s -> %s (%s) runs at %s' % (link['upstream'] or 'root bus', link['downstream'],
+                                                               link['device'] or 'bridge', _pcie.link_words(link)))
+    if iommu['translated']:
+        notes.append('the IOMMU translates the DMA of %s (not passthrough)' % ', '.join(iommu['translated']))
     matrix = {}
     for pair in pairs:
         matrix.setdefault(pair['gpu'], {})[pair['nic']] = pair['distance']
@@ -512,6 +523,8 @@ def read_gdr(sysroot, rdma_devices):
         'topology': pairs,
         'matrix': matrix,
         'acs': acs,
+        'pcie_links': pcie_links,
+        'iommu': iommu,
         'peer_memory': peer,
         'kernel': kernel,
         'ofed': ofed,

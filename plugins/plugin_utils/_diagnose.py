@@ -26,6 +26,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fabric import fabric_findings  # fabric beyond the node
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._roce_rules import roce_findings  # RoCE lossless
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._pcie_rules import iommu_findings, pcie_findings  # PCIe links, IOMMU
 
 # NCCL_NET_GDR_LEVEL default (PXB, module_utils/_gdr.py): a GPU farther from its NIC than this is not used for GDR.
 FAR = BEYOND_GDR_LEVEL
@@ -675,6 +676,8 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     for host in sorted(judged):
         findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib'), roles[host]))
         findings.extend(host_findings(host, judged[host].get('gdr')))
+        findings.extend(pcie_findings(host, judged[host].get('gdr'), judged[host].get('ib')))   # PCIe links
+        findings.extend(iommu_findings(host, judged[host].get('gdr')))   # IOMMU mode
     findings.extend(collective_findings(collective, judged) if collective else [])
     findings.extend(failure_findings(failures))
     # A node whose benchmark task failed is named by that failure, not a second time as lost.

@@ -320,6 +320,54 @@ def roce_congestion(profile, target):
     return {'hca': hca['name']}
 
 
+# ---------------------------------------------------------------------------- PCIe links, IOMMU
+# What the simulator renders a link at is the lower of its two ends' maxima (render.pcie_links); a
+# fault sets the status it trained at instead (``link_status``), on the device below the link.
+
+def _link_max(profile, bdf):
+    from tests.sim import render   # the link table lives with the renderer
+    return render.pcie_links(profile)[bdf]
+
+
+def pcie_link_degraded(profile, target):
+    hca = _hca(profile, target)
+    dev = _pci_by_bdf(profile)[hca['pci']]
+    link = _link_max(profile, hca['pci'])
+    # A card that trained half its lanes (x16 -> x8): a reseat, a riser, a slot bifurcated wrong, as
+    # nokyan/resources#512's '16.0 GT/s PCIe' x8 under a 32.0 GT/s x16 maximum (fixtures/public/sysfs_pci).
+    dev['link_status'] = {'width': link['width'] // 2}
+    return {'hca': hca['name'], 'bdf': hca['pci'], 'width': link['width'] // 2}
+
+
+def pcie_bridge_slow(profile, target):
+    hca = _hca(profile, target)
+    chain = _chain(profile, hca['pci'])
+    if len(chain) < 2:
+        raise ValueError('%s hangs off its root port: no switch link above it' % hca['name'])
+    # The switch's own link to the root port trained a generation down (32 -> 16 GT/s), lanes intact:
+    # everything below the switch shares the slower link.
+    link = _link_max(profile, chain[1])
+    _pci_by_bdf(profile)[chain[1]]['link_status'] = {'speed': link['speed'] / 2}
+    return {'hca': hca['name'], 'bridge': chain[1], 'speed': link['speed'] / 2}
+
+
+def gpu_link_narrow(profile, target):
+    gpu = target or _gpus(profile)[0]
+    link = _link_max(profile, gpu)
+    # Fewer lanes on a GPU is a fault whatever its load (an idle GPU lowers its speed, not its width).
+    _pci_by_bdf(profile)[gpu]['link_status'] = {'width': link['width'] // 2}
+    return {'gpu_bdf': gpu, 'width': link['width'] // 2}
+
+
+def iommu_translated(profile, target):
+    if (profile.get('iommu') or {}).get('mode') == 'off':
+        raise ValueError('profile %s has no IOMMU' % profile.get('name'))
+    # Booted with the IOMMU on and no iommu=pt: recent kernels' default domain for every device is
+    # DMA-FQ (translated, lazy flush; drivers/iommu/iommu.c, CONFIG_IOMMU_DEFAULT_DMA_LAZY).
+    profile['iommu'] = dict(profile.get('iommu') or {}, mode='DMA-FQ', cmdline='intel_iommu=on')
+    return {}
+
+
 _ROCE_PORT0 = "roce.ports[?hca=='{hca}'] | [0]"
 
 
@@ -402,6 +450,25 @@ CATALOG = {
     ]),
     'fw_mismatch': _fault(fw_mismatch, 'The node\'s HCAs of one model run older firmware than its peers.', [
         ("ib.devices[?name=='{hca}'] | [0].fw_ver == '{fw_ver}'", True),
+    ]),
+    # PCIe links and the IOMMU (module_utils/_pcie.py): PCIE_LINK_DEGRADED, HOST_IOMMU_TRANSLATED.
+    'pcie_link_degraded': _fault(pcie_link_degraded, 'An HCA\'s PCIe link trained half its lanes (x16 -> x8).', [
+        ("gdr.pcie_links[?downstream=='{bdf}'] | [0].width == `{width}`", True),
+        ("gdr.pcie_links[?downstream=='{bdf}'] | [0].width_degraded", True),
+        ("gdr.pcie_links[?downstream=='{bdf}'] | [0].degraded", True),
+    ]),
+    'pcie_bridge_slow': _fault(pcie_bridge_slow, 'The PCIe switch above an HCA trained a generation down (32 -> 16 GT/s).', [
+        ("gdr.pcie_links[?downstream=='{bridge}'] | [0].speed_degraded", True),
+        ("contains(gdr.pcie_links[?downstream=='{bridge}'] | [0].nics, '{hca}')", True),
+    ]),
+    'gpu_link_narrow': _fault(gpu_link_narrow, 'A GPU\'s PCIe link trained half its lanes (x16 -> x8).', [
+        ("gdr.pcie_links[?downstream=='{gpu_bdf}'] | [0].kind", 'gpu'),
+        ("gdr.pcie_links[?downstream=='{gpu_bdf}'] | [0].width_degraded", True),
+    ]),
+    'iommu_translated': _fault(iommu_translated, 'The IOMMU translates the DMA of every device (no iommu=pt).', [
+        ("gdr.iommu.mode", 'translated'),
+        ("gdr.iommu.cmdline_mode", None),
+        ("length(gdr.iommu.translated) > `0`", True),
     ]),
 }
 CATALOG.update({

@@ -22,6 +22,7 @@ Usage: python -m tests.sim.render PROFILE.yml DEST [--fault NAME[:TARGET]] ...
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import shutil
 import struct
@@ -74,11 +75,33 @@ ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
 
 
 def load_profile(name_or_path):
+    """A profile by name or path. A variant names its ``base`` profile and says what differs:
+    its own keys replace the base's, ``add_pci`` and ``add_hcas`` are appended to the base's
+    lists, ``add_host_bridges`` merged into its host bridges, ``set_pci_kind`` updates every PCI
+function of a kind, and ``rename_hcas`` ({old: new})
+    renames the base's HCAs (the kernel numbers mlx5_N in probe order, so a card that enumerates
+    first shifts every name after it)."""
     path = name_or_path
     if not os.path.isfile(path):
         path = os.path.join(PROFILE_DIR, name_or_path + '.yml')
     with open(path) as handle:
-        return yaml.safe_load(handle)
+        profile = yaml.safe_load(handle)
+    if not profile.get('base'):
+        return profile
+    merged = copy.deepcopy(load_profile(profile.pop('base')))
+    renames = profile.pop('rename_hcas', None) or {}
+    for hca in merged.get('hcas', []):
+        hca['name'] = renames.get(hca['name'], hca['name'])
+    merged['pci'] = merged.get('pci', []) + (profile.pop('add_pci', None) or [])
+    merged['hcas'] = merged.get('hcas', []) + (profile.pop('add_hcas', None) or [])
+    merged['host_bridges'] = dict(merged.get('host_bridges') or {}, **(profile.pop('add_host_bridges', None) or {}))
+    # ``set_pci_kind`` ({kind: {key: value}}): e.g. another GPU model in the same slots.
+    for kind, values in (profile.pop('set_pci_kind', None) or {}).items():
+        for dev in merged['pci']:
+            if dev.get('kind') == kind:
+                dev.update(values)
+    merged.update(profile)
+    return merged
 
 
 def _write(root, rel, content, mode=0o644):
@@ -100,11 +123,25 @@ def _link(root, rel, target_rel):
     os.symlink(target, path)
 
 
-def config_space(acs=None, vendor=0, device=0, pci_class=0):
-    """4 KiB PCI config space: type header, and an ACS extended capability at 0x100."""
+# PCI Express link speeds, Link Capabilities/Status encoding (include/uapi/linux/pci_regs.h
+# PCI_EXP_LNKCAP_SLS_*, PCI_EXP_LNKSTA_CLS_*: 1 = 2.5 GT/s ... 6 = 64 GT/s).
+SPEED_CODES = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def config_space(acs=None, vendor=0, device=0, pci_class=0, express=None):
+    """4 KiB PCI config space: type header, a PCI Express capability at 0x40 when ``express``
+    ({type, max_speed, max_width, speed, width}) is given, and an ACS extended capability at 0x100."""
     data = bytearray(4096)
     struct.pack_into('<HH', data, 0, vendor, device)
     struct.pack_into('<I', data, 8, pci_class << 8)
+    if express is not None:
+        # Status: capabilities list; pointer at 0x34; PCI_CAP_ID_EXP (0x10) with version 2 and the
+        # device/port type in Flags bits 7:4; Link Capabilities at +0x0c, Link Status at +0x12.
+        struct.pack_into('<H', data, 0x06, 0x10)
+        data[0x34] = 0x40
+        struct.pack_into('<BBH', data, 0x40, 0x10, 0x00, 0x2 | (express['type'] << 4))
+        struct.pack_into('<I', data, 0x4c, SPEED_CODES.get(express['max_speed'], 0) | (express['max_width'] << 4))
+        struct.pack_into('<H', data, 0x52, SPEED_CODES.get(express['speed'], 0) | (express['width'] << 4))
     if acs is not None:
         # Another extended capability first (AER, id 0x0001) so the walk is exercised.
         struct.pack_into('<I', data, 0x100, 0x0001 | (1 << 16) | (0x148 << 20))
@@ -155,9 +192,74 @@ PCI_DEFAULTS = {
 }
 
 
+# The PCIe link each kind of device is built for, (max GT/s, max lanes), by (vendor, device):
+# H100 SXM (10de:2330), H200 (10de:2335), MI300X (1002:74a1), MetaX C500 (9999:4001), ConnectX-7
+# (15b3:1021) and BlueField-3 (15b3:a2dc) are PCIe Gen5 x16 (vendors' data sheets; the H200s of
+# tests/fixtures/real/h200x4-vm read max_link_speed '32.0 GT/s PCIe', max_link_width 16);
+# ConnectX-6 / 6 Dx (15b3:101b, 101d), A100 (10de:20b0, 20b2) and RTX 3090 (10de:2204) Gen4 x16;
+# ConnectX-4 (15b3:1013) Gen3 x16. Bridges (switch ports, root ports) default to Gen5 x16;
+# a profile's ``link: {max_speed, max_width}`` says otherwise (an older platform's root port).
+LINK_MAX = {
+    (0x10de, 0x2330): (32.0, 16), (0x10de, 0x2335): (32.0, 16), (0x1002, 0x74a1): (32.0, 16),
+    (0x9999, 0x4001): (32.0, 16), (0x15b3, 0x1021): (32.0, 16), (0x15b3, 0xa2dc): (32.0, 16),
+    (0x15b3, 0x101b): (16.0, 16), (0x15b3, 0x101d): (16.0, 16), (0x10de, 0x20b0): (16.0, 16),
+    (0x10de, 0x20b2): (16.0, 16), (0x10de, 0x2204): (16.0, 16), (0x15b3, 0x1013): (8.0, 16),
+}
+# PCI Express port types (include/uapi/linux/pci_regs.h PCI_EXP_TYPE_*).
+EXP_ENDPOINT, EXP_ROOT_PORT, EXP_UPSTREAM, EXP_DOWNSTREAM = 0x0, 0x4, 0x5, 0x6
+
+
+def _speed_text(speed):
+    """As sysfs prints it since Linux 5.5 (drivers/pci/probe.c pci_bus_speed_strings)."""
+    return '%.1f GT/s PCIe' % speed if speed in SPEED_CODES else 'Unknown'
+
+
+def pcie_links(profile):
+    """{bdf: {type, max_speed, max_width, speed, width}} for every PCIe function of the profile.
+
+    A bridge without a parent is a root port, a bridge below a root port or a downstream port is a
+    switch's upstream port, a bridge below an upstream port a downstream port; GPUs and NICs are
+    endpoints ('other' devices are conventional PCI, as virtio is, unless they carry ``link``).
+    Each link trains at the lower of its two ends' maxima (PCIe Base Spec 4.2.6 link training);
+    a device's ``link_status: {speed, width}`` (a fault) sets what its link trained at instead.
+    Both ends of a link report its status: the upper end's current_link_* describe the link
+    below it, the lower end's the link above it."""
+    by_bdf = {dev['bdf']: dev for dev in profile.get('pci', [])}
+    links = {}
+
+    def port_type(bdf, depth=0):
+        dev = by_bdf[bdf]
+        if dev.get('kind') != 'bridge':
+            return EXP_ENDPOINT
+        if not dev.get('parent') or depth > 32:
+            return EXP_ROOT_PORT
+        return EXP_DOWNSTREAM if port_type(dev['parent'], depth + 1) == EXP_UPSTREAM else EXP_UPSTREAM
+
+    for bdf, dev in by_bdf.items():
+        if dev.get('kind', 'other') == 'other' and 'link' not in dev:
+            continue
+        vendor, device = PCI_DEFAULTS[dev.get('kind', 'other')][:2]
+        top = LINK_MAX.get((int(dev.get('vendor', vendor)), int(dev.get('device', device))), (32.0, 16))
+        spec = dev.get('link') or {}
+        links[bdf] = {'type': port_type(bdf), 'max_speed': float(spec.get('max_speed', top[0])),
+                      'max_width': int(spec.get('max_width', top[1])), 'speed': 2.5, 'width': 0}
+    for bdf, link in links.items():
+        if link['type'] in (EXP_ROOT_PORT, EXP_DOWNSTREAM):
+            continue
+        parent = by_bdf[bdf].get('parent')
+        upper = links.get(parent)
+        status = by_bdf[bdf].get('link_status') or {}
+        link['speed'] = float(status.get('speed', min(link['max_speed'], upper['max_speed'] if upper else link['max_speed'])))
+        link['width'] = int(status.get('width', min(link['max_width'], upper['max_width'] if upper else link['max_width'])))
+        if upper is not None and upper['type'] in (EXP_ROOT_PORT, EXP_DOWNSTREAM):
+            upper['speed'], upper['width'] = link['speed'], link['width']
+    return links
+
+
 def render_pci(root, profile):
     by_bdf = {dev['bdf']: dev for dev in profile.get('pci', [])}
     paths = _pci_paths(profile)
+    links = pcie_links(profile)
     for bdf, dev in by_bdf.items():
         vendor, device, pci_class, driver = PCI_DEFAULTS[dev.get('kind', 'other')]
         vendor = int(dev.get('vendor', vendor))
@@ -169,12 +271,48 @@ def render_pci(root, profile):
         _write(root, base + '/device', '0x%04x' % device)
         _write(root, base + '/class', '0x%06x' % pci_class)
         _write(root, base + '/numa_node', _host_numa(profile, bdf, by_bdf))
-        _write(root, base + '/config', config_space(dev.get('acs'), vendor, device, pci_class), 0o644)
+        _write(root, base + '/config', config_space(dev.get('acs'), vendor, device, pci_class, links.get(bdf)), 0o644)
+        link = links.get(bdf)
+        if link is not None:
+            # drivers/pci/pci-sysfs.c: current_link_speed/max_link_speed as pci_speed_string(), widths '%u'.
+            _write(root, base + '/current_link_speed', _speed_text(link['speed']))
+            _write(root, base + '/current_link_width', link['width'])
+            _write(root, base + '/max_link_speed', _speed_text(link['max_speed']))
+            _write(root, base + '/max_link_width', link['max_width'])
         if driver:
             _link(root, base + '/driver', '/sys/bus/pci/drivers/' + driver)
             os.makedirs(os.path.join(root, 'sys/bus/pci/drivers', driver), exist_ok=True)
         _link(root, '/sys/bus/pci/devices/' + bdf, base)
+    render_iommu(root, profile, paths)
     return paths
+
+
+def render_iommu(root, profile, paths):
+    """IOMMU groups and the kernel command line. Profile ``iommu``: {mode: identity (default: a GPU
+    node booted with iommu=pt), DMA, DMA-FQ or off (a VM without an IOMMU, as tests/fixtures/real/
+    h200x4-vm), cmdline: the IOMMU words of /proc/cmdline}. One group per function, numbered in PCI
+    order; each device links to its group (iommu_group) and the group lists it (devices/), as
+    drivers/iommu/iommu.c iommu_group_add_device() makes them; the group's type is the mode."""
+    spec = dict({'mode': 'identity'}, **(profile.get('iommu') or {}))
+    words = spec.get('cmdline', {'identity': 'intel_iommu=on iommu=pt', 'off': ''}.get(spec['mode'], 'intel_iommu=on'))
+    release = (profile.get('kernel') or {}).get('release', '5.15.0-119-generic')
+    _write(root, '/proc/cmdline', ('BOOT_IMAGE=/boot/vmlinuz-%s root=UUID=6b1d5d3e-8f8a-4c1e-9a55-2f0e3c7d9b11 ro quiet %s'
+                                   % (release, words)).strip())
+    os.makedirs(os.path.join(root, 'sys/kernel/iommu_groups'), exist_ok=True)
+    os.makedirs(os.path.join(root, 'sys/class/iommu'), exist_ok=True)
+    if spec['mode'] == 'off':
+        return
+    # One unit per host bridge: Intel's are dmar0, dmar1, ... (drivers/iommu/intel/dmar.c), AMD's
+    # ivhd0, ... (drivers/iommu/amd/init.c); profile ``iommu.unit`` names the prefix.
+    unit = spec.get('unit', 'dmar')
+    for index, _host in enumerate(sorted(profile.get('host_bridges') or {'pci0000:00': {}})):
+        os.makedirs(os.path.join(root, 'sys/devices/virtual/iommu/%s%d' % (unit, index)), exist_ok=True)
+        _link(root, '/sys/class/iommu/%s%d' % (unit, index), '/sys/devices/virtual/iommu/%s%d' % (unit, index))
+    for group, bdf in enumerate(sorted(paths)):
+        base = '/sys/kernel/iommu_groups/%d' % group
+        _write(root, base + '/type', spec['mode'])
+        _link(root, base + '/devices/' + bdf, paths[bdf])
+        _link(root, paths[bdf] + '/iommu_group', base)
 
 
 def _mac_gid(mac):
