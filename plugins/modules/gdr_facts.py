@@ -13,6 +13,8 @@ description:
   - Finds the GPUs (NVIDIA, AMD, MetaX) and RDMA NICs on the PCI tree in sysfs and computes for
     every GPU x NIC pair the distance class C(PIX), C(PXB), C(PHB), C(NODE) or C(SYS) (the classes
     C(nvidia-smi topo -m) and C(mx-smi topo -n) print) and each GPU's nearest NIC.
+  - Reads the PCIe link of every GPU and RDMA NIC and of the bridges above them (speed and width against what
+    both ends of each link can do) and the IOMMU mode of their groups.
   - Reads the ACS capability and control registers (PCI extended capability 0x000D) of every
     bridge on a GPU<->NIC path and says whether ACS redirects peer-to-peer traffic.
     Extended config space is readable by root only; without it ACS is reported unknown.
@@ -103,6 +105,66 @@ ansible_facts:
               ctl_flags: []
               redirects_p2p: false
               paths: [GPU3-mlx5_0]
+        pcie_links:
+          description:
+            - One entry per PCIe link on the way from a GPU or an RDMA NIC up to its root port, read from sysfs
+              (C(current_link_speed), C(current_link_width), C(max_link_speed), C(max_link_width) of both ends).
+            - C(upstream) and C(downstream) are the two ends (C(upstream) null for a device on the root bus);
+              C(kind) (C(gpu), C(nic) or C(bridge)) and C(device) name the lower end; C(gpus) and C(nics) are the
+              devices whose traffic to the host crosses the link.
+            - C(speed_gts) and C(width) are what the link trained at, C(max_speed_gts)/C(max_width) and
+              C(upstream_max_speed_gts)/C(upstream_max_width) what each end can do, C(capable_speed_gts)/C(capable_width)
+              the lower of the two; C(gbps) and C(capable_gbps) the data bandwidth after line encoding (8b/10b below
+              8 GT/s, 128b/130b from 8 to 32 GT/s, as the kernel computes it).
+            - C(degraded) is true when the link trained narrower, or slower, than both ends can do, null when it could not
+              be judged (C(reason)); C(gpu_idle_speed) marks a GPU's own link below its speed, which is the GPU's power
+              saving at idle and not judged; C(by) says whether the ends were told apart by their PCI Express port
+              type (config space, root) or by their position in the tree.
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - upstream: "0000:19:01.0"
+              downstream: "0000:1b:00.0"
+              kind: nic
+              device: mlx5_0
+              gpus: []
+              nics: [mlx5_0]
+              speed_gts: 32.0
+              width: 8
+              max_speed_gts: 32.0
+              max_width: 16
+              upstream_max_speed_gts: 32.0
+              upstream_max_width: 16
+              capable_speed_gts: 32.0
+              capable_width: 16
+              gbps: 252.056
+              capable_gbps: 504.112
+              degraded: true
+              width_degraded: true
+              speed_degraded: false
+              gpu_idle_speed: false
+              by: port type
+              reason: null
+              raw: {current_link_speed: 32.0 GT/s PCIe, current_link_width: "8", max_link_speed: 32.0 GT/s PCIe, max_link_width: "16"}
+        iommu:
+          description:
+            - The IOMMU mode of the GPUs and RDMA NICs. C(devices) per device its IOMMU C(group)
+              (null - no IOMMU handles its DMA), the group's C(type) (C(/sys/kernel/iommu_groups/<n>/type)) and C(mode)
+              (C(passthrough) for identity, C(translated) for DMA or DMA-FQ, C(vfio), C(blocked), C(none), C(unknown)).
+            - C(units) the IOMMU hardware units (C(/sys/class/iommu)); C(cmdline) the IOMMU parameters of
+              C(/proc/cmdline) and C(cmdline_mode) what they ask for; C(translated) the devices whose DMA is translated;
+              C(mode) the node's summary (C(passthrough), C(translated), C(mixed), C(off), C(unknown)).
+          type: dict
+          returned: always
+          sample:
+            units: [dmar0, dmar1]
+            cmdline: {intel_iommu: "on", iommu: pt}
+            cmdline_mode: passthrough
+            devices:
+              - {name: GPU0, kind: gpu, pci_address: "0000:1a:00.0", group: "6", type: identity, mode: passthrough}
+            translated: []
+            mode: passthrough
         peer_memory:
           description: Loaded peer-memory modules, memory_peers clients, and per GPU vendor whether its library detects peer memory.
           type: dict
