@@ -25,13 +25,13 @@ description:
     listing is the same; RV(placeholders) counts them.
   - The tarball also holds C(.gpu_fabric_capture.json) at its top - when, from which root, with which readers,
     and everything this module returns - which no reader reads.
-  - The DCB settings of a RoCE port (trust, PFC, DSCP map, ETS) are not files: they are asked from the NIC by
+  - The DCB settings of a RoCE port (trust, PFC, DSCP map, ETS) are not files; they are asked from the NIC by
     C(mlnx_qos -i IF), else iproute2's C(dcb ... show dev IF), as M(hpc.gpu_fabric.roce_qos_facts) asks them
     (O(qos_tools) says when). Each of those read-only commands runs with an argument list and O(timeout), and
     its stdout is saved with the command and its rc as C(.gpu_fabric_commands/roce_qos/<netdev>.<kind>.txt)
-    in the tarball (C(kind) C(mlnx_qos), C(dcb_pfc), C(dcb_app), C(dcb_ets), C(dcb_apptrust)), where
-    M(hpc.gpu_fabric.roce_qos_facts) O(hpc.gpu_fabric.roce_qos_facts#module:from_log) reads them (playbook
-    C(hpc.gpu_fabric.offline) does). A tool that is not installed is saved as such and never fails the capture;
+    in the tarball (C(kind) C(mlnx_qos), C(dcb_pfc), C(dcb_app), C(dcb_ets), C(dcb_apptrust)), where the
+    C(from_log) option of M(hpc.gpu_fabric.roce_qos_facts) reads them (playbook C(hpc.gpu_fabric.offline) does).
+    A tool that is not installed is saved as such and never fails the capture;
     a port whose DCB settings could not be read is a warning. A tool that timed out is not run again for the
     other ports. The ECN, CNP and RDMA CM ToS files are captured as files.
   - Spawns no other tool; reads only. The warnings of the readers (for example an unreadable file) come back as

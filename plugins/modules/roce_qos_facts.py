@@ -20,7 +20,7 @@ description:
   - With O(from_log), the DCB settings come from saved outputs of those tools instead of running them
     (the outputs M(hpc.gpu_fabric.fabric_capture) saves into a snapshot, or a ticket's named the same way),
     so that a snapshot of another node is judged too. A port without a saved output keeps null DCB fields
-    and its C(source_reason) says so: it is never taken as configured.
+    and its C(source_reason) says so; it is never taken as configured.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
@@ -47,7 +47,7 @@ options:
         (C(dcb apptrust show dev IF)); in a directory, every entry is one. A snapshot holds them in
         C(.gpu_fabric_commands/roce_qos) below its root (M(hpc.gpu_fabric.fabric_capture)).
       - A file is the tool's stdout as printed, or as M(hpc.gpu_fabric.fabric_capture) writes it (a header of
-        C(# key: value) lines with the command and its rc, or that the tool was not installed). mlnx_qos's output
+        C(# key) lines with the command and its rc, or that the tool was not installed). mlnx_qos's output
         is used first, as on a live node, else dcb's.
       - Only regular files of at most 1 MiB are read, each when a port of the node asks for it. A file not
         named so, or whose netdev is no interface name (C(/), C(:), whitespace or a control character, 16 bytes
