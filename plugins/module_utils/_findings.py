@@ -499,7 +499,7 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     own = _scope_places(entry.scope, host)
     at = own if at is None else at
     path = own if path is None and code in SYMPTOMS else path
-    if not at and entry.explains and _STRICT:
+    if not at and entry.explains:
         raise ValueError('%s explains other findings: its rule must say where it sits (at=[places])' % code)
     severity = severity or entry.severity
     if severity != entry.severity and severity not in entry.other:
@@ -514,9 +514,6 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,
             'host': host, 'subject': subject, 'evidence': evidence, 'cause': cause, 'remedy': text, 'explained_by': None,
             'at': places(at), 'path': places(path)}
-
-
-_STRICT = False
 
 
 def _scope_places(scope, host):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._rails import position_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int, parse_numa
 
 IB_CLASS = '/sys/class/infiniband'
@@ -289,7 +290,9 @@ def _utf8(name):
 
 
 def list_rdma_devices(sysroot):
-    """[(name, PCI address or None)] of every device in /sys/class/infiniband."""
+    """[(name, PCI address or None)] of every device in /sys/class/infiniband, in position order
+    (PCI address, then the name in natural order: module_utils/_rails.py position_key), never
+    in the text order of the names, which puts mlx5_10 before mlx5_2."""
     devices = []
     for name in sysroot.listdir(IB_CLASS):
         if not _utf8(name):
@@ -300,7 +303,7 @@ def list_rdma_devices(sysroot):
         pci_path = sysroot.resolve('%s/%s/device' % (IB_CLASS, name))
         leaf = pci_path.rsplit('/', 1)[-1] if pci_path else ''
         devices.append((name, leaf.lower() if _BDF_RE.match(leaf) else None))
-    return devices
+    return sorted(devices, key=lambda entry: position_key(entry[0], entry[1]))
 
 
 def read_ib(sysroot, ibv_mtus=None):

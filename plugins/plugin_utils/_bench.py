@@ -17,6 +17,7 @@ import os
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails in position order
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
@@ -25,9 +26,16 @@ GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
 
 
 def node_plan(ib, gdr, hcas=None):
-    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU."""
+    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
+
+    Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
+    the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
+    name in natural order), so that rail i is the same slot on every node of a kind - never the
+    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail."""
     devices = (ib or {}).get('devices') or []
-    names = list(hcas) if hcas else [d['name'] for d in devices]
+    if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
+        hcas = [name.strip() for name in hcas.split(',') if name.strip()]
+    names = list(hcas) if hcas else _rails.compute(ib, gdr)
     rates = {}
     for device in devices:
         rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
@@ -450,7 +458,8 @@ def report(nodes, options):
             if record['side'] == 'server':
                 record = _checked(record)
                 server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
-                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'])
+                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
+                    text(record['gpu'].get('gpu')) or None)
     for host in sorted(nodes):
         plan = mapping(mapping(nodes[host]).get('plan'))
         for record in _node_records(host, nodes[host], unreadable):
@@ -478,6 +487,8 @@ def report(nodes, options):
                 # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
                 distances = [d for d in (record['gpu'].get('distance'), server[0] if server else None) if d in DISTANCE_CLASSES]
                 entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
+                # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
+                entry['server_gpu'], entry['client_gpu'] = server[5] if server else None, text(record['gpu'].get('gpu')) or None
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
                 entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
@@ -502,7 +513,7 @@ def report(nodes, options):
             rail.setdefault(record['server'], {})[record['client']] = value
     # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
-    for pair, (_distance, seen_by_server, status, hca, peer_hca) in server_side.items():
+    for pair, (_distance, seen_by_server, status, hca, peer_hca, gpu) in server_side.items():
         memory, server, client, rail_name = pair
         if pair in seen or client == server:
             continue
@@ -514,7 +525,7 @@ def report(nodes, options):
                        '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
                        else status)}
         pairs.append({'server': server, 'client': client, 'rail': rail_name,
-                      'server_hca': hca, 'client_hca': peer_hca, 'memory': memory,
+                      'server_hca': hca, 'client_hca': peer_hca, 'memory': memory, 'server_gpu': gpu if memory == 'gpu' else None,
                       'status': 'failed', 'failure': failure, 'bw_avg_gbps': None, 'lat_typical_us': None,
                       'port_rate_gbps': None, 'elapsed_s': None, 'verdict': 'failed',
                       'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import LAYERS, finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, peer_verdict
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, natural_key, peer_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
@@ -50,18 +50,21 @@ def ib_findings(host, ib, role_of=None):
                     F.IB_PORT_DOWN, host, subject,
                     {'state': port.get('state'), 'phys_state': port.get('phys_state')},
                     'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'), why),
-                    device=device['name']))
+                    device=device['name'], at=[('hca', host, device['name'])]))
                 continue
             # Peers of a port: the node's other ACTIVE ports of its model and role on its link layer
             # (_rails.roles): a storage card's 100 GbE ports are not slow next to a 200 GbE one of another
-            # model. A 1X width is a fault in any role (a 4X link with lanes lost).
+            # model. A 1X InfiniBand link is a fault in any role (a 4X link with lanes lost); on Ethernet, mlx5
+            # reports single-lane 25/50/100GbE as 1X (drivers/infiniband/hw/mlx5/main.c translate_eth_*_proto_oper:
+            # 25GBASE-CR -> IB_WIDTH_1X), so there only the rate against its peers tells.
             mine = role_of.get(device['name']) or {}
             group = (_rails.model(device), mine.get('role'), port.get('link_layer'))
             others = [p.get('rate_gbps') for d in (ib or {}).get('devices') or [] for p in d.get('ports') or []
                       if p is not port and p.get('state') == 'ACTIVE' and p.get('rate_gbps')
                       and (_rails.model(d), (role_of.get(d['name']) or {}).get('role'), p.get('link_layer')) == group]
             best = max(others) if others else None
-            if port.get('width') == '1X' or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
+            lanes_lost = port.get('width') == '1X' and port.get('link_layer') != 'Ethernet'
+            if lanes_lost or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
                 found.append(finding(
                     F.IB_RATE_DEGRADED, host, subject,
                     {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best, 'role': mine.get('role'),
@@ -78,7 +81,8 @@ def ib_findings(host, ib, role_of=None):
                     F.IB_ERROR_COUNTERS, host, subject,
                     {'counters': counters, 'saturated': port.get('counters_saturated') or []},
                     'the port has counted link errors since the counters were last cleared%s' % (
-                        ' (some saturated: the real count is unknown)' if port.get('counters_saturated') else '')))
+                        ' (some saturated: the real count is unknown)' if port.get('counters_saturated') else ''),
+                    at=[('hca', host, device['name'])], path=[('hca', host, device['name'])]))
             if port.get('link_layer') == 'Ethernet':
                 types = [g.get('type') for g in port.get('gids') or []]
                 if 'RoCE v2' not in types:
@@ -204,12 +208,17 @@ def gdr_findings(host, gdr, ib=None, role_of=None):
             found.append(finding(F.GDR_ACS_REDIRECT, host, subject,
                                  {'bridges': pair.get('acs_redirect_bridges')},
                                  'PCIe ACS on %s redirects GPU<->NIC peer-to-peer traffic up to the root complex'
-                                 % ', '.join(pair.get('acs_redirect_bridges') or [])))
+                                 % ', '.join(pair.get('acs_redirect_bridges') or []),
+                                 # The GPU<->NIC path of this pair (GPU-memory tests over this GPU and NIC);
+                                 # and the GPUs' PCIe peer traffic, which the same bridges redirect (NCCL's
+                                 # troubleshooting guide, "PCI Access Control Services (ACS)").
+                                 at=[('gpu_nic', host, pair['gpu'], pair['nic']), ('gpus', host)]))
         if pair.get('distance') in FAR:
             found.append(finding(F.GPU_NIC_FAR, host, subject, {'distance': pair['distance']},
                                  '%s is the nearest NIC of %s but %s away (across the CPU or NUMA nodes): NCCL does not use '
                                  'GPUDirect RDMA beyond %s by default and the traffic crosses the socket'
-                                 % (pair['nic'], pair['gpu'], pair['distance'], DEFAULT_GDR_LEVEL)))
+                                 % (pair['nic'], pair['gpu'], pair['distance'], DEFAULT_GDR_LEVEL),
+                                 at=[('gpu_nic', host, pair['gpu'], pair['nic'])]))
     # A NIC that no GPU is near, while the node's other NICs each have one: it was seated in
     # the wrong slot (the other socket), and the GPU that should use it shares another NIC.
     near = dict((nic['name'], min([DISTANCE_CLASSES.index(p['distance']) for p in gdr.get('topology') or []
@@ -226,7 +235,8 @@ def gdr_findings(host, gdr, ib=None, role_of=None):
                 found.append(finding(F.GPU_NIC_FAR, host, name, {'nearest_gpu_distance': DISTANCE_CLASSES[level]},
                                      '%s has no GPU nearer than %s while the node\'s other NICs sit under a GPU\'s PCIe switch: '
                                      'a GPU whose rail it is reaches it across the socket' % (name, DISTANCE_CLASSES[level]),
-                                     remedy='nic_slot'))
+                                     # Every GPU-memory test over this NIC (GPU_NIC_FAR explains GPU-memory symptoms only).
+                                     remedy='nic_slot', at=[('hca', host, name)]))
     if gdr.get('gdr_ready') is False and not any(f['severity'] != 'info' for f in found):
         # Fail closed: the facts say GPUDirect RDMA is not ready for a reason no rule above names.
         found.append(finding(F.GDR_NOT_READY, host, 'node',
@@ -333,22 +343,48 @@ def host_findings(host, gdr):
 
 # ---------------------------------------------------------------------------- measured
 
+def pair_subject(pair):
+    return '%s->%s rail %s %s' % (pair['server'], pair['client'], pair.get('rail'), pair.get('memory'))
+
+
+def pair_path(pair):
+    """The places a pair's test went through (_bench.report()'s entry): both nodes, the HCA of
+    its rail at either end and, for GPU memory, each side's GPU and its PCIe path to that HCA.
+    What the entry does not name is not on the path (fail closed: nothing there explains it)."""
+    path = []
+    for side in ('server', 'client'):
+        host, hca, gpu = pair.get(side), pair.get('%s_hca' % side), pair.get('%s_gpu' % side)
+        if not host:
+            continue
+        path.append(('node', host))
+        if hca:
+            path.append(('hca', host, hca))
+        if pair.get('memory') == 'gpu' and gpu:
+            path.append(('gpu', host, gpu))
+            if hca:
+                path.append(('gpu_nic', host, gpu, hca))
+    return path
+
+
 def bench_findings(bench):
     found = []
     # Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest).
     if (bench or {}).get('skipped'):
+        # The run, and every node it left out (diagnose() adds the nodes it knows).
         found.append(finding(F.BENCH_NOT_RUN, None, 'pairwise',
                              {'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
-                             'the pairwise benchmark did not run: %s' % bench['skipped'], test=bench.get('test') or 'ib_write_bw'))
+                             'the pairwise benchmark did not run: %s' % bench['skipped'], test=bench.get('test') or 'ib_write_bw',
+                             path=[('run',)] + [('node', host) for host in sorted(bench.get('excluded') or {})]))
     for host, why in sorted(((bench or {}).get('excluded') or {}).items()):
+        # The node, and its HCAs where diagnose() knows them.
         found.append(finding(F.BENCH_NODE_NOT_TESTED, host, 'node', {'reason': why},
-                             '%s was left out of the pairwise benchmark: %s' % (host, why)))
+                             '%s was left out of the pairwise benchmark: %s' % (host, why), path=[('node', host)]))
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     for pair in (bench or {}).get('pairs') or []:
         if pair.get('verdict') == 'ok':
             continue
-        subject = '%s->%s rail %s %s' % (pair['server'], pair['client'], pair.get('rail'), pair.get('memory'))
+        subject = pair_subject(pair)
         gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
             and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
         code = F.BENCH_PAIR_FAILED if pair.get('verdict') == 'failed' else (F.BENCH_GPU_MEMORY_LOW if gpu_low else F.BENCH_PAIR_LOW)
@@ -368,11 +404,25 @@ def bench_findings(bench):
                              {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
                               'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
                               'failure': pair.get('failure')},
-                             cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near'))
+                             cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near',
+                             path=pair_path(pair)))
         found[-1]['hosts'] = [pair['server'], pair['client']]
+    # One finding per HCA whose counters rose, its tests in evidence: a port flapping through the
+    # whole benchmark is one fault, not one per test.
+    rises = {}
     for rise in (bench or {}).get('counters') or []:
-        found.append(finding(F.IB_ERRORS_UNDER_LOAD, rise['host'], '%s (%s)' % (rise['hca'], rise['pair']),
-                             rise['increase'], 'error counters rose while %s ran' % rise['pair'], hca=rise['hca']))
+        rises.setdefault((rise['host'], rise['hca']), []).append(rise)
+    for (host, hca), items in sorted(rises.items(), key=lambda item: (item[0][0], natural_key(item[0][1]))):
+        total = {}
+        for rise in items:
+            for name, value in (rise.get('increase') or {}).items():
+                total[name] = total.get(name, 0) + (value or 0)
+        tests = [dict((k, rise.get(k)) for k in ('pair', 'rail', 'memory', 'round', 'increase', 'verdicts')) for rise in items]
+        found.append(finding(F.IB_ERRORS_UNDER_LOAD, host, hca, {'increase': total, 'tests': tests},
+                             'error counters of %s rose during %d test(s) of the benchmark (%s): %s' % (
+                                 hca, len(items), ', '.join(sorted(set(r['pair'] for r in items)))[:300],
+                                 ', '.join('%s +%d' % kv for kv in sorted(total.items()))),
+                             hca=hca, at=[('hca', host, hca)], path=[('hca', host, hca)]))
     return found
 
 
@@ -592,38 +642,185 @@ def _collective_interconnect(transport, name):
 
 # ---------------------------------------------------------------------------- roots and symptoms
 
-# Which codes a root on the same host explains, and when: the registry's (module_utils/_findings.py).
+# Which codes a root explains, and when: the registry's (module_utils/_findings.py); where: F.on_path.
 EXPLAINS = F.EXPLAINS
-
-
-def _hosts_of(item):
-    return item.get('hosts') or ([item['host']] if item.get('host') else [])
+# A pair's symptoms (bench_findings), judged again per device when no root on their path explains them.
+PAIR_SYMPTOMS = (F.BENCH_PAIR_FAILED, F.BENCH_PAIR_LOW, F.BENCH_GPU_MEMORY_LOW, F.BENCH_GPU_MEMORY_FAILED)
 
 
 def link_causes(findings):
-    """Set explained_by on every finding a lower one explains; roots keep None.
+    """Set explained_by on every symptom that a root on its path explains; roots keep None.
 
-    A root explains a symptom on the same host (a pair's symptom: either of its two nodes);
-    a culprit explains the fleet-wide collective finding. Roots are tried in the order
-    given (bottom-up), so the lowest layer wins.
+    A root explains a symptom when the registry says its code explains the symptom's
+    (F.explains) and one of the places it sits on (``at``) is on the places the symptom's tests
+    went through (``path``, F.on_path): a node-wide root of either end, the HCA of the test's
+    rail at either end, the GPU<->NIC path of the GPU memory used, a link on its route. A root
+    without places explains nothing and a symptom without a path is explained by nothing (fail
+    closed): a symptom is never pinned on a device it did not touch. Where several roots are on
+    the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
+    the GDR chain, not a slow port), then the lowest layer, then the order given. A symptom
+    explained by something that is itself explained points at that root.
     """
+    order = dict((layer, index) for index, layer in enumerate(LAYERS))
+    roots = {}
+    for position, item in enumerate(findings):
+        item['explained_by'] = None
+        if item['code'] in EXPLAINS and item.get('at'):
+            for code in EXPLAINS[item['code']]:
+                roots.setdefault(code, []).append((position, item))
     for symptom in findings:
-        for root in findings:
-            if root is symptom or not F.explains(root['code'], symptom):
+        if not symptom.get('path'):
+            continue
+        best = None
+        for position, root in roots.get(symptom['code'], ()):
+            if root is symptom or not F.explains(root['code'], symptom) or not F.on_path(root['at'], symptom['path']):
                 continue
-            fleetwide = not _hosts_of(symptom)
-            if fleetwide or set(_hosts_of(root)) & set(_hosts_of(symptom)):
-                # A culprit that is itself explained passes the explanation down to its root.
-                symptom['explained_by'] = root['explained_by'] or root['id']
-                break
+            rank = (not F.named(root['code'], symptom), order.get(root['layer'], len(order)), position)
+            if best is None or rank < best[0]:
+                best = (rank, root)
+        if best:
+            symptom['explained_by'] = best[1]['id']
     # Chains: a symptom explained by something that is itself explained points at the root.
     by_id = dict((f['id'], f) for f in findings)
     for item in findings:
-        seen = set()
-        while item['explained_by'] and by_id.get(item['explained_by'], {}).get('explained_by') and item['explained_by'] not in seen:
+        seen = set([item['id']])
+        while item['explained_by'] and by_id.get(item['explained_by'], {}).get('explained_by') \
+                and by_id[item['explained_by']]['explained_by'] not in seen:
             seen.add(item['explained_by'])
             item['explained_by'] = by_id[item['explained_by']]['explained_by']
     return findings
+
+
+def collective_path(host, node, hcas=None):
+    """The places a collective run went through on ``host``: the node, its GPUs' interconnect,
+    each GPU and its PCIe path to its nearest NIC, and the HCAs (``hcas``: the names NCCL used,
+    where the run says; else every RDMA device of the node). For the culprit search's findings,
+    and for the fleet run's symptoms (_diagnose.collective_findings)."""
+    gdr, ib = (node or {}).get('gdr') or {}, (node or {}).get('ib') or {}
+    names = [d.get('name') for d in ib.get('devices') or [] if isinstance(d, dict) and d.get('name')]
+    used = [name for name in hcas or [] if name in names] or names
+    path = [('node', host), ('gpus', host)] + [('hca', host, name) for name in sorted(set(used), key=natural_key)]
+    for gpu in gdr.get('gpus') or []:
+        if isinstance(gpu, dict) and gpu.get('name'):
+            path.append(('gpu', host, gpu['name']))
+            if gpu.get('nearest_nic') in used:
+                path.append(('gpu_nic', host, gpu['name'], gpu['nearest_nic']))
+    return path
+
+
+def _with_routes(path, routes):
+    """A pair's path with the fabric links it may cross (_fabric.routes): each end's cable, and the
+    up-links of both leaves where the ends sit on different leaves."""
+    ends = [routes.get((place[1], place[2])) for place in path or [] if place[0] == 'hca' and len(place) == 3]
+    ends = [end for end in ends if end]
+    extra = [end['cable'] for end in ends]
+    if len(set(end['leaf'] for end in ends)) > 1:
+        extra += [link for end in ends for link in end['uplinks']]
+    return [tuple(place) for place in path] + extra
+
+
+def complete_paths(findings, nodes, bench=None, collective=None):
+    """What a rule alone could not know of a symptom's path: the fabric links a pair crosses, the
+    HCAs of a node left out of the mesh, the devices a culprit's collective ran through, every node
+    of a run that did not run."""
+    routes = _fabric_routes(nodes)
+    transport = (((collective or {}).get('fleet') or {}).get('transport')) or {}
+    used = [str(name).split(':')[0] for name in transport.get('hcas') or []]
+    for item in findings:
+        code, host = item['code'], item.get('host')
+        if code in PAIR_SYMPTOMS + (F.FABRIC_SLOW_PAIR_PATH,) and item.get('path') and routes:
+            item['path'] = F.places(_with_routes(item['path'], routes))
+        elif code == F.BENCH_NODE_NOT_TESTED and host in nodes:
+            item['path'] = F.places([tuple(p) for p in item.get('path') or []] + collective_path(host, nodes[host])[2:])
+        elif code in (F.COLLECTIVE_CULPRIT, F.COLLECTIVE_SUSPECT) and host:
+            item['path'] = F.places(collective_path(host, nodes.get(host), used))
+            if transport.get('gdr') is False and isinstance(item.get('evidence'), dict):
+                # The run it was named in did not use GPUDirect RDMA (NCCL's INFO): a GDR root is preferred.
+                item['evidence'] = dict(item['evidence'], gdr=False)
+        elif code in (F.BENCH_NOT_RUN, F.COLLECTIVE_NOT_RUN) and not host:
+            item['path'] = F.places([tuple(p) for p in item.get('path') or [('run',)]] + [('node', h) for h in sorted(nodes)])
+    return findings
+
+
+def _fabric_routes(nodes):
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fabric
+    return _fabric.routes(nodes) if hasattr(_fabric, 'routes') else {}
+
+
+# Which place a device finding names first when two cover the same tests: the most specific.
+_SPECIFIC = ('hca', 'gpu_nic', 'gpu', 'node')
+
+
+def _device_words(place, rails):
+    if place[0] == 'hca':
+        return '%s of %s (rail %s)' % (place[2], place[1], ', '.join(str(r) for r in rails)) if rails else \
+            '%s of %s' % (place[2], place[1])
+    if place[0] == 'gpu_nic':
+        return 'the PCIe path between %s and %s of %s' % (place[2], place[3], place[1])
+    if place[0] == 'gpu':
+        return '%s of %s' % (place[2], place[1])
+    return 'node %s' % place[1]
+
+
+def unexplained_findings(findings, bench):
+    """Pair symptoms that no root on their path explains, said once on the device all their tests
+    share: a device (an HCA port, a GPU<->NIC path, a GPU, a node) every informative test through
+    which is slow or failed, with two or more peers (one peer cannot tell which end it is). A
+    test is informative when it passed, or failed with no root to explain it. Returns the new
+    BENCH_DEVICE_UNEXPLAINED findings (their ``at`` the device); a symptom whose tests share no
+    such device stays unexplained, and its cause says so - it is never pinned on a neighbour."""
+    pairs = [p for p in (bench or {}).get('pairs') or [] if isinstance(p, dict) and p.get('server') and p.get('client')]
+    symptoms = dict((f['subject'], f) for f in findings if f['code'] in PAIR_SYMPTOMS and f.get('hosts'))
+    tests = []
+    for pair in pairs:
+        symptom = symptoms.get(pair_subject(pair)) if pair.get('verdict') != 'ok' else None
+        if pair.get('verdict') != 'ok' and (symptom is None or symptom['explained_by'] or symptom['severity'] == 'info'):
+            continue      # explained (or not a fault): tells nothing about another device
+        tests.append((pair, symptom, set(tuple(p) for p in F.places(pair_path(pair)))))
+    bad = [t for t in tests if t[1] is not None]
+    if not bad:
+        return []
+    candidates = set(place for t in bad for place in t[2] if place[0] in _SPECIFIC)
+    suspects = {}
+    for place in candidates:
+        through = [t for t in tests if place in t[2]]
+        if any(t[1] is None for t in through):
+            continue
+        peers = set(t[0]['client'] if t[0]['server'] == place[1] else t[0]['server'] for t in through)
+        if len(peers) >= 2:
+            suspects[place] = (through, peers)
+    found, covered = [], set()
+    while True:
+        ranked = sorted(((len([t for t in through if id(t) not in covered]), place) for place, (through, _p) in suspects.items()),
+                        key=lambda item: (-item[0], _SPECIFIC.index(item[1][0]), [natural_key(part) for part in item[1]]))
+        if not ranked or ranked[0][0] == 0:
+            break
+        place = ranked[0][1]
+        through, peers = suspects.pop(place)
+        covered.update(id(t) for t in through)
+        host = place[1]
+        rails = sorted(set(str(t[0].get('rail')) for t in through), key=natural_key)
+        memories = sorted(set(str(t[0].get('memory')) for t in through))
+        sides = sorted(set('server' if t[0]['server'] == host else 'client' for t in through))
+        kinds = sorted(set(t[1]['code'] for t in through))
+        words = _device_words(place, rails if place[0] == 'hca' else [])
+        subject = {'hca': lambda: place[2], 'gpu_nic': lambda: '%s<->%s' % (place[2], place[3]),
+                   'gpu': lambda: place[2]}.get(place[0], lambda: 'node')()
+        found.append(finding(
+            F.BENCH_DEVICE_UNEXPLAINED, host, subject,
+            {'device': list(place), 'tests': len(through), 'peers': sorted(peers, key=natural_key), 'rails': rails,
+             'memories': memories, 'sides': sides, 'codes': kinds,
+             'subjects': sorted(t[1]['subject'] for t in through)[:20]},
+            '%s is slow or failed in every test it is in (%d test(s) with %d peers: %s memory, as %s), and no finding on '
+            'their path explains it' % (words, len(through), len(peers), ' and '.join(memories), ' and '.join(sides)),
+            remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0]),
+            device=subject.replace('<->', ' and '), at=[place], path=[place]))
+    lone = [t for t in bad if id(t) not in covered]
+    for pair, symptom, _places in lone:
+        symptom['cause'] = '%s; no finding on its path explains it, and its failing tests share no device that fails with two ' \
+            'or more peers: the fault is on this pair\'s path (either node\'s port, cable or PCIe path of rail %s); tests ' \
+            'with more peers tell which end' % (symptom['cause'], pair.get('rail'))
+    return found
 
 
 def lost_findings(stages):
@@ -695,6 +892,14 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     for host in sorted(unreachable or []):
         findings.append(finding(F.HOST_UNREACHABLE, host, 'node', {},
                                 'no facts came back from %s (unreachable, or its facts tasks failed)' % host))
+    complete_paths(findings, judged, bench, collective)
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
     findings.sort(key=lambda f: (order.get(f['layer'], 9), f['host'] or '', f['code'], f['subject'] or ''))
-    return link_causes(findings)
+    link_causes(findings)
+    # What no root on its path explains: once, on the device its tests share (or said to share none).
+    unexplained = unexplained_findings(findings, bench)
+    if unexplained:
+        findings.extend(unexplained)
+        findings.sort(key=lambda f: (order.get(f['layer'], 9), f['host'] or '', f['code'], f['subject'] or ''))
+        link_causes(findings)
+    return findings

@@ -8,7 +8,10 @@ A fault that no rule names - an HCA that did not enumerate, one node on older fi
 still shows as a difference from the node's peers. A kind is the GPU model (vendor and PCI
 device id of gpu_fabric_gdr ``gpus``); nodes without a GPU form their kinds by HCA model
 (``hca_type``), nodes without gdr facts kinds of their own. The GPU and HCA counts are
-compared, not part of the kind: a node with one GPU fewer must meet its peers.
+compared, not part of the kind: a node with one GPU fewer must meet its peers. The RDMA devices
+are compared by role (module_utils/_rails.py): the compute rails' count, ports, rates and models
+against the kind's compute rails, the storage and management cards apart (``other_hcas``): a card
+more than the peers have is info, never a rail that "did not enumerate".
 
 For each attribute (ATTRIBUTES), a node whose value differs from the value a strict majority
 of its kind has is a finding on that node, one per attribute. Without a majority (a tie, or
@@ -31,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _nccl_env
 
@@ -54,12 +58,19 @@ def node_kind(node):
     return ('no GPU, %s' if gdr else 'GPU unknown (no gdr facts), %s') % hcas
 
 
-def _devices(node):
+def _all_devices(node):
     return (node.get('ib') or {}).get('devices') or []
 
 
-def _ports(node):
-    return [(device, port) for device in _devices(node) for port in device.get('ports') or []]
+def _devices(host, node, ctx, compute=True):
+    """The node's RDMA devices of the compute rails (``compute`` False: the others), as
+    _rails.roles tells them (ctx['roles'])."""
+    role_of = ctx['roles'][host]
+    return [d for d in _all_devices(node) if _rails.is_compute(role_of, d['name']) == compute]
+
+
+def _ports(host, node, ctx):
+    return [(device, port) for device in _devices(host, node, ctx) for port in device.get('ports') or []]
 
 
 def _hca_difference(host, ref_hosts, ctx):
@@ -82,11 +93,12 @@ def gpu_count(host, node, ctx):
 
 
 def hca_count(host, node, ctx):
-    # RDMA devices in /sys/class/infiniband: an HCA that did not enumerate is absent, one whose
-    # port is down is present (IB_PORT_DOWN owns that). No device at all: NO_RDMA_CODES say so.
+    # RDMA devices of the compute rails in /sys/class/infiniband: an HCA that did not enumerate
+    # is absent, one whose port is down is present (IB_PORT_DOWN owns that). No device at all:
+    # NO_RDMA_CODES say so. Storage and management cards: other_hcas.
     if node.get('ib') is None:
         return None
-    count = len(_devices(node))
+    count = len(_devices(host, node, ctx))
     return None if not count and ctx['codes'][host] & set(NO_RDMA_CODES) else count
 
 
@@ -94,8 +106,11 @@ def _per_hca(field):
     def value(host, node, ctx):
         # The distinct (model, value) pairs, not one per HCA: a missing HCA does not change
         # the set unless it was the only one of its model (then _per_hca_judge leaves it to
-        # hca_model and hca_count), and the model keeps a storage NIC's firmware apart from the rails'.
-        pairs = set('%s %s' % (d.get('hca_type') or '?', d[field]) for d in _devices(node) if d.get(field))
+        # hca_model and hca_count), and the model (with the role of a storage or management card:
+        # _rails.roles) keeps a storage NIC's firmware apart from the rails'.
+        role_of = ctx['roles'][host]
+        pairs = set('%s%s %s' % (d.get('hca_type') or '?', '' if _rails.is_compute(role_of, d['name'])
+                                 else '/' + role_of[d['name']]['role'], d[field]) for d in _all_devices(node) if d.get(field))
         return tuple(sorted(pairs, key=natural_key)) or None
     value.__name__ = field
     return value
@@ -103,8 +118,24 @@ def _per_hca(field):
 
 def hca_model(host, node, ctx):
     # hca_type (the PCI device id's part number, e.g. MT4129 for ConnectX-7): ib_link_facts
-    # reads no vendor_part_id. A node without GPUs is already grouped by it.
-    return tuple(sorted(set(d['hca_type'] for d in _devices(node) if d.get('hca_type')), key=natural_key)) or None
+    # reads no vendor_part_id. A node without GPUs is already grouped by it. The compute rails'
+    # models: a storage card's is other_hcas'.
+    return tuple(sorted(set(d['hca_type'] for d in _devices(host, node, ctx) if d.get('hca_type')), key=natural_key)) or None
+
+
+def other_hcas(host, node, ctx):
+    # The storage and management cards (_rails.roles): role, model and ports (link layer, rate;
+    # a port IB_PORT_DOWN or IB_RATE_DEGRADED reports without its rate). A node with one more
+    # than its peers is info (_other_judge); one that lacks a card of its peers' is a warning.
+    if not _all_devices(node):
+        return None
+    role_of, owned = ctx['roles'][host], ctx['owned_ports'][host]
+    entries = []
+    for device in _devices(host, node, ctx, compute=False):
+        ports = ','.join('%s %s' % (p.get('link_layer'), '%g Gb/s' % p['rate_gbps'] if p.get('rate_gbps') and '%s/%s' % (
+            device['name'], p.get('port')) not in owned else '(rate owned by another finding)') for p in device.get('ports') or [])
+        entries.append('%s %s %s' % ((role_of.get(device['name']) or {}).get('role'), device.get('hca_type') or '?', ports))
+    return tuple(sorted(entries, key=natural_key))
 
 
 def rails(host, node, ctx):
@@ -114,15 +145,15 @@ def rails(host, node, ctx):
     best rate of its link layer - what it has when that rule's fault is fixed - so that the
     fault is not reported twice; with no such rate it counts as (link layer, None), which
     matches any rate (``_rail_judge``)."""
-    if not _devices(node):
+    if not _devices(host, node, ctx):
         return None      # no RDMA device: hca_count, or the per-node rules of NO_RDMA_CODES
     owned = ctx['owned_ports'][host]
-    active = [(d, p) for d, p in _ports(node) if '%s/%s' % (d['name'], p.get('port')) not in owned]
+    active = [(d, p) for d, p in _ports(host, node, ctx) if '%s/%s' % (d['name'], p.get('port')) not in owned]
     best = {}
     for _device, port in active:
         best[port.get('link_layer')] = max(best.get(port.get('link_layer')) or 0, port.get('rate_gbps') or 0) or None
     entries = [(p.get('link_layer'), p.get('rate_gbps')) for _d, p in active]
-    entries += [(p.get('link_layer'), best.get(p.get('link_layer'))) for d, p in _ports(node)
+    entries += [(p.get('link_layer'), best.get(p.get('link_layer'))) for d, p in _ports(host, node, ctx)
                 if '%s/%s' % (d['name'], p.get('port')) in owned]
     return tuple(sorted(entries, key=lambda e: (e[0] or '', e[1] or 0)))
 
@@ -134,7 +165,7 @@ def roce_mtu(host, node, ctx):
     # IB ports' MTU is the subnet's (MTU_MISMATCH); their IPoIB netdev carries no RDMA traffic.
     if host in ctx['mtu_hosts']:
         return None
-    mtus = set(p.get('netdev_mtu') for _d, p in _ports(node)
+    mtus = set(p.get('netdev_mtu') for _d, p in _ports(host, node, ctx)
                if p.get('link_layer') == 'Ethernet' and p.get('state') == 'ACTIVE' and p.get('netdev_mtu'))
     return tuple(sorted(mtus)) or None
 
@@ -145,7 +176,7 @@ def gid_index(host, node, ctx):
     if _findings.ROCE_NO_V2_GID in ctx['codes'][host]:
         return None
     indexes = set()
-    for _device, port in _ports(node):
+    for _device, port in _ports(host, node, ctx):
         if port.get('link_layer') == 'Ethernet' and port.get('state') == 'ACTIVE':
             v2 = [g['index'] for g in port.get('gids') or [] if g.get('type') == _nccl_env.ROCE_V2 and g.get('ipv4')]
             indexes.add(str(min(v2)) if v2 else 'none')
@@ -184,7 +215,7 @@ def roce_qos(host, node, ctx):
     # less what a ROCE_* finding of the node names; this sees a node set up consistently but
     # unlike its peers (PFC on priority 4 where the switches and peers use 3).
     from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
-    return _roce_rules.qos_signature(node['roce']) if node.get('roce') is not None else None
+    return _roce_rules.qos_signature(node['roce'], ctx['roles'][host]) if node.get('roce') is not None else None
 
 
 def nccl_settings(host, node, ctx):
@@ -250,8 +281,42 @@ def _rail_judge(host, value, ref, ref_hosts, ctx):
     return (_findings.FLEET_HW_MISSING, 'error') if lacking else None
 
 
+def _other_judge(host, value, ref, ref_hosts, ctx):
+    # A storage or management card more than the peers have is how that node was built (a storage
+    # network of its own): said, as info. One the peers have and this node lacks (or another model,
+    # another rate) is a difference to look at, not a compute rail's fault.
+    lacking = Counter(ref) - Counter(value)
+    return _findings.FLEET_DIFFERS, ('warning' if lacking else 'info')
+
+
+def _places(name, host, node, value, ref):
+    """Where a node's difference sits (a finding's ``at``, _findings.on_path): the HCAs whose
+    ports, model, firmware or board differ, or whose RoCE settings were compared; the node where
+    the difference is node-wide (a GPU or an HCA missing: the rest shifts to other devices; the
+    kernel, OFED, peer memory, the NCCL settings) or where no device can be named."""
+    devices = [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
+    named = []
+    if name == 'rails':
+        extra = Counter(value) - Counter(ref)
+        named = [d['name'] for d in devices for p in d.get('ports') or []
+                 if (p.get('link_layer'), p.get('rate_gbps')) in extra]
+    elif name == 'hca_model':
+        named = [d['name'] for d in devices if d.get('hca_type') and d['hca_type'] not in ref]
+    elif name in ('firmware', 'board_id'):
+        field = 'fw_ver' if name == 'firmware' else 'board_id'
+        theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
+        named = [d['name'] for d in devices if d.get(field) and ((d.get('hca_type') or '?'), str(d[field])) not in theirs]
+    elif name in ('roce_mtu', 'gid_index', 'roce_qos'):
+        named = [d['name'] for d in devices for p in d.get('ports') or [] if p.get('link_layer') == 'Ethernet']
+    if named:
+        return [('hca', host, device) for device in sorted(set(named), key=natural_key)]
+    return [('node', host)]
+
+
 def _show(value):
-    return ', '.join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+    if isinstance(value, tuple):
+        return ', '.join(str(v) for v in value) or 'none'
+    return str(value)
 
 
 def _show_rails(value):
@@ -270,14 +335,17 @@ ATTRIBUTES = (
     ('gpu_count', 'ib_gpu', gpu_count, _count_judge, 'GPUs (gpu_fabric_gdr.gpus)',
      'compare lspci with a peer\'s; a missing GPU: check dmesg (fallen off the bus: Xid 79, PCIe link down), reseat or '
      'replace it'),
-    ('hca_count', 'ib', hca_count, _count_judge, 'RDMA devices (/sys/class/infiniband)',
+    ('hca_count', 'ib', hca_count, _count_judge, 'RDMA devices of the compute rails (/sys/class/infiniband)',
      'check lspci for the HCA and dmesg for its probe (mlx5_core errors, firmware not responding); a card that '
      'does not enumerate needs a reseat, a firmware reset (mlxfwreset) or a replacement'),
-    ('rails', 'ib', rails, _rail_judge, 'ports by link layer and rate',
+    ('rails', 'ib', rails, _rail_judge, 'compute rail ports by link layer and rate',
      'compare the cables, transceivers and switch ports of the slower rails with a healthy node (iblinkinfo, '
      'ibstat); a port on another link layer: mlxconfig LINK_TYPE_P1'),
-    ('hca_model', 'ib', hca_model, _set_judge, 'HCA models (hca_type)',
+    ('hca_model', 'ib', hca_model, _set_judge, 'HCA models of the compute rails (hca_type)',
      'check that the node has the same HCA models as its peers (a replacement card of another model)'),
+    ('other_hcas', 'ib', other_hcas, _other_judge, 'storage and management cards (role, hca_type, ports)',
+     'nothing to do where the card is meant to be there (a storage or management network of this node); a card the '
+     'peers have and this node lacks: check lspci and dmesg for it, and its cable'),
     ('firmware', 'ib', _per_hca('fw_ver'), _per_hca_judge, 'HCA firmware (model fw_ver)',
      'update the HCA firmware to the version of the other nodes (mlxfwmanager, or the OFED/DOCA firmware bundle)'),
     ('board_id', 'ib', _per_hca('board_id'), _per_hca_judge, 'HCA board ids (model board_id)',
@@ -299,20 +367,29 @@ ATTRIBUTES = (
 )
 
 
-def _context(nodes, nccl):
+def _context(nodes, nccl, roles=None):
     """What other rules already report, per host."""
     from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
-    ctx = {'codes': {}, 'gdr_codes': {}, 'owned_ports': {}, 'named': set(), 'hca_count': {},
-           'mtu_hosts': set(f['host'] for f in _diagnose.mtu_findings(nodes)), 'nccl': nccl or {}}
+    roles = dict((host, (roles or {}).get(host) if (roles or {}).get(host) is not None else _rails.node_roles(node))
+                 for host, node in nodes.items())
+    ctx = {'codes': {}, 'gdr_codes': {}, 'owned_ports': {}, 'named': set(), 'hca_count': {}, 'roles': roles,
+           'mtu_hosts': set(f['host'] for f in _diagnose.mtu_findings(nodes, roles)), 'nccl': nccl or {}}
     for host, node in nodes.items():
-        ib_found = [f for f in _diagnose.ib_findings(host, node.get('ib')) if f['severity'] != 'info']
-        gdr_found = [f for f in _diagnose.gdr_findings(host, node.get('gdr'), node.get('ib')) if f['severity'] != 'info']
+        ib_found = [f for f in _diagnose.ib_findings(host, node.get('ib'), roles[host]) if f['severity'] != 'info']
+        gdr_found = [f for f in _diagnose.gdr_findings(host, node.get('gdr'), node.get('ib'), roles[host])
+                     if f['severity'] != 'info']
         ctx['gdr_codes'][host] = set(f['code'] for f in gdr_found)
         ctx['codes'][host] = set(f['code'] for f in ib_found) | ctx['gdr_codes'][host]
         ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED))
     if nccl is None:
-        ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'))) for host, node in nodes.items())
+        ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), role_of=roles[host]))
+                           for host, node in nodes.items())
     return ctx
+
+
+def _quiet(verdict):
+    """A judge's verdict that names nothing above info (None: another finding accounts for it)."""
+    return verdict is None or verdict[1] == 'info'
 
 
 def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
@@ -338,19 +415,21 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
                 if verdict is None:
                     continue
                 code, severity = verdict
-                ctx['named'].add(host)
+                if severity != 'info':
+                    ctx['named'].add(host)
                 found.append(finding(
                     code, host, name,
                     {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
                      'nodes_compared': known, 'kind': kind},
                     '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
                     % (words, show(value), show(ref), len(ref_hosts), known, kind),
-                    severity=severity, layer=layer, attribute_remedy=remedy))
+                    severity=severity, layer=layer, attribute_remedy=remedy,
+                    at=_places(name, host, nodes[host], value, ref), path=_places(name, host, nodes[host], value, ref)))
         return found
     # No majority: a value stays in the split only when no other value explains it away
     # (a node whose difference another finding accounts for is not one side of it).
     left = [(value, members) for value, members in ranked
-            if not any(all(judge(host, value, other, other_hosts, ctx) is None for host in members)
+            if not any(all(_quiet(judge(host, value, other, other_hosts, ctx)) for host in members)
                        for other, other_hosts in ranked if other != value)]
     if len(left) < 2:
         return []
@@ -364,11 +443,12 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
                     layer=layer, attribute_remedy=remedy)]
 
 
-def fleet_findings(nodes, nccl=None):
+def fleet_findings(nodes, nccl=None, roles=None):
     """Findings of nodes that differ from most nodes of their kind.
 
     ``nodes``: {host: {'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr}}; ``nccl``: {host:
-    _nccl_env.recommend(...)} where the caller has it (computed here otherwise)."""
+    _nccl_env.recommend(...)} and ``roles``: {host: _rails.roles(...)} where the caller has them
+    (computed here otherwise)."""
     finding = _findings.finding
     kinds = {}
     for host in sorted(nodes or {}, key=natural_key):
@@ -376,7 +456,7 @@ def fleet_findings(nodes, nccl=None):
     kinds = dict((kind, hosts) for kind, hosts in kinds.items() if len(hosts) >= 2)
     if not kinds:
         return []
-    ctx = _context(nodes, nccl)
+    ctx = _context(nodes, nccl, roles)
     found = []
     for spec in ATTRIBUTES:
         for kind in sorted(kinds):

@@ -25,6 +25,7 @@ How NCCL reads these values (NVIDIA/nccl sources, and env.html of the NCCL user 
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails, storage, management
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, dmabuf_stands_in, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules  # NCCL_IB_TC
@@ -51,42 +52,28 @@ def _nearest(gdr, nic_names):
     return _gdr.nearest_nics((gdr or {}).get('topology'), nic_names)
 
 
-def select_ports(ib, gdr):
-    """The RDMA ports NCCL should use: ([(device, port)], {port id: why it is left out}, notes)."""
-    active, left_out, notes = [], {}, []
-    for device in sorted((ib or {}).get('devices') or [], key=lambda d: natural_key(d.get('name'))):
+def select_ports(ib, gdr, role_of=None):
+    """The RDMA ports NCCL should use: ([(device, port)], {port id: why it is left out}, notes).
+
+    The ACTIVE ports of the compute rails, in position order (module_utils/_rails.py: roles and
+    order). A storage or management NIC is left out: listed, NCCL would also send collective
+    traffic through it, at its own rate and away from the GPUs (a MetaX C500 node's 200 Gb/s
+    BlueField-3 mlx5_2, NODE from every GPU, is one: tests/fixtures/seeds/000_mx_smi_topo_n.txt)."""
+    role_of = role_of if role_of is not None else _rails.roles(ib, gdr)
+    chosen, left_out, notes = [], {}, []
+    for device in _rails.ordered((ib or {}).get('devices') or []):
+        mine = role_of.get(device['name']) or {}
         for port in device.get('ports') or []:
             if port.get('state') != 'ACTIVE':
                 left_out[_port_id(device, port)] = 'state %s, physical state %s' % (port.get('state'), port.get('phys_state'))
+            elif not _rails.is_compute(role_of, device['name']):
+                left_out[_port_id(device, port)] = '%s %s, a %s NIC, not a compute rail: %s; the closest GPU is %s away' % (
+                    port.get('link_layer'), _rate(port), mine.get('role'), mine.get('why'), mine.get('gpu_distance') or 'unknown')
             else:
-                active.append((device, port))
-    if not active or not (gdr or {}).get('gpus'):
-        if active:
-            notes.append('no GPU in gpu_fabric_gdr: every ACTIVE port is listed, the topology cannot tell compute '
-                         'NICs from storage or management NICs')
-        return active, left_out, notes + _mixed_layers(active)
-    # The NICs the GPUs use: each GPU's nearest NIC with an ACTIVE port. A NIC that is the
-    # nearest of no GPU and slower than those is a storage or management NIC: listed, NCCL
-    # would also send collective traffic through it, at its lower rate and away from the GPUs
-    # (a MetaX C500 node's 200 Gb/s BlueField-3 mlx5_2, NODE from every GPU, is one:
-    # tests/fixtures/seeds/000_mx_smi_topo_n.txt).
-    names = set(device['name'] for device, _port in active)
-    nearest = _nearest(gdr, names)
-    serving = set(nic for _distance, nic in nearest.values())
-    rates = [port['rate_gbps'] for device, port in active if device['name'] in serving and port.get('rate_gbps')]
-    compute_rate = max(rates) if rates else None
-    chosen = []
-    for device, port in active:
-        if (device['name'] not in serving and compute_rate and port.get('rate_gbps')
-                and port['rate_gbps'] < compute_rate):
-            distances = [v for v in ((gdr.get('matrix') or {}).get(gpu, {}).get(device['name'])
-                                     for gpu in sorted(gdr.get('matrix') or {}, key=natural_key)) if v in DISTANCE_CLASSES]
-            closest = min(distances, key=DISTANCE_CLASSES.index) if distances else 'unknown'
-            left_out[_port_id(device, port)] = (
-                '%s %s, the nearest NIC of no GPU - the closest is %s away - and slower than the %g Gb/s NICs '
-                'next to the GPUs: a storage or management NIC' % (port.get('link_layer'), _rate(port), closest, compute_rate))
-            continue
-        chosen.append((device, port))
+                chosen.append((device, port))
+    if chosen and not (gdr or {}).get('gpus'):
+        notes.append('no GPU in gpu_fabric_gdr: every ACTIVE port is listed, the topology cannot tell compute '
+                     'NICs from storage or management NICs')
     return chosen, left_out, notes + _mixed_layers(chosen)
 
 
@@ -226,11 +213,12 @@ def vendor_notes(gdr):
     return notes
 
 
-def recommend(ib, gdr, roce=None):
+def recommend(ib, gdr, roce=None, role_of=None):
     """{'settings': {NAME: value}, 'reasons': {NAME: why}, 'notes': [...]} for one node.
 
     ``ib``: the node's gpu_fabric_ib (or None); ``gdr``: its gpu_fabric_gdr (or None);
-    ``roce``: its gpu_fabric_roce (roce_qos_facts) where gathered, for NCCL_IB_TC.
+    ``roce``: its gpu_fabric_roce (roce_qos_facts) where gathered, for NCCL_IB_TC; ``role_of``: its
+    module_utils/_rails.py roles() where the caller has them.
     A note about one setting starts with its name ("NCCL_IB_GID_INDEX not set: ..."): the
     nccl_conf role drops it once the user overrode or omitted that name.
     """
@@ -242,7 +230,8 @@ def recommend(ib, gdr, roce=None):
                      'skip the probe for devices that are not there)')
         chosen = []
     else:
-        chosen, left_out, port_notes = select_ports(ib, gdr)
+        role_of = role_of if role_of is not None else _rails.roles(ib, gdr)
+        chosen, left_out, port_notes = select_ports(ib, gdr, role_of)
         notes.extend(port_notes)
         if chosen:
             settings['NCCL_IB_HCA'], reasons['NCCL_IB_HCA'] = ib_hca(chosen, left_out, gdr)
@@ -259,7 +248,7 @@ def recommend(ib, gdr, roce=None):
             settings['NCCL_NET_GDR_LEVEL'], reasons['NCCL_NET_GDR_LEVEL'] = value, reason
         # RoCE lossless: the traffic class of the PFC-enabled priority, when the facts agree.
         # NCCL_IB_SL is not recommended: on RoCE the SL is the PCP, which trust dscp ignores.
-        value, reason = _roce_rules.nccl_traffic_class(roce) if roce is not None else (None, None)
+        value, reason = _roce_rules.nccl_traffic_class(roce, role_of) if roce is not None else (None, None)
         if value is not None:
             settings['NCCL_IB_TC'], reasons['NCCL_IB_TC'] = value, reason
         elif reason:

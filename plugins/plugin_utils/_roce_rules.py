@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # which ports carry compute traffic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, sequence, text
@@ -25,7 +26,13 @@ FULL_ROCE_MTU = IB_MTUS[-1]
 FABRIC_LOSS = tuple(name for name in LOSS_COUNTERS if name in ('out_of_sequence', 'packet_seq_err', 'local_ack_timeout_err'))
 
 
-def _ports(roce):
+def _ports(roce, role_of=None):
+    """The ACTIVE RoCE ports that carry RDMA compute traffic: those of the node's compute rails
+    (module_utils/_rails.py roles; ``role_of`` None: every port)."""
+    return [p for p in _active(roce) if role_of is None or _rails.is_compute(role_of, text(p.get('hca')))]
+
+
+def _active(roce):
     return [p for p in mappings(mapping(roce).get('ports')) if p.get('state') == 'ACTIVE']
 
 
@@ -66,6 +73,15 @@ def port_checks(port):
                                           'pfc': sorted(pfc)},
                                          'ToS %s (DSCP %s) maps to priority %s, PFC is on %s only'
                                          % (tos, tos >> 2 if tos is not None else '?', prio, sorted(pfc)))
+    # {DSCP (a JSON key): [priorities]} of the DSCPs dcb app maps to more than one priority (_roce.dcb_app_conflicts).
+    conflicts = dict((int(k), sorted(v for v in sequence(levels) if integer(v) is not None))
+                     for k, levels in mapping(port.get('dscp_conflicts')).items() if str(k).isdigit())
+    if known and conflicts:
+        used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
+        found[F.ROCE_DSCP_CONFLICT] = ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},
+                                       '; '.join('DSCP %d mapped to priorities %s%s' % (k, v, ' (the %s DSCP)' % (
+                                           'RDMA' if tos is not None and k == tos >> 2 else 'CNP') if k in used else '')
+                                                 for k, v in sorted(conflicts.items())))
     # ECN where the RDMA traffic is lossless (DCQCN slows senders before PFC pauses the link);
     # without PFC (ECN-only, "lossy RoCE") on the priority the RDMA traffic maps to.
     wanted = pfc or (set([prio]) if prio is not None else set())
@@ -102,6 +118,7 @@ _CAUSES = {
     F.ROCE_TRUST_PCP: 'RDMA traffic is classified by PCP',
     F.ROCE_PFC_OFF: 'RDMA traffic is not lossless: a congested switch queue drops it and RoCE retransmits (go-back-N)',
     F.ROCE_TC_NOT_LOSSLESS: 'RDMA traffic lands in a lossy queue',
+    F.ROCE_DSCP_CONFLICT: 'the priority a DSCP lands in depends on which of its conflicting entries the driver applies',
     F.ROCE_ECN_OFF: 'DCQCN cannot slow senders down before PFC pauses the link',
     F.ROCE_CNP_LOSSY: 'congestion notifications can be dropped or queued behind bulk traffic',
     F.ROCE_MTU_MISMATCH: 'RDMA messages are cut into smaller packets than the fabric allows',
@@ -109,11 +126,16 @@ _CAUSES = {
 }
 
 
-def roce_findings(host, roce):
-    """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say)."""
+def roce_findings(host, roce, role_of=None):
+    """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say).
+
+    Lossless RoCE matters where the collectives' RDMA traffic goes: the ports of the compute rails
+    (``role_of``: module_utils/_rails.py roles() of the node; None: every port). A storage or
+    management port is not judged; one whose DCB could not be read is said, as info."""
     if roce is None:
         return []
-    ports = _ports(roce)
+    ports = _ports(roce, role_of)
+    others = [p for p in _active(roce) if p not in ports and p.get('source') is None]
     per_code = {}
     for port in ports:
         for code, (evidence, words) in port_checks(port).items():
@@ -124,10 +146,26 @@ def roce_findings(host, roce):
         severity = None
         if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
             severity = 'warning'
+        if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
+            severity = 'warning'
         found.append(finding(code, host, _subject([p for p, _e, _w in hits], ports),
                              {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
                              '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
-                             severity=severity))
+                             severity=severity, at=[('hca', host, text(p.get('hca'))) for p, _e, _w in hits]))
+    if others:
+        found.append(finding(F.ROCE_QOS_UNKNOWN, host, ','.join(text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port'))
+                                                                for p in others),
+                             {'ports': dict((text(p.get('netdev')) or '?', {'reason': p.get('source_reason'), 'hca': p.get('hca'),
+                                                                            'role': (role_of.get(text(p.get('hca'))) or {}).get('role')})
+                                            for p in others)},
+                             'the DCB settings of %s could not be read (%s); %s not a compute rail (%s), so no collective '
+                             'traffic depends on its lossless setup' % (
+                                 ', '.join(text(p.get('netdev')) or '?' for p in others),
+                                 '; '.join(sorted(set(text(p.get('source_reason')) or 'not read' for p in others))),
+                                 'it is' if len(others) == 1 else 'they are',
+                                 '; '.join(sorted(set('%s: %s' % (p.get('hca'), (role_of.get(text(p.get('hca'))) or {}).get('why'))
+                                                      for p in others)))),
+                             severity='info', at=[('hca', host, text(p.get('hca'))) for p in others]))
     return found
 
 
@@ -136,12 +174,12 @@ _OWNS = {F.ROCE_TRUST_PCP: ('trust',), F.ROCE_PFC_OFF: ('pfc',), F.ROCE_TC_NOT_L
          F.ROCE_ECN_OFF: ('ecn',), F.ROCE_CNP_LOSSY: ('cnp prio',)}
 
 
-def qos_signature(roce):
-    """What a node's RoCE ports are set to, for the fleet comparison (_fleet.roce_qos): trust,
-    PFC priorities, ToS, CNP priority, ECN priorities - each part left out where a ROCE_*
-    finding of the port names it; None without ACTIVE RoCE ports read."""
+def qos_signature(roce, role_of=None):
+    """What a node's RoCE ports of its compute rails are set to, for the fleet comparison
+    (_fleet.roce_qos): trust, PFC priorities, ToS, CNP priority, ECN priorities - each part
+    left out where a ROCE_* finding of the port names it; None without ACTIVE RoCE ports read."""
     values = set()
-    for port in _ports(roce):
+    for port in _ports(roce, role_of):
         if port.get('source') is None:
             continue
         owned = set(part for code in port_checks(port) for part in _OWNS.get(code, ()))
@@ -153,11 +191,11 @@ def qos_signature(roce):
     return tuple(sorted(values)) or None
 
 
-def nccl_traffic_class(roce):
-    """(NCCL_IB_TC, reason) when every ACTIVE RoCE port has one RDMA CM ToS that lands on a
-    PFC-enabled priority (NCCL uses its own TC, default 0, unless told: NCCL env.html
-    NCCL_IB_TC), else (None, why not)."""
-    ports = _ports(roce)
+def nccl_traffic_class(roce, role_of=None):
+    """(NCCL_IB_TC, reason) when every ACTIVE RoCE port of the compute rails (``role_of``:
+    _rails.roles) has one RDMA CM ToS that lands on a PFC-enabled priority (NCCL uses its own
+    TC, default 0, unless told: NCCL env.html NCCL_IB_TC), else (None, why not)."""
+    ports = _ports(roce, role_of)
     if not ports:
         return None, None
     tos = set(integer(p.get('roce_tos')) for p in ports)

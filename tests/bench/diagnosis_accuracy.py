@@ -11,7 +11,9 @@ every injected fault's expected code is a root finding (explained_by null) on th
 Also, each with goal 0: findings above info on the fault-free profiles judged alone
 (``healthy_findings_above_info``) and as a fleet of PEERS + 1 identical nodes
 (``healthy_fleet_findings_above_info``), and findings above info that blame a healthy peer
-in the cases (``peer_findings_above_info``). The facts are read with the modules' readers
+in the cases (``peer_findings_above_info``), and on the healthy-but-unusual profiles (UNUSUAL)
+alone and in fleets (UNUSUAL_FLEETS: ``unusual_findings_above_info``,
+``unusual_fleet_findings_above_info``). The facts are read with the modules' readers
 from rendered snapshot roots.
 
 Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv active)
@@ -74,6 +76,28 @@ CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persis
               # roce_pfc_prio4 sets ECN on its own priority, which undoes roce_ecn_off.
               ('roce_ecn_off', 'roce_pfc_prio4')}
 HEALTHY = ('nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_cx4', 'no_rdma_vm', 'h200x2_no_rdma')
+# Healthy but unusual hardware (tests/sim/profiles: an extra storage card, twelve RDMA devices, a
+# second GPU model, a RoCE-capable management port), goal: no finding above info, alone and as
+# fleets. Each fleet: {host: (profile, NCCL_IB_HCA or None)}; the unusual node beside peers of the
+# usual profile (the difference is on one node) and among its own kind.
+NCCL_MI300X = '=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'
+UNUSUAL = ('nvidia_h100_8x_ndr_storage', 'nvidia_h100_8x_ndr_12hca', 'nvidia_h200_8x_ndr', 'amd_mi300x_roce_mgmt')
+UNUSUAL_FLEETS = {
+    'extra_storage_card': {'node': ('nvidia_h100_8x_ndr_storage', None), 'peer1': ('nvidia_h100_8x_ndr', None),
+                           'peer2': ('nvidia_h100_8x_ndr', None)},
+    'extra_storage_card_kind': dict(('n%d' % i, ('nvidia_h100_8x_ndr_storage', None)) for i in range(3)),
+    'twelve_hcas': {'node': ('nvidia_h100_8x_ndr_12hca', None), 'peer1': ('nvidia_h100_8x_ndr', None),
+                    'peer2': ('nvidia_h100_8x_ndr', None)},
+    'twelve_hcas_with_storage_peers': {'node': ('nvidia_h100_8x_ndr_12hca', None), 'peer1': ('nvidia_h100_8x_ndr_storage', None),
+                                       'peer2': ('nvidia_h100_8x_ndr_storage', None)},
+    'two_gpu_models': {'h100a': ('nvidia_h100_8x_ndr', None), 'h100b': ('nvidia_h100_8x_ndr', None),
+                       'h100c': ('nvidia_h100_8x_ndr', None), 'h200a': ('nvidia_h200_8x_ndr', None),
+                       'h200b': ('nvidia_h200_8x_ndr', None)},
+    'management_port': {'node': ('amd_mi300x_roce_mgmt', None), 'peer1': ('amd_mi300x_roce', None),
+                        'peer2': ('amd_mi300x_roce', None)},
+    'management_port_nccl_ib_hca': {'node': ('amd_mi300x_roce_mgmt', NCCL_MI300X), 'peer1': ('amd_mi300x_roce', NCCL_MI300X),
+                                    'peer2': ('amd_mi300x_roce', NCCL_MI300X)},
+}
 
 
 def node_facts(profile_name, fault_names=()):
@@ -104,6 +128,28 @@ def fleet(profile_name, fault_names=()):
     return nodes
 
 
+def unusual_fleet(spec):
+    """{host: facts} of an UNUSUAL_FLEETS entry (each profile rendered once)."""
+    nodes = {}
+    for host, (profile_name, ib_hca) in spec.items():
+        if profile_name not in _HEALTHY_FACTS:
+            _HEALTHY_FACTS[profile_name] = node_facts(profile_name)
+        nodes[host] = copy.deepcopy(_HEALTHY_FACTS[profile_name])
+        if ib_hca:
+            nodes[host]['nccl_ib_hca'] = ib_hca
+    return nodes
+
+
+def unusual_run():
+    """Findings above info on the healthy-but-unusual profiles alone and in their fleets (goal: none)."""
+    alone = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
+                 for name in UNUSUAL)
+    fleets = dict((name, sorted(set('%s@%s' % (f['code'], f['host']) for f in _diagnose.diagnose(unusual_fleet(spec))
+                                    if f['severity'] != 'info')))
+                  for name, spec in sorted(UNUSUAL_FLEETS.items()))
+    return alone, fleets
+
+
 def case(profile_name, fault_names):
     found = _diagnose.diagnose(fleet(profile_name, fault_names))
     roots = set(f['code'] for f in found if f['explained_by'] is None and f['host'] in ('node', None))
@@ -131,7 +177,9 @@ def run():
                                            if f['severity'] != 'info' and f['code'].startswith('FLEET_'))))
                          for name in HEALTHY)
     judged = [r for r in results if 'right' in r]
-    return {'cases': len(judged), 'right': sum(r['right'] for r in judged),
+    unusual_alone, unusual_fleets = unusual_run()
+    return {'unusual_findings_above_info': unusual_alone, 'unusual_fleet_findings_above_info': unusual_fleets,
+            'cases': len(judged), 'right': sum(r['right'] for r in judged),
             'share_right': round(sum(r['right'] for r in judged) / float(len(judged)), 3),
             'wrong': [r for r in judged if not r['right']], 'skipped': [r for r in results if 'skipped' in r],
             'healthy_findings_above_info': healthy, 'healthy_fleet_findings_above_info': healthy_fleet,

@@ -90,7 +90,10 @@ def render_qos(root, profile):
                      'dscp2prio': dict((str(k), v) for k, v in dscp_map(qos).items()),
                      'prio_tc': dict((str(k), v) for k, v in qos['prio_tc'].items()),
                      'tc_tsa': dict((str(k), v) for k, v in qos['tc_tsa'].items())}
-            _write(root, '%s/%s.json' % (STATE_DIR, netdev), json.dumps(state, sort_keys=True))
+            if qos.get('dcb', True):
+                # dcb: false - a port whose driver or firmware answers no DCB query (the stand-ins then
+                # fail as mlnx_qos and dcb do on such a netdev): its DCB state cannot be read.
+                _write(root, '%s/%s.json' % (STATE_DIR, netdev), json.dumps(state, sort_keys=True))
     if configfs:
         os.makedirs(os.path.join(root, 'sys/kernel/config/rdma_cm'), exist_ok=True)
 

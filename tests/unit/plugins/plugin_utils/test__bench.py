@@ -25,7 +25,8 @@ def facts(sim_root, profile, *fault_names):
 def test_node_plan_nearest_gpu_per_hca(sim_root):
     ib, gdr = facts(sim_root, 'metax_c500_cx7')
     plan = _bench.node_plan(ib, gdr)
-    assert plan['hcas'] == ['mlx5_0', 'mlx5_1', 'mlx5_2']
+    # The 200 Gb/s BlueField-3 mlx5_2 (NODE from every GPU, another model) is a storage NIC, no rail.
+    assert plan['hcas'] == ['mlx5_0', 'mlx5_1']
     assert plan['rate_gbps'] == {'mlx5_0': 400.0, 'mlx5_1': 400.0, 'mlx5_2': 200.0}
     # seed 000: GPU3 is PIX to mlx5_0, GPU4 PIX to mlx5_1 (--use_maca=N numbers MetaX GPUs in PCI order)
     assert plan['gpu_by_hca']['mlx5_0'] == {'gpu': 'GPU3', 'index': 3, 'vendor': 'metax', 'flag': 'use_maca', 'distance': 'PIX'}

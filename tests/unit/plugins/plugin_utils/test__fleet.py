@@ -43,19 +43,24 @@ def test_a_node_with_an_hca_that_did_not_enumerate_is_no_longer_ok(sim):
         [('FLEET_HW_MISSING', 'h3', 'hca_count', 'error', 'ib')]
     missing = found[0]
     assert missing['explained_by'] is None
-    assert missing['evidence'] == {'value': 8, 'most_nodes': 9, 'nodes_with_most': 2, 'nodes_compared': 3,
+    # The compute rails are counted (the BlueField-3 beside them is other_hcas').
+    assert missing['evidence'] == {'value': 7, 'most_nodes': 8, 'nodes_with_most': 2, 'nodes_compared': 3,
                                    'kind': 'GPU nvidia 0x2330'}
-    assert missing['cause'] == ('RDMA devices (/sys/class/infiniband): 8 here, 9 on 2 of the 3 nodes of its kind '
-                                '(GPU nvidia 0x2330)')
+    assert missing['cause'] == ('RDMA devices of the compute rails (/sys/class/infiniband): 7 here, 8 on 2 of the 3 nodes of its '
+                                'kind (GPU nvidia 0x2330)')
     assert 'lspci' in missing['remedy']
 
 
 def test_missing_storage_nic_is_one_finding_not_one_per_attribute_it_takes_along(sim):
     # mlx5_8 is the only BlueField-3 (MT41692) and the only RoCE port: the models, firmware,
-    # board ids, rails and RoCE MTU of the node all lose it, and all of that is the missing HCA.
+    # board ids, rails and RoCE MTU of the node all lose it, and all of that is the missing card.
+    # No compute rail is missing: the card is a storage/management one (other_hcas), a warning.
     nodes = {'h1': sim('nvidia_h100_8x_ndr'), 'h2': sim('nvidia_h100_8x_ndr'),
              'h3': sim('nvidia_h100_8x_ndr', 'hca_missing', targets=['mlx5_8'])}
-    assert fleet_codes(nodes) == [('FLEET_HW_MISSING', 'h3', 'hca_count', 'error')]
+    assert fleet_codes(nodes) == [('FLEET_DIFFERS', 'h3', 'other_hcas', 'warning')]
+    found = _fleet.fleet_findings(nodes)
+    assert found[0]['evidence']['value'] == [] and found[0]['evidence']['most_nodes'] == ['management MT41692 Ethernet 200 Gb/s']
+    assert 'did not enumerate' not in found[0]['remedy'] and 'lspci' in found[0]['remedy']
 
 
 def test_older_firmware_against_the_peers(sim):
@@ -63,8 +68,8 @@ def test_older_firmware_against_the_peers(sim):
     nodes['h4'] = sim('nvidia_h100_8x_ndr', 'fw_mismatch')
     found = _fleet.fleet_findings(nodes)
     assert [(f['code'], f['host'], f['subject'], f['severity']) for f in found] == [('FLEET_DIFFERS', 'h4', 'firmware', 'warning')]
-    assert found[0]['evidence']['value'] == ['MT4129 28.39.1000', 'MT41692 32.38.3056']
-    assert found[0]['evidence']['most_nodes'] == ['MT4129 28.41.1000', 'MT41692 32.38.3056']
+    assert found[0]['evidence']['value'] == ['MT4129 28.39.1000', 'MT41692/management 32.38.3056']
+    assert found[0]['evidence']['most_nodes'] == ['MT4129 28.41.1000', 'MT41692/management 32.38.3056']
     assert 'mlxfwmanager' in found[0]['remedy']
 
 
@@ -74,8 +79,8 @@ def test_two_nodes_that_differ_name_both_values_and_no_culprit(sim):
     assert [(f['code'], f['host'], f['subject'], f['severity']) for f in found] == \
         [('FLEET_SPLIT', None, 'firmware (GPU nvidia 0x2330)', 'warning')]
     assert found[0]['evidence']['values'] == [
-        {'value': ['MT4129 28.39.1000', 'MT41692 32.38.3056'], 'hosts': ['h2']},
-        {'value': ['MT4129 28.41.1000', 'MT41692 32.38.3056'], 'hosts': ['h1']}]
+        {'value': ['MT4129 28.39.1000', 'MT41692/management 32.38.3056'], 'hosts': ['h2']},
+        {'value': ['MT4129 28.41.1000', 'MT41692/management 32.38.3056'], 'hosts': ['h1']}]
     assert 'two nodes, so neither is the odd one' in found[0]['cause']
     # The report blames neither node for it (a fleet-wide finding, no 'hosts').
     assert 'hosts' not in found[0]

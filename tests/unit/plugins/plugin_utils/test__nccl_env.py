@@ -57,8 +57,10 @@ def test_h100_infiniband_leaves_out_the_storage_nic(tmp_path):
     assert result['settings'] == {'NCCL_IB_HCA': H100_HCA, 'NCCL_NET_GDR_LEVEL': 'PIX'}
     assert sorted(result['reasons']) == ['NCCL_IB_HCA', 'NCCL_NET_GDR_LEVEL']
     hca = result['reasons']['NCCL_IB_HCA']
-    assert ('Left out: mlx5_8:1 (Ethernet 200 Gb/s, the nearest NIC of no GPU - the closest is NODE away - and slower '
-            'than the 400 Gb/s NICs next to the GPUs: a storage or management NIC)') in hca
+    # Its role is module_utils/_rails.py's: another model than the rails, near no GPU (no host facts
+    # here, so no default route to call it the management NIC).
+    assert ('Left out: mlx5_8:1 (Ethernet 200 Gb/s, a storage NIC, not a compute rail: the nearest NIC of no GPU, of '
+            'another model (MT41692 MT_0000000884 Ethernet) than the compute rails; the closest GPU is NODE away)') in hca
     assert 'GPU0: mlx5_0 PIX' in hca and 'GPU7: mlx5_7 PIX' in hca
     level = result['reasons']['NCCL_NET_GDR_LEVEL']
     assert 'gdr_ready' in level and 'GPU3-mlx5_3 PIX' in level and 'at most NCCL_NET_GDR_LEVEL' in level
