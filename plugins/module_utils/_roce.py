@@ -87,15 +87,27 @@ _TC_RE = re.compile(r'^\s*tc\s*:\s*(?P<tc>\d)\b(?P<rest>.*)$')
 _TC_PRIO_RE = re.compile(r'^\s*priority\s*:\s*(?P<prios>[\d\s]+)$')
 _TSA_RE = re.compile(r'tsa\s*:\s*(?P<tsa>\w+)')
 _BW_RE = re.compile(r'bw\s*:\s*(?P<bw>\d+)\s*%')
-_MAP_RE = re.compile(r'(?P<key>[A-Za-z0-9]+):(?P<value>[A-Za-z0-9]+)')
+_ALNUM_RE = re.compile(r'[A-Za-z0-9]+\Z')
 
 
 def _pairs(text, key):
-    """The KEY:VALUE tokens after ``key`` on its line of a dcb printout ('prio-pfc 0:off 1:on')."""
-    match = re.search(r'(?:^|\s)%s\s+((?:\S+:\S+\s*)+)' % re.escape(key), text or '', re.M)
-    if not match:
-        return None
-    return [(m.group('key'), m.group('value')) for m in _MAP_RE.finditer(match.group(1))]
+    """The KEY:VALUE tokens after the word ``key`` of a dcb printout ('prio-pfc 0:off 1:on'), up
+    to the first word without a colon; None when no ``key`` is followed by one. One pass over
+    the words (a regular expression of repeated KEY:VALUE groups backtracks quadratically)."""
+    words = (text or '').split()
+    for index, word in enumerate(words):
+        if word != key:
+            continue
+        found = []
+        for token in words[index + 1:]:
+            name, sep, value = token.partition(':')
+            if not sep:
+                break
+            if _ALNUM_RE.match(name) and _ALNUM_RE.match(value):
+                found.append((name, value))
+        if found:
+            return found
+    return None
 
 
 def _dscp(token):
@@ -166,17 +178,28 @@ def parse_dcb_pfc(text):
     return sorted(parse_int(p) for p, state in pairs if state == 'on' and parse_int(p) in PRIORITIES)
 
 
-def parse_dcb_app(text):
-    """``dcb [-N] app show dev IF`` -> {dscp: prio} of the dscp-prio entries ({} without any).
-
-    Names such as CS3 or AF31 are what dcb prints without -N (dcb-app(8)); a DSCP listed twice
-    (dcb allows conflicting entries) keeps its highest priority, as mlx5 applies the last one added."""
-    mapping = {}
+def _dcb_app_entries(text):
+    """{dscp: sorted priorities} of every dscp-prio entry of ``dcb [-N] app show dev IF``."""
+    entries = {}
     for dscp, prio in _pairs(text, 'dscp-prio') or []:
         code, level = _dscp(dscp), parse_int(prio)
         if code is not None and level in PRIORITIES:
-            mapping[code] = max(level, mapping.get(code, level))
-    return mapping
+            entries.setdefault(code, set()).add(level)
+    return dict((code, sorted(levels)) for code, levels in entries.items())
+
+
+def parse_dcb_app(text):
+    """``dcb [-N] app show dev IF`` -> {dscp: prio} of the DSCPs mapped to one priority ({} without any).
+
+    Names such as CS3 or AF31 are what dcb prints without -N (dcb-app(8)). A DSCP listed with two
+    priorities (dcb-app(8) allows such conflicting entries, and its EXAMPLE shows one: 'CS3:2 CS3:3';
+    which one the NIC applies is the driver's choice) is left out here: dcb_app_conflicts names it."""
+    return dict((code, levels[0]) for code, levels in _dcb_app_entries(text).items() if len(levels) == 1)
+
+
+def dcb_app_conflicts(text):
+    """``dcb [-N] app show dev IF`` -> {dscp: [priorities]} of the DSCPs mapped to more than one priority."""
+    return dict((code, levels) for code, levels in _dcb_app_entries(text).items() if len(levels) > 1)
 
 
 def parse_dcb_ets(text):
@@ -260,6 +283,7 @@ def _tool_qos(run, netdev):
     app = run(qos_argv('dcb_app', netdev))
     if app is not None and app[0] == 0:
         fields['dscp2prio'] = parse_dcb_app(app[1])
+        fields['dscp_conflicts'] = dcb_app_conflicts(app[1])
     ets = run(qos_argv('dcb_ets', netdev))
     if ets is not None and ets[0] == 0:
         fields['prio_tc'], fields['tc_tsa'], fields['tc_bw'] = parse_dcb_ets(ets[1])
@@ -306,6 +330,8 @@ def read_roce(sysroot, devices, run=None):
             # Maps keyed by strings, as the facts reach the controller (JSON object keys).
             entry.update((name, dict((str(k), v) for k, v in value.items()) if isinstance(value, dict) else value)
                          for name, value in fields.items())
+            # mlnx_qos prints the NIC's table, one priority per DSCP: no conflict to hold.
+            entry.setdefault('dscp_conflicts', None if entry.get('dscp2prio') is None else {})
             entry.update(source=source, source_reason=reason)
             entry['ecn_np'] = _ecn(sysroot, netdev, 'roce_np') if netdev else None
             entry['ecn_rp'] = _ecn(sysroot, netdev, 'roce_rp') if netdev else None
@@ -329,6 +355,8 @@ def rdma_priority(entry, tos=None):
         return 0
     if entry.get('trust') != 'dscp' or tos is None or entry.get('dscp2prio') is None:
         return None
+    if str(tos >> 2) in (entry.get('dscp_conflicts') or {}):
+        return None     # mapped to two priorities (dcb app): which one applies is not known
     mapping = dict((int(k), v) for k, v in entry['dscp2prio'].items())
     # mlx5's default DSCP map (a DSCP missing from the table): dscp >> 3, the class selector.
     return mapping.get(tos >> 2, (tos >> 2) >> 3)
@@ -549,7 +577,8 @@ def plan(port, want, tool):
         changes.append(('pfc', port.get('pfc'), goal['pfc'], ('run', argv)))
     dscp, prio = goal['dscp_prio']
     mapping = dict((int(k), v) for k, v in (port.get('dscp2prio') or {}).items())
-    have = mapping.get(dscp, dscp >> 3)
+    # A DSCP with two priorities (dcb app) is changed too: `dcb app replace` drops its other entries (dcb-app(8)).
+    have = (port.get('dscp_conflicts') or {}).get(str(dscp)) or mapping.get(dscp, dscp >> 3)
     if have != prio:
         argv = (['mlnx_qos', '-i', netdev, '--dscp2prio', 'set,%d,%d' % (dscp, prio)] if tool == 'mlnx_qos'
                 else ['dcb', 'app', 'replace', 'dev', netdev, 'dscp-prio', '%d:%d' % (dscp, prio)])

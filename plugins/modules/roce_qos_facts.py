@@ -88,7 +88,10 @@ ansible_facts:
       returned: always
       contains:
         ports:
-          description: One entry per RoCE port; empty on a node without one.
+          description:
+            - One entry per RoCE port; empty on a node without one.
+            - C(dscp2prio) holds the DSCPs mapped to one priority; C(dscp_conflicts) those that C(dcb app) maps to
+              several (C({"63": [1, 2]})), reported as C(ROCE_DSCP_CONFLICT); None where the map was not read.
           type: list
           elements: dict
           returned: always
@@ -103,6 +106,7 @@ ansible_facts:
               trust: dscp
               pfc: [3]
               dscp2prio: {"26": 3}
+              dscp_conflicts: {}
               prio_tc: {"0": 1, "1": 0, "3": 3}
               tc_tsa: {"3": vendor, "6": strict}
               tc_bw: null

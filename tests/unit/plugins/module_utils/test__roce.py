@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -65,9 +66,32 @@ def test_dcb_app_symbolic_and_numeric():
     assert _roce.parse_dcb_app(fixture('dcb', 'talos_roce_dcb_app_symbolic.txt')) == {26: 3, 48: 6}
     text = fixture('dcb', 'man7_dcb_app_conflicting_entries.txt')
     named, numeric = [line for line in text.splitlines() if line.startswith('dscp-prio')]
-    # DSCP 24 (CS3) listed to 2 and 3: the higher wins, the same from names and from -N.
-    assert _roce.parse_dcb_app(named) == _roce.parse_dcb_app(numeric) == {0: 0, 24: 3, 48: 6}
-    assert _roce.parse_dcb_app('') == {}
+    # DSCP 24 (CS3) listed to 2 and 3: not collapsed to one, a conflict; the same from names and from -N.
+    assert _roce.parse_dcb_app(named) == _roce.parse_dcb_app(numeric) == {0: 0, 48: 6}
+    assert _roce.dcb_app_conflicts(named) == _roce.dcb_app_conflicts(numeric) == {24: [2, 3]}
+    assert _roce.dcb_app_conflicts(fixture('dcb', 'talos_roce_dcb_app_symbolic.txt')) == {}
+    # The driver bug seen on netdev ('63:1 63:2'), built from the man page's line.
+    assert _roce.dcb_app_conflicts(numeric.replace('48:6', '63:1 63:2')) == {24: [2, 3], 63: [1, 2]}
+    assert _roce.parse_dcb_app('') == {} and _roce.dcb_app_conflicts('') == {}
+
+
+def test_dcb_maps_are_read_in_linear_time():
+    # One long word of KEY:VALUE-like text and many pairs: a backtracking pattern took seconds here.
+    start = time.time()
+    assert _roce.parse_dcb_app('dscp-prio ' + 'a' * 200000 + ' ' + '1:' * 50000) == {}
+    assert len(_roce.parse_dcb_app('dscp-prio ' + ' '.join('%d:%d' % (d % 64, d % 8) for d in range(64000)))) == 64
+    assert set(_roce.parse_dcb_pfc('prio-pfc ' + '0:on ' * 100000 + 'delay 0')) == {0}
+    assert time.time() - start < 2
+
+
+def test_a_conflicting_rdma_dscp_has_no_known_priority_and_is_replaced():
+    port = {'trust': 'dscp', 'roce_tos': 106, 'dscp2prio': {'48': 6}, 'dscp_conflicts': {'26': [3, 4]}}
+    assert _roce.rdma_priority(port) is None
+    assert _roce.rdma_priority(dict(port, roce_tos=0)) == 0
+    port.update(netdev='eth0', hca='mlx5_0', port=1, pfc=[3], cnp_dscp=48, cnp_prio=6, ecn_np=None, ecn_rp=None)
+    changes = dict((c[0], c) for c in _roce.plan(port, WANT, 'dcb'))
+    assert changes['dscp 26 priority'][1:3] == ([3, 4], 3)
+    assert changes['dscp 26 priority'][3] == ('run', ['dcb', 'app', 'replace', 'dev', 'eth0', 'dscp-prio', '26:3'])
 
 
 def test_dcb_ets_and_apptrust():

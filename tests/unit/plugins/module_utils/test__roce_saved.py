@@ -183,3 +183,24 @@ def test_module_from_log(node, tmp_path, monkeypatch):
     result, failed = run_module(roce_qos_facts.main, {'root': node}, monkeypatch)
     facts = result['ansible_facts']['gpu_fabric_roce']
     assert facts['from_log'] is None and all(p['source'] is None for p in facts['ports'])
+
+
+def test_a_dscp_with_two_priorities_is_a_conflict_found_on_its_port(node, tmp_path):
+    """dcb-app(8)'s own EXAMPLE output: DSCP 24 (CS3) listed to priorities 2 and 3. Kept, not collapsed."""
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
+    app = [line for line in fixture('dcb', 'man7_dcb_app_conflicting_entries.txt').splitlines() if line.startswith('dscp-prio')][0]
+    paths = [write(tmp_path, NETDEV + '.dcb_pfc.txt', fixture('dcb', 'talos_roce_dcb_pfc_one_line_prio3.txt')),
+             write(tmp_path, NETDEV + '.dcb_app.txt', app + '\n')]
+    ports, _saved = read(node, paths)
+    port = ports[NETDEV]
+    assert port['dscp2prio'] == {'0': 0, '48': 6} and port['dscp_conflicts'] == {'24': [2, 3]}
+    found = [f for f in _roce_rules.roce_findings('n1', {'ports': [port]}) if f['code'] == 'ROCE_DSCP_CONFLICT']
+    assert len(found) == 1 and found[0]['at'] == [['hca', 'n1', 'mlx5_0']] and found[0]['subject'] == NETDEV
+    # DSCP 24 is neither the RDMA (ToS 106: DSCP 26) nor the CNP DSCP (48): a warning.
+    assert found[0]['severity'] == 'warning' and 'DSCP 24 mapped to priorities [2, 3]' in found[0]['cause']
+    # The same conflict on the RDMA DSCP: its priority is unknown, an error.
+    rdma = dict(port, dscp_conflicts={'26': [3, 4]})
+    found = [f for f in _roce_rules.roce_findings('n1', {'ports': [rdma]}) if f['code'] == 'ROCE_DSCP_CONFLICT']
+    assert found[0]['severity'] == 'error' and '(the RDMA DSCP)' in found[0]['cause'] and found[0]['evidence']['ports'][NETDEV]['used'] == [26]
+    # A port read by mlnx_qos (the NIC's table, one priority per DSCP) holds no conflict; one not read, None.
+    assert [p['dscp_conflicts'] for name, p in ports.items() if name != NETDEV][0] is None
