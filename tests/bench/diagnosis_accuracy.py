@@ -195,6 +195,8 @@ FABRIC_EXPECTED = {
     'missing_uplink': 'FABRIC_UPLINKS_ASYMMETRIC',
     'sm_absent': 'FABRIC_SM_ABSENT',
     'sm_duplicated': 'FABRIC_SM_MULTIPLE_MASTERS',
+    'sm_standby_tie': 'FABRIC_SM_PRIORITY_TIE',
+    'sm_standby_not_active': 'FABRIC_SM_INACTIVE',
     'flapping_link': 'FABRIC_LINK_FLAPPING',
 }
 

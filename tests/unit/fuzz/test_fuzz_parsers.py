@@ -32,7 +32,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _nccl, _pci, _perftest, _process, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _perftest, _process, _sysroot
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
@@ -65,6 +65,14 @@ def _gdr_pci(text):
             _pci.parse_acs(text.encode('utf-8', 'surrogateescape')))
 
 
+def _ibdiag_all(text):
+    """Every infiniband-diags parser of the fabric (module_utils/_ibdiag.py) and their merge."""
+    unread = {}
+    linkinfo, netdiscover = _ibdiag.parse_iblinkinfo(text), _ibdiag.parse_ibnetdiscover(text)
+    return (_ibdiag.topology(linkinfo, netdiscover), _ibdiag.parse_sminfo(text), _ibdiag.parse_saquery_sminfo(text),
+            _ibdiag.parse_perfquery(text, unread), unread, _ibdiag.guid(text[:40]))
+
+
 # Lines the host parsers look for, so that mutations reach their number handling.
 _HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\nDefaultLimitMEMLOCK=8M:infinity\n'
                b'Max locked memory         8388608              8388608              bytes\nCapEff:\t000001ffffffffff\n'
@@ -85,6 +93,7 @@ PARSERS = {
     'sysfs_values': (_ib_values, ('public/sysfs_ib',),
                      (b'400 Gb/sec (4X NDR)', b'4: ACTIVE', b'fe80:0000:0000:0000:0000:ffff:0a07:6011', b'0x10de', b'-1')),
     'host_files': (_host_all, ('real/host',), (_HOST_LINES,)),
+    'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery'), ()),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),
 }

@@ -10,6 +10,8 @@ from __future__ import annotations
 import glob
 import os
 
+import pytest
+
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag as D
 from tests.sim import fabric, tools_ibdiags
 
@@ -24,7 +26,7 @@ def body(kind, name):
 
 
 def test_every_fixture_names_its_source():
-    files = [p for kind in ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'perfquery')
+    files = [p for kind in ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'saquery', 'perfquery')
              for p in glob.glob(os.path.join(FIXTURES, kind, '*.txt'))]
     assert len(files) >= 8
     for path in files:
@@ -88,6 +90,81 @@ def test_sminfo_one_line_and_wrapped():
     assert len(wrapped['sms']) == 1 and wrapped['sms'][0]['state'] == 3 and wrapped['sms'][0]['priority'] == 0
 
 
+@pytest.mark.parametrize('name,records,unread', [
+    ('ompi_users_2009_master.txt', [(2, 6881, 0, 3), (2, 6882, 0, 3)], []),
+    # The mail's wrap after 'activity count 6881': joined; the cluster shell's separator is said, not skipped.
+    ('ompi_users_2009_wrapped.txt', [(2, 6881, 0, 3)], ['--------- n01---------']),
+    # Rewrapped after 'priority 0': the first line alone would be a record without a state.
+    ('ompi_users_2009_wrapped_after_priority.txt', [(2, 6881, 0, 3), (2, 6882, 0, 3)], []),
+])
+def test_sminfo_records_wrapped_anywhere(name, records, unread):
+    parsed = D.parse_sminfo(body('sminfo', name))
+    assert [(s['lid'], s['activity'], s['priority'], s['state']) for s in parsed['sms']] == records
+    assert all(s['guid'] == '0x0002c90200259201' and s['state_name'] == 'SMINFO_MASTER' for s in parsed['sms'])
+    assert [item['text'] for item in parsed['unparsed']] == unread and parsed['unparsed_count'] == len(unread)
+
+
+@pytest.mark.parametrize('cut', [' priority 0', ' state', ' state 3', ' activity count'])
+def test_sminfo_master_line_wrapped_at_any_word(cut):
+    line = 'sminfo: sm lid 2 sm guid 0x2c90200259201, activity count 6881 priority 0 state 3 SMINFO_MASTER'
+    head, tail = line.split(cut, 1)
+    parsed = D.parse_sminfo(head + cut + '\n' + tail.strip() + '\n' if cut.endswith('0') or cut.endswith('3')
+                            else head + '\n' + cut.strip() + tail + '\n')
+    assert [(s['state'], s['priority'], s['activity']) for s in parsed['sms']] == [(3, 0, 6881)] and parsed['unparsed'] == []
+
+
+def test_sminfo_record_whose_state_never_comes_is_said():
+    parsed = D.parse_sminfo('sminfo: sm lid 2 sm guid 0x2c90200259201, activity count 6881 priority 0\n')
+    assert parsed['sms'][0]['state'] is None and parsed['unparsed_count'] == 1
+
+
+def test_saquery_smir_master_and_standby():
+    parsed = D.parse_saquery_sminfo(body('saquery', 'rdma_core_format_smir_master_standby_tie.txt'))
+    assert parsed['unparsed'] == [] and parsed['errors'] == []
+    assert [(s['lid'], s['guid'], s['priority'], s['state'], s['state_name'], s['activity']) for s in parsed['sms']] == [
+        (2, '0x0002c90200259201', 0, 3, 'SMINFO_MASTER', 6881), (7, '0x0002c9020025a1c5', 0, 2, 'SMINFO_STANDBY', 0)]
+
+
+def test_saquery_smir_cut_record_and_failure():
+    text = body('saquery', 'rdma_core_format_smir_master_standby_tie.txt')
+    cut = D.parse_saquery_sminfo('\n'.join(text.splitlines()[:-2]))      # the standby's Priority and SMState cut
+    assert len(cut['sms']) == 1 and cut['unparsed_count'] == 1 and 'incomplete' in cut['unparsed'][0]['text']
+    failed = D.parse_saquery_sminfo('ibwarn: [4711] sa_query: umad_recv failed: attr 0x18: Connection timed out\n'
+                                    'Query SA failed: Connection timed out\n')
+    assert failed['sms'] == [] and len(failed['errors']) == 2 and failed['unparsed'] == []
+
+
+def test_ibnetdiscover_ports_report_edr():
+    parsed = D.parse_ibnetdiscover(body('ibnetdiscover', 'infiniband_exporter_ports_edr.txt'))
+    assert parsed['unparsed'] == []
+    topo = D.topology(None, parsed)
+    up = [l for l in topo['links'] if l['b']]
+    # Seven connected lines: each host link from both ends (3), the switch link from one.
+    assert len(up) == 4 and all(l['width'] == '4X' and l['speed'] == 'EDR' and l['gbps'] == 103.125 for l in up)
+    o0001 = [l for l in up if '0x7cfe9003003b4bde' in (l['a']['node'], l['b']['node'])][0]
+    assert sorted((e['lid'], e['port']) for e in (o0001['a'], o0001['b'])) == [(134, 1), (1719, 10)]
+    assert topo['nodes']['0x7cfe9003003b4bde']['type'] == 'ca' and topo['nodes']['0x7cfe9003003b4bde']['desc'] == 'o0001 HCA-1'
+    assert topo['nodes']['0x7cfe9003009ce5b0'] == dict(topo['nodes']['0x7cfe9003009ce5b0'], type='switch', desc='ib-i1l1s01', lids=[1719])
+    lone = sorted((l['a']['lid'], l['a']['port']) for l in topo['links'] if l['b'] is None)
+    assert lone == [(1781, 80), (2052, 37)]
+    assert all(l['state'] is None and l['gbps'] is None for l in topo['links'] if l['b'] is None)
+
+
+def test_ibnetdiscover_ports_report_with_odd_spacing():
+    parsed = D.parse_ibnetdiscover(body('ibnetdiscover', 'infiniband_exporter_ports_hdr_spaces.txt'))
+    assert parsed['unparsed'] == []
+    assert parsed['nodes']['0x946dae0300618c83']['desc'] == '5FB0406-spine-IB02'
+    assert [l['speed'] for l in parsed['links'] if l['b']] == ['HDR', 'HDR', 'HDR']
+
+
+def test_lines_no_pattern_reads_are_counted():
+    parsed = D.parse_ibnetdiscover(body('ibnetdiscover', 'infiniband_exporter_ports_edr.txt') + 'CA gibberish\n')
+    assert parsed['unparsed'] == [{'line': 10, 'text': 'CA gibberish'}]
+    unread = {}
+    D.parse_perfquery(body('perfquery', 'infiniband_diags_16_rhel75_x.txt') + 'PortXmitData 12\n', unread)
+    assert unread == {'count': 1, 'lines': [{'line': 33, 'text': 'PortXmitData 12'}]} or unread['count'] == 1
+
+
 def test_sminfo_failure_is_an_error_not_a_state():
     parsed = D.parse_sminfo('ibwarn: [4711] _do_madrpc: recv failed: Connection timed out\nsminfo: iberror: failed: query\n')
     assert parsed['sms'] == [] and len(parsed['errors']) == 2
@@ -125,6 +202,40 @@ def test_stand_ins_print_what_the_parsers_read(tmp_path):
     degraded = [l for l in topo['links'] if l['width'] == '1X']
     assert len(degraded) == 1 and degraded[0]['could_be']['width'] == '4X'
     sm = D.parse_sminfo(tools_ibdiags.sminfo(fab, ['1'])[1])
-    assert sm['sms'][0]['priority'] == 14 and sm['sms'][0]['state_name'] == 'SMINFO_MASTER'
+    assert sm['sms'][0]['priority'] == 14 and sm['sms'][0]['state_name'] == 'SMINFO_MASTER' and sm['unparsed'] == []
+    ports = D.parse_ibnetdiscover(tools_ibdiags.ibnetdiscover(fab, ['-p'])[1])
+    assert ports['unparsed'] == []
+    # The ports report gives the same connected links as the topology file (and the down up-link as two lone ports).
+    by_ports = D.topology(None, ports)
+    assert len([l for l in by_ports['links'] if l['b']]) == 159 and len([l for l in by_ports['links'] if not l['b']]) == 2
     counters = D.parse_perfquery(tools_ibdiags.perfquery(fab, ['-x', '-l', '3'], path)[1])
     assert len(counters) == 40 and all(c['lid'] == 3 for c in counters)
+
+
+def _ports_line(match):
+    """A parsed ``ibnetdiscover -p`` line printed again with ibnetdiscover.c dump_ports_report()'s formats."""
+    g = match.groupdict()
+    line = '%2s %5d %2d 0x%016x %s %s' % (g['type'], int(g['lid']), int(g['port']), int(g['guid'], 16), g['width'], g['speed'])
+    if g['pguid']:
+        return line + " - %2s %5d %2d 0x%016x ( '%s' - '%s' )" % (g['ptype'], int(g['plid']), int(g['pport']), int(g['pguid'], 16),
+                                                                 g['desc'], g['pdesc'])
+    return line + "%36s'%s'" % ('', g['odesc'])
+
+
+def test_stand_ins_print_the_real_formats(tmp_path):
+    """The real lines are what the printf formats print, and so are the stand-ins' (byte for byte)."""
+    fab = fabric.load(fabric.write(fabric.model(faults=('missing_uplink', 'sm_standby_tie')), str(tmp_path / 'fabric.json')))
+    real = body('ibnetdiscover', 'infiniband_exporter_ports_edr.txt').splitlines()
+    sim = tools_ibdiags.ibnetdiscover(fab, ['-p'])[1].splitlines()
+    assert any("'" + ' ' * 36 not in line and line.endswith("' )") for line in sim)
+    assert len([line for line in sim if line.endswith("'") and not line.endswith(' )')]) == 2      # the down up-link
+    for line in real + sim:
+        assert _ports_line(D._ND_PORTS_RE.match(line)) == line
+    real = body('saquery', 'rdma_core_format_smir_master_standby_tie.txt').splitlines()
+    out = tools_ibdiags.saquery(fab, ['SMIR'])[1].splitlines()
+    assert [line.split('.')[0] for line in out] == [line.split('.')[0] for line in real]
+    assert [len(line) - len(line.split('.')[-1]) for line in out] == [len(line) - len(line.split('.')[-1]) for line in real]
+    parsed = D.parse_saquery_sminfo('\n'.join(out))
+    assert [(s['lid'], s['priority'], s['state']) for s in parsed['sms']] == [(1, 14, 3), (2, 14, 2)]
+    standby = D.parse_sminfo(tools_ibdiags.sminfo(fab, ['2'])[1])['sms']
+    assert [(s['lid'], s['state_name'], s['priority']) for s in standby] == [(2, 'SMINFO_STANDBY', 14)]
