@@ -432,3 +432,32 @@ def summary(nodes, findings):
     names = dict((n, text(_node(topology, n).get('desc')) or n) for n in roles['leaves'] + roles['spines'])
     return {'discovered_by': host, 'spines': [names[n] for n in roles['spines']], 'leaves': [names[n] for n in roles['leaves']],
             'ids': names, 'links': links, 'status': text(fabric.get('status'))}
+
+
+def routes(nodes):
+    """{(host, hca): places} of the fabric links a node's HCA reaches the others through: its own
+    cable to its leaf, and the leaf's up-links to the spines (a pair between two leaves may cross
+    any of them: the routes are the subnet manager's, adaptive routing picks among them). Empty
+    when no node discovered the fabric."""
+    _host, fabric = fabric_of(nodes)
+    if fabric is None:
+        return {}
+    topology = mapping(fabric.get('topology'))
+    owners = host_ports(nodes)
+    spines = set(classify(topology)['spines'])
+    active = [l for l in mappings(topology.get('links')) if l.get('state') == 'Active' and mapping(l.get('b'))]
+    uplinks = {}
+    for link in active:
+        a, b = mapping(link['a']), mapping(link['b'])
+        for leaf, spine in ((a, b), (b, a)):
+            if spine.get('node') in spines and leaf.get('node') not in spines:
+                uplinks.setdefault(leaf.get('node'), []).append(('link',) + tuple(sorted((_end_name(a), _end_name(b)))))
+    found = {}
+    for link in mappings(topology.get('links')):
+        a, b = mapping(link.get('a')), mapping(link.get('b'))
+        for here, there in ((a, b), (b, a)):
+            owner = _owner(here, owners) if here else None
+            if owner and there:
+                found[owner] = {'cable': ('link',) + tuple(sorted((_end_name(here), _end_name(there)))),
+                                'leaf': there.get('node'), 'uplinks': uplinks.get(there.get('node')) or []}
+    return found

@@ -38,7 +38,9 @@ def search_findings(search):
         how = 'the pairwise benchmark found this pair bad' if pair.get('basis') == 'pairwise benchmark' else \
             'runs with both are %s' % together.get('status', 'not healthy')
         found.append(finding(F.COLLECTIVE_PAIR_SLOW, nodes[0], '%s-%s' % tuple(nodes), {'basis': pair.get('basis'), 'run': together},
-                             '%s and %s: %s, and each runs healthy without the other' % (nodes[0], nodes[1], how), peer=nodes[1]))
+                             '%s and %s: %s, and each runs healthy without the other' % (nodes[0], nodes[1], how), peer=nodes[1],
+                             # A root of the fleet's collective, which ran through both nodes.
+                             at=[('node', nodes[0]), ('node', nodes[1])]))
         found[-1]['hosts'] = nodes
     for host in search.get('unresolved') or []:
         found.append(finding(F.COLLECTIVE_SUSPECT, host, 'node', {'notes': search.get('notes') or []},

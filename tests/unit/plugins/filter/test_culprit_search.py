@@ -80,7 +80,9 @@ def test_findings_of_the_search():
     assert found['COLLECTIVE_SUSPECT/z']['severity'] == 'warning'
     assert search_findings(None) == [] and search_findings({'pairs': [{'nodes': ['only']}]}) == []
     # Through the diagnosis: the pair finding explains the fleet's low busbw.
-    collective = {'fleet': {'verdict': {'status': 'low', 'ratio': 0.3, 'reasons': ['low']}}, 'search': search}
-    linked = _diagnose.link_causes(_diagnose.collective_findings(collective))
+    # (A fleet run's symptom is explained only by a root on its path: the run's nodes.)
+    collective = {'fleet': {'verdict': {'status': 'low', 'ratio': 0.3, 'reasons': ['low']}, 'hosts': list('abcdefxz')},
+                  'search': search}
+    linked = _diagnose.link_causes(_diagnose.collective_findings(collective, dict((host, {}) for host in 'abcdefxz')))
     fleet = [f for f in linked if f['code'] == 'COLLECTIVE_BUSBW_LOW'][0]
     assert fleet['explained_by'] is not None

@@ -22,6 +22,9 @@ def report():
                        {'server': 'a', 'client': 'b', 'rail': 0, 'memory': 'gpu', 'status': 'ok', 'verdict': 'low', 'bw_avg_gbps': 270.0,
                         'gpu_vs_host': 0.69, 'gpu_distance': 'PIX', 'reasons': ['GPU memory 270.0 Gb/s is 69 % of host memory']}],
              'thresholds': {'gpu_ratio': 0.9}}
+    # The devices of each test, as _bench.report() names them: the path b's ACS (GPU0<->mlx5_0) lies on.
+    for pair in bench['pairs']:
+        pair.update(server_hca='mlx5_0', client_hca='mlx5_0', server_gpu='GPU0', client_gpu='GPU0')
     findings = _diagnose.diagnose(nodes, bench, None, ['c'])
     return _report.build(nodes, findings, bench, None, ['c'], '2026-11-22T00:00:00')
 
@@ -84,6 +87,24 @@ def test_renderings(report):
     assert 'gpu_fabric_pair_bandwidth_gbps{client="b",memory="gpu",rail="0",server="a"} 270.0' in prom
     text = _report.markdown(report, 'out/report.html')
     assert '| c | unreachable |' in text and '`GDR_ACS_REDIRECT` on b' in text and 'Explains 1 symptom(s): BENCH_GPU_MEMORY_LOW' in text
+
+
+def test_junit_takes_each_host_verdict_from_the_report(report):
+    """A pair's symptom explained by a root on its other end is not held against this end: report.md
+    and report.html call it ok, and junit.xml passed its `benchmark` case too (it failed it before)."""
+    symptom = [f for f in report['findings'] if f['code'] == 'BENCH_GPU_MEMORY_LOW'][0]
+    root = [f for f in report['findings'] if f['id'] == symptom['explained_by']][0]
+    innocent = [h for h in symptom['hosts'] if h != root['host']][0]
+    assert report['hosts'][innocent]['status'] == 'ok' and symptom['id'] not in report['hosts'][innocent]['findings']
+    assert symptom['id'] in report['hosts'][root['host']]['findings']
+    suite = ElementTree.fromstring(_report.junit(report))
+    for host, entry in report['hosts'].items():
+        failing = [c.get('name') for c in suite.findall("testcase[@classname='gpu_fabric.%s']" % host)
+                   if c.find('failure') is not None or c.find('error') is not None]
+        assert (entry['status'] == 'ok') == (failing == []), (host, entry['status'], failing)
+    assert suite.find("testcase[@classname='gpu_fabric.%s'][@name='benchmark']/failure" % innocent) is None
+    assert suite.find("testcase[@classname='gpu_fabric.%s'][@name='benchmark']/failure" % root['host']) is not None
+    assert '| %s | ok |' % innocent in _report.markdown(report)
 
 
 HOSTILE_HOST = 'n1 | x\n<script>alert(1)</script>\x1b[31m\x00'
