@@ -163,3 +163,36 @@ def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_pat
     assert 'srun not found on PATH' in failed['cause'], failed
     assert report['collective']['fleet']['failure']['kind'] == 'not_run'
     assert all(report['hosts'][h]['status'] != 'unreachable' for h in ('n1', 'n2', 'n3'))
+
+
+def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbids_p2p(tmp_path):
+    """The real run of one 4 x H200 host split into two inventory nodes by CUDA_VISIBLE_DEVICES, the second
+    with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 (tests/fixtures/real/h200x4-split/README.md): each
+    simulated node replays its node's real output through validate_fabric.yml, launcher local, two ranks."""
+    dest = str(tmp_path)
+    split = os.path.join(REPO, 'tests', 'fixtures', 'real', 'h200x4-split')
+    spec = {'nodes': [
+        {'name': 'nodeA', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeA.txt')},
+         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '0,1', 'NCCL_NVLS_ENABLE': '0'}}},
+        {'name': 'nodeB', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeB.txt')},
+         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '2,3', 'NCCL_P2P_DISABLE': '1', 'NCCL_SHM_DISABLE': '1',
+                                            'NCCL_NVLS_ENABLE': '0'}}}]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
+    out = os.path.join(dest, 'out')
+    result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
+                          '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=local',
+                          '-e', 'fabric_collective_ranks_per_node=2')
+    assert result.returncode == 2, result.stdout[-4000:]
+    report = report_of(out)
+    found = dict(((f['code'], f['host']), f) for f in report['findings'])
+    root = found[('COLLECTIVE_GPUS_NOT_P2P', 'nodeB')]
+    assert root['explained_by'] is None and 'via NET/Socket' in root['cause']
+    assert 'NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1' in root['cause']
+    for code in ('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_NODE_SLOW'):
+        assert found[(code, 'nodeB')]['explained_by'] == root['id']
+    assert not [key for key in found if key[1] == 'nodeA' and found[key]['layer'] == 'collective']
+    hosts = report['collective']['nodes']['hosts']
+    # Each node against its NVLink (NCCL's topology of the run) and against its peer.
+    assert hosts['nodeA']['verdict']['status'] == 'ok' and hosts['nodeA']['verdict']['expected_gbs'] == 370.8
+    assert hosts['nodeB']['verdict']['status'] == 'low' and hosts['nodeB']['peer_ratio'] < 0.05
+    assert report['collective']['nodes']['slow'] == ['nodeB']

@@ -82,8 +82,10 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
                         ansible_ssh_private_key_file=key,
                         ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null',
                         ansible_python_interpreter='/usr/bin/python3')
-        # A node's own switches (GF_SIM_NVLINK_GBS, a PATH without a tool, ...) from the spec.
+        # A node's own switches (GF_SIM_NVLINK_GBS, a PATH without a tool, ...) and inventory variables
+        # (fabric_collective_env, ...) from the spec.
         host['gpu_fabric_environment'].update(node.get('env') or {})
+        host.update(node.get('vars') or {})
         if 'GF_SIM_FABRIC' not in host['gpu_fabric_environment']:
             # No switches in this cluster (tests/sim/fabric.py builds the fat tree that has them):
             # the infiniband-diags stand-ins would fail as on a node without umad access.
