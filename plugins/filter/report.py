@@ -11,6 +11,17 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
 
 
+def _node_ib_hca(hv):
+    """NCCL_IB_HCA of a node's settings: the collective's environment (fabric_collective_env), else
+    what role nccl_conf writes (nccl_conf_overrides); None where neither names it."""
+    for name in ('fabric_collective_env', 'nccl_conf_overrides'):
+        value = hv.get(name) if hasattr(hv, 'get') else None
+        value = value.get('NCCL_IB_HCA') if isinstance(value, dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_report: hosts must be a list of inventory names')
@@ -27,6 +38,10 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
                 nodes[host]['fabric'] = facts['gpu_fabric_ib_fabric']
             if 'gpu_fabric_roce' in facts:   # RoCE lossless facts (roce_qos_facts)
                 nodes[host]['roce'] = facts['gpu_fabric_roce']
+            # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py).
+            ib_hca = _node_ib_hca(hv)
+            if ib_hca:
+                nodes[host]['nccl_ib_hca'] = ib_hca
             # The stages each node got through (set at the end of each stage's play on the nodes).
             stages[host] = list(hv.get('gpu_fabric_stages') or [])
         else:
