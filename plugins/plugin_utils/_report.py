@@ -59,6 +59,9 @@ def build(nodes, findings, bench=None, collective=None, unreachable=None, genera
         entry['status'] = ('unreachable' if host in (unreachable or []) else
                            'error' if 'error' in severities else 'warning' if 'warning' in severities else 'ok')
         entry['roots'] = [f['id'] for f in mine if f['explained_by'] is None and f['severity'] != 'info']
+        # The one place that says which findings concern a host: its status above, and every
+        # rendering's per-host view (junit's cases) read this list, never a rule of their own.
+        entry['findings'] = [f['id'] for f in mine]
         if (nccl or {}).get(host) is not None:
             entry['nccl'] = nccl[host]
         hosts[host] = entry
@@ -194,14 +197,19 @@ def markdown(report, html_path=None):
 
 def junit(report):
     """One test case per host x check (layer); fleet-wide findings under the host 'fleet'.
-    A case fails when it has an error or warning finding; unreachable hosts error."""
+    A case fails when it has an error or warning finding; unreachable hosts error. Which findings
+    concern a host is build()'s decision (hosts.<name>.findings, which its status is made of): a
+    host that report.md and report.html call ok passes every case here."""
     cases = []
+    by_id = dict((f['id'], f) for f in report['findings'])
     hosts = sorted(report['hosts']) + ['fleet']
     for host in hosts:
+        if host == 'fleet':
+            concerning = [f for f in report['findings'] if not f.get('host') and not f.get('hosts')]
+        else:
+            concerning = [by_id[i] for i in report['hosts'][host].get('findings') or [] if i in by_id]
         for check in CHECKS:
-            mine = [f for f in report['findings'] if f['layer'] == check and f['severity'] in ('error', 'warning')
-                    and ((host == 'fleet' and not f.get('host') and not f.get('hosts'))
-                         or f.get('host') == host or host in (f.get('hosts') or []))]
+            mine = [f for f in concerning if f['layer'] == check and f['severity'] in ('error', 'warning')]
             body = ''
             if host != 'fleet' and report['hosts'][host]['status'] == 'unreachable':
                 body = '<error message="host unreachable">no facts came back from %s</error>' % escape(host)

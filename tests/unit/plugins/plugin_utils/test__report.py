@@ -115,7 +115,8 @@ HOSTILE_CAUSE = 'perftest said <script>alert(2)</script> | and\x1b[0m *bold* [li
 def hostile(report):
     """The report with a node whose name, and a finding whose texts, hold what a tool printed."""
     report = copy.deepcopy(report)
-    report['hosts'][HOSTILE_HOST] = dict(report['hosts']['a'])
+    # As build() makes it: the host's status and its findings (the ids junit's cases read) agree.
+    report['hosts'][HOSTILE_HOST] = dict(report['hosts']['a'], status='error', findings=['hostile'], roots=['hostile'])
     report['findings'].append({'id': 'hostile', 'host': HOSTILE_HOST, 'hosts': [], 'layer': 'ib', 'code': 'X`Y|Z',
                                'severity': 'error', 'subject': HOSTILE_HOST, 'cause': HOSTILE_CAUSE,
                                'remedy': 'run <b>this</b>\n| then', 'explained_by': None})
@@ -146,7 +147,7 @@ def test_prometheus_label_values_are_escaped(hostile):
     prom = _report.prometheus(hostile)
     line = [entry for entry in prom.splitlines() if entry.startswith('gpu_fabric_host_status{host="n1')][0]
     # Text exposition format: '\\', '"' and line feed escaped; nothing else ends the value.
-    assert line == 'gpu_fabric_host_status{host="n1 | x\\n<script>alert(1)</script>\ufffd[31m\ufffd"} 0'
+    assert line == 'gpu_fabric_host_status{host="n1 | x\\n<script>alert(1)</script>\ufffd[31m\ufffd"} 2'
     assert _report._labels(a='say "hi"\\n\n') == '{a="say \\"hi\\"\\\\n\\n"}'
     prom.encode('utf-8')
 
