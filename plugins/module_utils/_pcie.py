@@ -124,9 +124,15 @@ def read_link_attrs(sysroot, bdf):
             'max_speed': parse_speed(raw['max_link_speed']), 'max_width': parse_width(raw['max_link_width'])}
 
 
-def _lowest(*values):
-    known = [v for v in values if v]
-    return min(known) if known else None
+def _capability(own, upper, key):
+    """What both ends can do: the lower of the two maxima. An upper end without link attributes (none
+    above the device, or a conventional PCI bridge) leaves the device's own; a maximum that sysfs
+    printed as 'Unknown' (a kernel older than the link's speed) leaves it unknown."""
+    if own is None:
+        return None
+    if upper is None or not any(v is not None for v in upper['raw'].values()):
+        return own
+    return None if upper[key] is None else min(own, upper[key])
 
 
 def _ends(chain, types):
@@ -206,8 +212,8 @@ def read_links(sysroot, pci, gpus, nics):
             width=low['width'] if low['width'] is not None else high.get('width'),
             max_speed_gts=low['max_speed'], max_width=low['max_width'],
             upstream_max_speed_gts=high.get('max_speed'), upstream_max_width=high.get('max_width'),
-            capable_speed_gts=_lowest(low['max_speed'], high.get('max_speed')),
-            capable_width=_lowest(low['max_width'], high.get('max_width')),
+            capable_speed_gts=_capability(low['max_speed'], attrs.get(upper), 'max_speed'),
+            capable_width=_capability(low['max_width'], attrs.get(upper), 'max_width'),
             by='port type' if types.get(lower) is not None else 'position',
             width_degraded=None, speed_degraded=None, gpu_idle_speed=None)
         entry['gbps'] = link_gbps(entry['speed_gts'], entry['width'])
