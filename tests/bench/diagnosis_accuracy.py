@@ -57,6 +57,10 @@ EXPECTED = {
     'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
     'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
     'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
+    # PCIe links and the IOMMU: plugin_utils/_pcie_rules.py.
+    'pcie_link_degraded': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
+    'pcie_bridge_slow': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
+    'iommu_translated': ('HOST_IOMMU_TRANSLATED', 'nvidia_h100_8x_ndr'),
 }
 # Healthy nodes of the faulty node's profile beside it: two, so that the peers hold a strict
 # majority of three (plugin_utils/_fleet.py MIN_MAJORITY).
@@ -64,7 +68,7 @@ PEERS = 2
 # Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
 # port that is down hides its rate and counters, rightly).
 ON_HCA = ('cross_numa', 'hca_missing', 'port_down', 'port_polling', 'rate_degraded_1x', 'error_counters', 'roce_no_v2_gid',
-          'roce_mtu_low', 'roce_congestion')
+          'roce_mtu_low', 'roce_congestion', 'pcie_link_degraded', 'pcie_bridge_slow')
 # The later fault undoes the earlier: a stale OFED build needs a kernel that exports mm_kobj.
 # A module that is not loaded cannot be loaded-but-not-persistent.
 CONTRADICT = {('mm_kobj_not_exported', 'ofed_stale_build'), ('modules_not_persistent', 'peermem_not_loaded'),
