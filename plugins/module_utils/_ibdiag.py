@@ -4,9 +4,10 @@
 
 """Parsers of the infiniband-diags views of the fabric into ONE structure.
 
-``iblinkinfo`` and ``ibnetdiscover`` give the topology (switches, CAs, the links between
-their ports with width and speed, the peers' node descriptions and GUIDs), ``sminfo`` the
-subnet manager a port sees, ``perfquery`` the port counters. ``topology()`` merges them:
+``iblinkinfo`` and ``ibnetdiscover`` (its topology file or, with -p, its ports report) give the
+topology (switches, CAs, the links between their ports with width and speed, the peers' node
+descriptions and GUIDs), ``sminfo`` the subnet manager a port sees, ``saquery SMIR`` every SM the
+master knows, ``perfquery`` the port counters. ``topology()`` merges them:
 
     {'nodes': {id: {'id', 'type': 'switch'|'ca'|None, 'guid', 'desc', 'lids'}},
      'links': [{'a': end, 'b': end or None, 'state', 'phys_state', 'width', 'lanes',
@@ -17,8 +18,8 @@ with ``end`` = {'node': id, 'lid', 'port', 'desc', 'guid'}. A node id is its GUI
 ('0x' and 16 hex digits) when the output names it, else 'lid-<LID>'. Formats are the ones
 infiniband-diags prints (rdma-core infiniband-diags/iblinkinfo.c print_port(),
 ibnetdiscover.c, sminfo.c, perfquery.c) and are proven on tests/fixtures/public/{iblinkinfo,
-ibnetdiscover,sminfo,perfquery}/. Nothing here raises on odd input: a line that cannot be
-read is listed in ``unparsed``, never guessed.
+ibnetdiscover,sminfo,saquery,perfquery}/. Nothing here raises on odd input: a line that cannot be
+read is counted and listed in ``unparsed`` (the facts' ``unread``), never guessed and never dropped.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def measure(base, nodes, leaves, spines, uplinks, processes=False):
         if processes:
             env = dict(os.environ, GF_SIM_FABRIC=path, GF_SIM_PYTHON=sys.executable)
             started = time.perf_counter()
-            calls = [['iblinkinfo'], ['ibnetdiscover'], ['sminfo']]
+            calls = [['iblinkinfo'], ['ibnetdiscover'], ['sminfo'], ['saquery', 'SMIR']]
             calls += [['perfquery', '-x', '-l', str(s['lid'])] for s in model['switches'].values()] * 2
             for call in calls:
                 subprocess.run([os.path.join(SIM_BIN, call[0])] + call[1:], env=env, capture_output=True, check=False)

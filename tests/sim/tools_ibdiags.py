@@ -101,15 +101,15 @@ def _ports_report(fab):
     nodes = [('switch', name) for name in sorted(fab['switches'])] + \
         [('host', name, hca['name']) for name in sorted(fab['hosts']) for hca in fab['hosts'][name]['hcas']]
     for node in nodes:
-        oguid_, lid, desc = _describe(fab, node)
+        node_guid, lid, desc = _describe(fab, node)
         kind = 'SW' if node[0] == 'switch' else 'CA'
         for port, link, other, other_port in sorted(ends.get(node, []), key=lambda item: -item[0]):
             if link['state'] == 'Down':
-                out.append("%2s %5d %2d 0x%016x %s %s%36s'%s'" % (kind, lid, port, int(oguid_, 16), '4x', 'SDR', '', desc))
+                out.append("%2s %5d %2d 0x%016x %s %s%36s'%s'" % (kind, lid, port, int(node_guid, 16), '4x', 'SDR', '', desc))
                 continue
             pguid, plid, pdesc = _describe(fab, other)
             out.append("%2s %5d %2d 0x%016x %s %s - %2s %5d %2d 0x%016x ( '%s' - '%s' )" % (
-                kind, lid, port, int(oguid_, 16), '%dx' % link['width'], 'NDR', 'SW' if other[0] == 'switch' else 'CA',
+                kind, lid, port, int(node_guid, 16), '%dx' % link['width'], 'NDR', 'SW' if other[0] == 'switch' else 'CA',
                 plid, other_port, int(pguid, 16), desc, pdesc))
     return 0, '\n'.join(out) + '\n', ''
 
