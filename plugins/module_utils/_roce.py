@@ -422,19 +422,22 @@ def saved_text(argv, answer):
     return '\n'.join(lines) + '\n' + (answer[1] or '')
 
 
-def parse_saved(text):
+def parse_saved(text, argv=None):
     """A saved output -> (answer, problem): answer (rc, stdout) or None for a tool that was not
     installed; problem: why it cannot be used, or None. A file without SAVED_MAGIC is the tool's
-    stdout as it was pasted, rc 0."""
+    stdout as it was pasted, rc 0. With ``argv``, the header's command must be that one (a saved
+    output renamed to another netdev or kind is not used)."""
     if not text.startswith(SAVED_MAGIC + '\n'):
         return (0, text), None
     header, rest = {}, text[len(SAVED_MAGIC) + 1:]
     while rest.startswith('# '):
-        line, _sep, rest = rest.partition('\n')
+        line, _sep, after = rest.partition('\n')
         key, sep, value = line[2:].partition(': ')
-        if not sep:
-            break
-        header[key.strip()] = value.strip()
+        if not sep or key not in ('command', 'rc', 'error') or key in header:
+            break   # the tool's own output from here on
+        header[key], rest = value.strip(), after
+    if argv is not None and header.get('command') != ' '.join(argv):
+        return None, 'its header names the command %s, not "%s"' % (ascii(header.get('command'))[:120], ' '.join(argv))
     if header.get('error') == 'not installed':
         return None, None
     rc = parse_int(header.get('rc'))
@@ -533,7 +536,7 @@ class SavedOutputs(object):
             self._notes[key] = '%s not read: %s' % (path, getattr(exc, 'strerror', None) or exc)
             return None
         self.read.append(path)
-        answer, problem = parse_saved(data.decode('utf-8', 'replace'))
+        answer, problem = parse_saved(data.decode('utf-8', 'replace'), argv)
         if problem:
             self._notes[key] = '%s is no saved output: %s' % (path, problem)
             return None

@@ -91,6 +91,15 @@ def test_what_fabric_capture_writes_reads_back(node, tmp_path):
     assert _roce.parse_saved(_roce.saved_text(argv, (0, text))) == ((0, text), None)
     assert _roce.parse_saved(_roce.saved_text(argv, None)) == (None, None)
     assert read(node, [str(tmp_path)])[0][NETDEV]['pfc'] == [3]
+    # Output that itself starts with '# key: value' stays output: only the header's own keys, once each.
+    pasted = '# rc: 7\n' + text
+    assert _roce.parse_saved(_roce.saved_text(argv, (0, pasted)), argv) == ((0, pasted), None)
+    # Another port's saved output renamed to this netdev is not used, and says why.
+    other = _roce.saved_text(_roce.qos_argv('mlnx_qos', 'ens11f0np0'), (0, text))
+    write(tmp_path, NETDEV + '.mlnx_qos.txt', other)
+    port = read(node, [str(tmp_path)])[0][NETDEV]
+    assert port['source'] is None and "its header names the command 'mlnx_qos -i ens11f0np0', not \"mlnx_qos -i %s\"" % NETDEV \
+        in port['source_reason']
 
 
 def test_unparsable_and_failed_outputs_say_which_file_and_why(node, tmp_path):
