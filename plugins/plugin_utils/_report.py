@@ -10,7 +10,7 @@ Schema (SCHEMA_VERSION 1; docs/report.md describes every field):
   schema, schema_version, generated_at, options
   summary: hosts, hosts_ok, hosts_failed, hosts_unreachable, errors, warnings, roots
   hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids], nccl}}
-  findings: [{id, code, layer, severity, host, hosts?, subject, evidence, cause, remedy, explained_by}]
+  findings: [{id, code, layer, severity, host, hosts?, subject, evidence, cause, remedy, at, path, explained_by}]
   bench: bench_report's output or null;  collective: fabric_collective's outcome or null
   drift: null, or {baseline_generated_at, new_findings, cleared_findings, regressions}
 """
