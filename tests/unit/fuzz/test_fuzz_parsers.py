@@ -32,7 +32,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _perftest, _process, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _sysroot
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
@@ -65,6 +65,13 @@ def _gdr_pci(text):
             _pci.parse_acs(text.encode('utf-8', 'surrogateescape')))
 
 
+def _pcie_all(text):
+    """The PCIe link values, the IOMMU words of a command line, the PCI Express port type of a config dump."""
+    params = _pcie.parse_cmdline(text)
+    return (_pcie.parse_speed(text), _pcie.parse_width(text), params, _pcie.cmdline_mode(params),
+            _pcie.express_type(text.encode('utf-8', 'surrogateescape')), _pcie.link_gbps(_pcie.parse_speed(text), _pcie.parse_width(text)))
+
+
 def _ibdiag_all(text):
     """Every infiniband-diags parser of the fabric (module_utils/_ibdiag.py) and their merge."""
     unread = {}
@@ -94,6 +101,8 @@ PARSERS = {
                      (b'400 Gb/sec (4X NDR)', b'4: ACTIVE', b'fe80:0000:0000:0000:0000:ffff:0a07:6011', b'0x10de', b'-1')),
     'host_files': (_host_all, ('real/host',), (_HOST_LINES,)),
     'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery'), ()),
+    'pcie_values': (_pcie_all, ('public/sysfs_pci', 'public/lspci_link', 'real/h200x4-vm'),
+                    (b'16.0 GT/s PCIe', b'8 GT/s', b'16', b'Unknown speed', b'ro intel_iommu=on iommu=pt iommu.passthrough=0 -- x')),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),
 }

@@ -45,7 +45,7 @@ _NAMES = (b'mlx5_\xff', b'\xc3(', b'cpu\xfe', b'x.conf\xff', b'0000:0\xff:00.0')
 
 
 # Directories the readers list, where a name is a device, a port, a file to read.
-_LISTED = ('sys/class/infiniband', 'sys/bus/pci/devices', 'sys/class/net', 'sys/devices/system/cpu',
+_LISTED = ('sys/class/infiniband', 'sys/bus/pci/devices', 'sys/class/net', 'sys/devices/system/cpu', 'sys/class/iommu',
            'etc/security/limits.d', 'etc/modules-load.d', 'sys/kernel/mm/memory_peers')
 
 
@@ -172,7 +172,8 @@ _PATHS = ('sys/class/infiniband/mlx5_0/ports/1/state', 'sys/class/infiniband/mlx
           'sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error', 'sys/class/infiniband/mlx5_0/ports/1/gids/0',
           'sys/class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0', 'sys/class/net/eth0/mtu', 'sys/class/net/eth0/address',
           'sys/bus/pci/devices/0000:01:00.0/class', 'sys/bus/pci/devices/0000:01:00.0/vendor',
-          'sys/bus/pci/devices/0000:01:00.0/config', 'proc/modules', 'proc/sys/kernel/osrelease', 'proc/kallsyms',
+          'sys/bus/pci/devices/0000:01:00.0/config', 'sys/bus/pci/devices/0000:01:00.0/current_link_speed',
+          'sys/bus/pci/devices/0000:01:00.0/max_link_width', 'sys/bus/pci/devices/0000:01:00.0/iommu_group/type', 'proc/modules', 'proc/sys/kernel/osrelease', 'proc/kallsyms',
           'proc/self/limits', 'proc/self/status', 'proc/net/route', 'proc/cmdline', 'etc/security/limits.conf',
           'etc/security/limits.d/90-rdma.conf', 'etc/systemd/system.conf', 'etc/modules-load.d/rdma.conf',
           'etc/modules', 'sys/devices/system/cpu/cpu0/cpufreq/scaling_governor', 'sys/kernel/mm/memory_peers/nv_mem/version')
