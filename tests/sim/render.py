@@ -104,6 +104,12 @@ function of a kind, and ``rename_hcas`` ({old: new})
     return merged
 
 
+def variant_of(name):
+    """The base profile a variant profile names, or None (tests run the fault catalog on bases only)."""
+    with open(os.path.join(PROFILE_DIR, name + '.yml')) as handle:
+        return (yaml.safe_load(handle) or {}).get('base')
+
+
 def _write(root, rel, content, mode=0o644):
     path = os.path.join(root, rel.lstrip('/'))
     os.makedirs(os.path.dirname(path), exist_ok=True)
