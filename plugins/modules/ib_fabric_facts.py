@@ -17,7 +17,7 @@ description:
     and C(perfquery -x -l) of every switch twice, O(interval) seconds apart (the switch port counters, with
     the time of each read).
   - Every line of a tool's output that no pattern read is counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread)
-    and makes the status C(partial): a fabric built from input that was not read is never C(ok).
+    and makes the status C(partial) - a fabric built from input that was not read is never C(ok).
   - Each tool runs with an argument list and a timeout. A tool that is not installed, fails or times out is
     said in RV(ansible_facts.gpu_fabric_ib_fabric.tools); a node without an InfiniBand port returns
     C(status=no_ib_port). Neither fails the task.

@@ -90,8 +90,8 @@ ansible_facts:
         ports:
           description:
             - One entry per RoCE port; empty on a node without one.
-            - C(dscp2prio) holds the DSCPs mapped to one priority; C(dscp_conflicts) those that C(dcb app) maps to
-              several (C({"63": [1, 2]})), reported as C(ROCE_DSCP_CONFLICT); None where the map was not read.
+            - "C(dscp2prio) holds the DSCPs mapped to one priority; C(dscp_conflicts) those that C(dcb app) maps to
+              several (C({\"63\": [1, 2]})), reported as C(ROCE_DSCP_CONFLICT); None where the map was not read."
           type: list
           elements: dict
           returned: always

@@ -209,8 +209,12 @@ def main_perf(bench, argv):
                     for index, hca in enumerate(hcas):
                         print(tag + "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)" % (index, hca))
             if multi and hcas:
+                # A network connection joins this node's first rank to the next node's (real NCCL names
+                # the two ranks it connects: 'Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA').
                 via = 'via NET/IB/0' + ('/GDRDMA' if gdr_ok else '')
-                print(tag + 'Channel 00/0 : 0[0] -> 1[0] [send] %s' % via)
+                first = sum(other['ranks'] for other in nodes[:nodes.index(node)]) * gpus_per_rank
+                following = (first + node['ranks'] * gpus_per_rank) % total_ranks
+                print(tag + 'Channel 00/0 : %d[0] -> %d[0] [send] %s' % (first, following, via))
         if not multi:
             local_info(nodes[0], info[0][2], total_ranks)
     # GF_SIM_NCCL_LOG (a node's env): each run appends {hosts, start, end} there, after sleeping
