@@ -98,9 +98,20 @@ IB_ERRORS_UNDER_LOAD = _register(
 
 # ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/_roce_rules.py)
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
-# A node's lossless settings unlike its peers' because of a ROCE_* fault are that fault once (the
-# fleet comparison, plugin_utils/_fleet.py roce_qos, names the same ports): one fault, one root.
-_ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (lambda symptom: symptom.get('subject') == 'roce_qos', 'roce_qos'))
+def _qos_parts_missing_only(symptom):
+    """FLEET_DIFFERS roce_qos whose value is the peers' with parts left out: the parts a ROCE_*
+    finding of the node names (_roce_rules.qos_signature leaves them out), nothing set otherwise."""
+    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    def parts(entry):
+        return set(part.strip() for part in str(entry).split(','))
+    value, ref = evidence.get('value') or [], evidence.get('most_nodes') or []
+    return symptom.get('subject') == 'roce_qos' and bool(value) and all(any(parts(v) <= parts(r) for r in ref) for v in value)
+
+
+# A node's lossless settings unlike its peers' only where a ROCE_* fault of the node is (the fleet
+# comparison, plugin_utils/_fleet.py roce_qos, names the same ports): one fault, one root. A part
+# set otherwise (PFC on priority 4 where the peers use 3) is a difference of its own.
+_ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (_qos_parts_missing_only, 'roce_qos, only the parts the ROCE finding names'))
 _ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW', _ROCE_QOS_DIFFERS)
 _ROCE_ROLE = 'run playbooks/configure.yml -e gpu_fabric_roce_qos=true --tags roce_qos (role roce_qos), and match the switch ports'
 ROCE_QOS_UNKNOWN = _register(
@@ -542,9 +553,12 @@ def on_path(at, path):
 
 
 def named(root, symptom):
-    """Does the symptom's own evidence name the root's kind of cause (GPUDirect RDMA not used:
-    GDR_OFF)? ``root``: a code."""
-    return root in GDR_OFF and gdr_not_used(symptom)
+    """Does the symptom itself name the root's kind of cause? GPUDirect RDMA not used, or GPU memory
+    slower than or failing where host memory did not (the GPU's side of the test): GDR_OFF; a
+    buffer that could not be registered (mr_failed): the locked-memory limit. ``root``: a code."""
+    if root in GDR_OFF:
+        return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED)
+    return root == HOST_MEMLOCK_LIMITED and _failure_kind(symptom) == 'mr_failed'
 
 
 def places(items):

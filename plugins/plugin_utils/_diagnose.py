@@ -297,7 +297,8 @@ def host_findings(host, gdr):
     if isinstance(soft, int):
         configured = [e['file'] for e in memlock.get('limits_conf') or []
                       if e.get('type') in ('soft', '-') and e.get('bytes') == 'unlimited' and e.get('domain') != 'root']
-        configured += [e['file'] for e in memlock.get('systemd') or [] if e.get('soft') == 'unlimited']
+        # Only the DefaultLimitMEMLOCK= systemd applies (the last one read) raises the limit.
+        configured += [e['file'] for e in (memlock.get('systemd') or [])[-1:] if e.get('soft') == 'unlimited']
         evidence = {'soft': soft, 'hard': memlock.get('hard'), 'cap_ipc_lock': memlock.get('cap_ipc_lock'),
                     'needed_bytes': MEMLOCK_NEEDED_BYTES, 'configured_unlimited_in': sorted(set(configured))}
         stale = (' %s configure unlimited, but this process did not get it: limits apply to new logins, and to '
@@ -322,6 +323,22 @@ def host_findings(host, gdr):
                 F.HOST_MEMLOCK_LIMITED, host, 'memlock', evidence,
                 'a job started like the benchmark may lock %s of memory (soft RLIMIT_MEMLOCK), %s.%s'
                 % (_human_bytes(soft), why, stale), severity=severity))
+    # What systemd gives the services it starts: systemd-system.conf(5) DefaultLimitMEMLOCK= sets
+    # the default of every unit without LimitMEMLOCK=, read from system.conf then the system.conf.d
+    # drop-ins (the last assignment wins); slurmd is such a service and its jobs inherit its limits.
+    # No assignment at all: the compiled-in default, not read here, so nothing is said.
+    services = (memlock.get('systemd') or [])[-1:]
+    if services and isinstance(services[0].get('soft'), int) and services[0]['soft'] < MEMLOCK_NEEDED_BYTES:
+        entry = services[0]
+        found.append(finding(
+            F.HOST_MEMLOCK_LIMITED, host, 'memlock (services)',
+            {'soft': entry['soft'], 'hard': entry.get('hard'), 'value': entry.get('value'), 'file': entry.get('file'),
+             'needed_bytes': MEMLOCK_NEEDED_BYTES},
+            'DefaultLimitMEMLOCK=%s in %s limits the locked memory of services to %s, below the %s one ib_write_bw of '
+            'the benchmark registers: services without LimitMEMLOCK= in their unit, slurmd among them, and the jobs '
+            'they start (which inherit the limit) fail ibv_reg_mr with ENOMEM ("Couldn\'t allocate MR")'
+            % (entry.get('value'), entry.get('file'), _human_bytes(entry['soft']), _human_bytes(MEMLOCK_NEEDED_BYTES)),
+            severity='error', at=[('node', host)]))
     loaded = set(facts.get('modules_loaded') or [])
     persistent = facts.get('modules_persistent') or {}
     judged = list(PEER_MODULES)
@@ -769,21 +786,30 @@ def unexplained_findings(findings, bench):
     test is informative when it passed, or failed with no root to explain it. Returns the new
     BENCH_DEVICE_UNEXPLAINED findings (their ``at`` the device); a symptom whose tests share no
     such device stays unexplained, and its cause says so - it is never pinned on a neighbour."""
-    pairs = [p for p in (bench or {}).get('pairs') or [] if isinstance(p, dict) and p.get('server') and p.get('client')]
-    symptoms = dict((f['subject'], f) for f in findings if f['code'] in PAIR_SYMPTOMS and f.get('hosts'))
-    tests = []
-    for pair in pairs:
-        symptom = symptoms.get(pair_subject(pair)) if pair.get('verdict') != 'ok' else None
-        if pair.get('verdict') != 'ok' and (symptom is None or symptom['explained_by'] or symptom['severity'] == 'info'):
-            continue      # explained (or not a fault): tells nothing about another device
-        tests.append((pair, symptom, set(tuple(p) for p in F.places(pair_path(pair)))))
-    bad = [t for t in tests if t[1] is not None]
-    if not bad:
+    open_ = dict((f['subject'], f) for f in findings if f['code'] in PAIR_SYMPTOMS and f.get('hosts')
+                 and f['explained_by'] is None and f['severity'] != 'info')
+    if not open_:
         return []
+    pairs = [p for p in (bench or {}).get('pairs') or [] if isinstance(p, dict) and p.get('server') and p.get('client')]
+
+    def places_of(pair):
+        return set(tuple(place) for place in F.places(pair_path(pair)))
+    bad = [(pair, open_[pair_subject(pair)], places_of(pair)) for pair in pairs
+           if pair.get('verdict') != 'ok' and pair_subject(pair) in open_]
     candidates = set(place for t in bad for place in t[2] if place[0] in _SPECIFIC)
+    # One pass over the tests (a full mesh at scale is about a million): the informative tests through
+    # each candidate - those that passed, and the open ones (an explained failure tells nothing of
+    # another device).
+    index = dict((place, []) for place in candidates)
+    for test in bad:
+        for place in test[2] & candidates:
+            index[place].append(test)
+    for pair in pairs:
+        if pair.get('verdict') == 'ok':
+            for place in places_of(pair) & candidates:
+                index[place].append((pair, None, None))
     suspects = {}
-    for place in candidates:
-        through = [t for t in tests if place in t[2]]
+    for place, through in index.items():
         if any(t[1] is None for t in through):
             continue
         peers = set(t[0]['client'] if t[0]['server'] == place[1] else t[0]['server'] for t in through)

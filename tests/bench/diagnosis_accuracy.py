@@ -45,6 +45,7 @@ EXPECTED = {
     'error_counters': ('IB_ERROR_COUNTERS', 'nvidia_h100_8x_ndr'),
     'governor_powersave': ('HOST_CPU_GOVERNOR', 'nvidia_h100_8x_ndr'),
     'memlock_limited': ('HOST_MEMLOCK_LIMITED', 'nvidia_h100_8x_ndr'),
+    'services_memlock_8m': ('HOST_MEMLOCK_LIMITED', 'nvidia_h100_8x_ndr'),
     'modules_not_persistent': ('HOST_MODULES_NOT_PERSISTENT', 'nvidia_h100_8x_ndr'),
     'hca_missing': ('FLEET_HW_MISSING', 'nvidia_h100_8x_ndr'),
     'fw_mismatch': ('FLEET_DIFFERS', 'nvidia_h100_8x_ndr'),
@@ -315,6 +316,9 @@ def pair_bench(nodes, faults=None):
                 test = {'server': server, 'client': client, 'rail': rail, 'memory': memory, 'hca': hcas,
                         'gpu': dict((h, gpus[h].get('gpu')) for h in gpus), 'distance': dict((h, gpus[h].get('distance')) for h in gpus)}
                 hit = [(factor, fault, device) for match, factor, fault, device in effects if match(test)]
+                # A node that lacks the rail's HCA (hca_missing: fewer devices, the rails end early).
+                hit += [('failed:no_device', 'hca_missing', ('node', h)) for h in (server, client)
+                        if hcas[h] is None and 'hca_missing' in (faults or {}).get(h, ([], []))[0]]
                 rates = [plans[h]['rate_gbps'].get(hcas[h]) for h in (server, client) if hcas[h]]
                 failed = [factor for factor, _f, _d in hit if isinstance(factor, str)]
                 if None in hcas.values():

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _host
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 from tests.bench import diagnosis_accuracy
 
@@ -24,6 +25,14 @@ def test_every_catalog_fault_alone_and_in_pairs_is_diagnosed_as_a_root():
     assert healthy['no_rdma_vm'] == ['HOST_NOTHING_TO_CHECK']
     assert sorted(healthy['homelab_cx4']) == ['GDR_PEERMEM_NOT_LOADED', 'GPU_NIC_FAR', 'HOST_CPU_GOVERNOR',
                                               'HOST_MEMLOCK_LIMITED', 'HOST_MODULES_NOT_PERSISTENT']
+    # Links (issue 22): every pair symptom of the cases explained by a root of one of the faults that
+    # touched its test, on that fault's node; every explained finding's root on its path; the
+    # known faults' symptoms explained; faults no rule names said on their own device, never another.
+    links = result['links']
+    assert links['symptoms'] > 1000 and links['explained_right'] == links['symptoms'], links
+    assert links['misattributed'] == links['off_path'] == links['unexplained_known'] == links['unknown_wrong'] == []
+    assert all(case['right'] for case in result['unknown'].values()), result['unknown']
+    assert result['two_nodes']['right'], result['two_nodes']
 
 
 def test_seed000_chain_shows_the_root_not_the_symptoms():
@@ -278,3 +287,39 @@ def test_gdr_not_ready_for_a_reason_no_rule_names_is_still_a_finding():
     node['gdr'].update(gdr_ready=False, reasons=['something new the facts found'])
     codes = [(f['code'], f['severity']) for f in _diagnose.gdr_findings('h', node['gdr'], node['ib'])]
     assert codes == [('GDR_NOT_READY', 'error')]
+
+
+def _system_conf(value, path='/etc/systemd/system.conf'):
+    soft = _host.parse_systemd_size(value)
+    return {'value': value, 'soft': soft, 'hard': soft, 'file': path}
+
+
+def test_memlock_of_services_follows_the_last_default_limit_memlock():
+    drop_in = '/etc/systemd/system.conf.d/99-memlock.conf'
+
+    def services(*entries):
+        return [f for f in _diagnose.diagnose({'n': host_node(memlock=memlock('unlimited', systemd=entries))})
+                if f['code'] == 'HOST_MEMLOCK_LIMITED']
+    # A drop-in read after system.conf brings 8M back: services and slurmd's jobs get it.
+    found = services(_system_conf('infinity'), _system_conf('8M', drop_in))
+    assert len(found) == 1 and found[0]['subject'] == 'memlock (services)' and found[0]['severity'] == 'error'
+    assert found[0]['evidence']['file'] == drop_in and found[0]['evidence']['soft'] == 8 << 20
+    assert 'slurmd' in found[0]['cause'] and 'LimitMEMLOCK=' in found[0]['cause'] and 'below the 16 MiB' in found[0]['cause']
+    assert found[0]['at'] == [['node', 'n']] or found[0]['at'] == [('node', 'n')]
+    # infinity read last wins; no DefaultLimitMEMLOCK at all is the compiled-in default: nothing said.
+    assert services(_system_conf('8M'), _system_conf('infinity', drop_in)) == []
+    assert services() == []
+    assert services(_system_conf('64M')) == []
+    # Not on a node without RDMA NIC.
+    node = host_node(nics=(), memlock=memlock('unlimited', systemd=[_system_conf('8M')]))
+    assert not [f for f in _diagnose.diagnose({'n': node}) if f['code'] == 'HOST_MEMLOCK_LIMITED']
+
+
+def test_login_limit_names_only_the_systemd_entry_that_applies():
+    # system.conf's infinity, overridden by a drop-in, raises nothing: the login finding does not cite it.
+    found = [f for f in _diagnose.diagnose({'n': host_node(memlock=memlock(65536, systemd=[
+        _system_conf('infinity'), _system_conf('8M', '/etc/systemd/system.conf.d/99-memlock.conf')]))})
+        if f['code'] == 'HOST_MEMLOCK_LIMITED']
+    assert sorted(f['subject'] for f in found) == ['memlock', 'memlock (services)']
+    login = [f for f in found if f['subject'] == 'memlock'][0]
+    assert login['evidence']['configured_unlimited_in'] == [] and 'configure unlimited' not in login['cause']
