@@ -265,11 +265,16 @@ def read_iommu(sysroot, gpus, nics):
 
     ``devices``: per device its ``group`` (the iommu_group link of its PCI function; None: no
     IOMMU handles its DMA), the group's ``type`` and ``mode`` (passthrough, translated, vfio,
-    blocked, none, unknown); ``units`` the IOMMU hardware units (/sys/class/iommu); ``cmdline``
+    blocked, none - no IOMMU handles its DMA, unknown); ``units`` the IOMMU hardware units (/sys/class/iommu); ``cmdline``
     the IOMMU parameters of /proc/cmdline and ``cmdline_mode`` what they ask for; ``translated``
     the devices whose DMA the IOMMU translates; ``mode`` the node's summary over them."""
     params = parse_cmdline(sysroot.text('/proc/cmdline', quiet=True))
     asked = cmdline_mode(params)
+    # The kernel creates /sys/kernel/iommu_groups whenever it has the IOMMU API (drivers/iommu/iommu.c
+    # iommu_init), empty without an IOMMU (tests/fixtures/real/h200x4-vm). Where the directory is not
+    # there at all (a snapshot taken before this was read), a device without a group is not known to be
+    # untranslated.
+    groups_read = sysroot.isdir(IOMMU_GROUPS)
     entries = []
     for kind, items in (('gpu', gpus), ('nic', nics)):
         for item in items:
@@ -279,7 +284,7 @@ def read_iommu(sysroot, gpus, nics):
                 group = None
             kind_text = sysroot.text('%s/%s/type' % (IOMMU_GROUPS, group), quiet=True) if group is not None else None
             if group is None:
-                mode = 'none'
+                mode = 'none' if groups_read else 'unknown'
             elif kind_text in IOMMU_MODES:
                 mode = IOMMU_MODES[kind_text]
             elif kind_text is None and asked in ('passthrough', 'translated'):

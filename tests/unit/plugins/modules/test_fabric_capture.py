@@ -43,6 +43,8 @@ CASES = [
     ('no_rdma_vm',),
     ('h200x2_no_rdma',),
     ('nvidia_h100_8x_ndr', 'governor_powersave', 'memlock_limited', 'modules_not_persistent'),
+    # PCIe link status and capability of both ends, IOMMU groups, /sys/class/iommu and /proc/cmdline.
+    ('nvidia_h100_8x_ndr', 'pcie_link_degraded', 'pcie_bridge_slow', 'iommu_translated'),
 ]
 CASES = [case for case in CASES if all(name in faults.CATALOG for name in case[1:])]
 
@@ -345,6 +347,11 @@ def test_a_real_gpu_nodes_snapshot_gives_its_live_facts(monkeypatch, tmp_path):
             return dict((k, len(v) if k in ('reasons', 'notes', 'chain') else values(v)) for k, v in item.items())
         return [values(v) for v in item] if isinstance(item, list) else item
 
+    # Read since the capture (issue 22): the snapshot holds no PCIe link attribute and no IOMMU
+    # directory, so they are unknown - never 'not degraded' or 'off'.
+    later = dict((key, facts['gdr'][0].pop(key)) for key in ('pcie_links', 'iommu'))
+    assert [(link['downstream'], link['kind'], link['degraded']) for link in later['pcie_links']] == [('0000:00:06.0', 'gpu', None)]
+    assert (later['iommu']['mode'], [d['mode'] for d in later['iommu']['devices']]) == ('unknown', ['unknown'])
     for name in ('ib', 'gdr'):
         expected = dict(live[name])
         assert expected.pop('root') == '/'
