@@ -199,6 +199,15 @@ def memlock_limited(profile, target):
     return {'bytes': _MEMLOCK_DEFAULT_OLD}
 
 
+def services_memlock_8m(profile, target):
+    if not profile.get('hcas'):
+        raise ValueError('profile %s has no RDMA device: nothing registers memory' % profile.get('name'))
+    # A drop-in read after system.conf (systemd-system.conf(5)) brings back systemd's 8M default for
+    # services; logins keep their limits.d entry.
+    profile.setdefault('system_conf_d', {})['99-memlock.conf'] = '8M'
+    return {'file': '/etc/systemd/system.conf.d/99-memlock.conf'}
+
+
 # The modules nothing else loads at boot (plugin_utils/_diagnose.py PEER_MODULES, RDMA_USER_MODULES):
 # the peer-memory module everywhere, the RDMA user-space modules where MLNX OFED's openibd does not.
 _PEER_MODULES = ('nvidia_peermem', 'nv_peer_mem')
@@ -436,6 +445,10 @@ CATALOG = {
         ("gdr.host.memlock.soft", 65536),
         ("gdr.host.memlock.hard", 65536),
         ("length(gdr.host.memlock.limits_conf[?bytes=='unlimited'])", 0),
+    ]),
+    'services_memlock_8m': _fault(services_memlock_8m, 'A system.conf.d drop-in sets DefaultLimitMEMLOCK=8M: services and their jobs get 8 MiB.', [
+        ("gdr.host.memlock.systemd[-1].soft", 8388608),
+        ("gdr.host.memlock.systemd[-1].file == '{file}'", True),
     ]),
     'modules_not_persistent': _fault(
         modules_not_persistent, 'A module loaded now (modprobe) that no modules-load.d file lists: gone after a reboot.', [

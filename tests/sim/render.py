@@ -494,6 +494,9 @@ PROC_LIMITS = (
 # What EL's rdma packages and most RDMA guides put in limits.d ('# configuration for rdma tuning').
 RDMA_LIMITS_CONF = ('# configuration for rdma tuning\n*       soft    memlock         unlimited\n'
                     '*       hard    memlock         unlimited\n# rdma tuning end')
+# systemd-system.conf(5): the [Manager] section; DefaultLimitMEMLOCK= is what services without
+# LimitMEMLOCK= get (a configured node: infinity, as the memlock role sets it).
+SYSTEM_CONF = '# See systemd-system.conf(5) for details.\n\n[Manager]\n#DefaultLimitNOFILE=1024:524288\nDefaultLimitMEMLOCK=%s\n'
 # Modules nothing else loads at boot on every stack (the peer-memory module; the RDMA
 # user-space modules where neither MLNX OFED's openibd nor rdma-core loads them): what a
 # configured node lists in modules-load.d (seed 002's hpc.conf: ib_ipoib ib_umad ib_uverbs nvidia-peermem).
@@ -509,7 +512,8 @@ def render_host(root, profile):
     """The host layer: RLIMIT_MEMLOCK and where it is configured, modules-load.d, routes.
 
     Profile keys (defaults: a configured node): ``memlock`` (bytes or 'unlimited'; an unlimited
-    node carries limits.d/rdma.conf, a limited one nothing: the kernel's or systemd's default),
+    node carries limits.d/rdma.conf and system.conf with DefaultLimitMEMLOCK=infinity, a limited one
+    nothing: the kernel's or systemd's default), ``system_conf_d`` ({drop-in file: DefaultLimitMEMLOCK value}),
     ``modules_load_d`` ({file: [modules]}, default one hpc.conf with the loaded PERSISTED_MODULES),
     ``not_persistent`` (modules left out of every modules-load.d file), ``default_route``
     ({iface, gateway, metric}) and the IPv4 addresses of the netdevs (connected /24 routes).
@@ -522,6 +526,9 @@ def render_host(root, profile):
     _write(root, '/proc/self/limits', '\n'.join(rows))
     if memlock == 'unlimited':
         _write(root, '/etc/security/limits.d/rdma.conf', RDMA_LIMITS_CONF)
+        _write(root, '/etc/systemd/system.conf', SYSTEM_CONF % 'infinity')
+    for name, value in sorted((profile.get('system_conf_d') or {}).items()):
+        _write(root, '/etc/systemd/system.conf.d/' + name, '[Manager]\nDefaultLimitMEMLOCK=%s\n' % value)
     modules = profile.get('modules', [])
     files = profile.get('modules_load_d')
     if files is None:
