@@ -36,10 +36,16 @@ def node_plan(ib, gdr, hcas=None):
     if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
         hcas = [name.strip() for name in hcas.split(',') if name.strip()]
     names = list(hcas) if hcas else _rails.compute(ib, gdr)
-    rates = {}
+    rates, active, models = {}, {}, {}
     for device in devices:
         rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
         rates[device['name']] = max(rated) if rated else None
+        # What the rail's nominal rate is made of (report(): the fleet's most common rate per rail and
+        # model): a port that is down reads a rate it does not run at (10 Gb/sec (4X SDR) while Polling).
+        up = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('state') == 'ACTIVE' and p.get('rate_gbps') is not None]
+        active[device['name']] = max(up) if up else None
+        kind = _rails.model(device)
+        models[device['name']] = ' '.join(str(part) for part in kind if part) if kind else None
     gpus = (gdr or {}).get('gpus') or []
     vendor_index = {}
     for gpu in gpus:
@@ -61,7 +67,7 @@ def node_plan(ib, gdr, hcas=None):
         nearest[hca] = best[1] if best else None
     for gpu in gpus:
         gpu.pop('_index', None)
-    return {'hcas': names, 'rate_gbps': rates, 'gpu_by_hca': nearest}
+    return {'hcas': names, 'rate_gbps': rates, 'active_rate_gbps': active, 'model': models, 'gpu_by_hca': nearest}
 
 
 def fleet_plan(candidates, test='ib_write_bw'):
@@ -411,6 +417,67 @@ def _rate(plan, hca):
     return rate if rate and rate > 0 else None
 
 
+def _active_rate(plan, hca):
+    """The rate ``hca`` runs at: its fastest ACTIVE port's (node_plan), or where the plan does not say
+    which ports are ACTIVE (a plan made before it did), its fastest port's."""
+    if not isinstance(mapping(plan).get('active_rate_gbps'), dict):
+        return _rate(plan, hca)
+    rate = number(plan['active_rate_gbps'].get(hca))
+    return rate if rate and rate > 0 else None
+
+
+def _rail_kind(plan, rail, hca):
+    """A port's peers for the nominal rate: the ports of its rail of the same model (node_plan's
+    hca_type, board_id, link layers; unknown models are peers of each other), so that a rail of
+    nodes of two kinds (a 200 Gb/s card on some, a 400 Gb/s one on others) is not one bar."""
+    return ('%s' % (key(rail),), text(mapping(mapping(plan).get('model')).get(hca)) or None)
+
+
+def rail_nominal(nodes):
+    """{(rail, model): the rate the fleet's ports of that rail and model are meant to run at}: the
+    most common ACTIVE rate among the nodes' ports of it (ties: the higher). A port trained down
+    (1X: 100 of 400 Gb/s) is one node's, the nominal rate the fleet's; judged against the slower
+    port of the pair, its tests looked healthy at 97 Gb/s. The rails are the plans' (node_plan:
+    the compute rails in position order, or fabric_bench_hcas), so a storage card is no rail."""
+    seen = {}
+    for host in sorted(nodes or {}):
+        plan = mapping(mapping(nodes[host]).get('plan'))
+        for rail, hca in enumerate(sequence(plan.get('hcas'))):
+            rate = _active_rate(plan, key(hca))
+            if rate:
+                counts = seen.setdefault(_rail_kind(plan, rail, key(hca)), {})
+                counts[rate] = counts.get(rate, 0) + 1
+    return dict((kind, max(counts, key=lambda rate, c=counts: (c[rate], rate))) for kind, counts in seen.items())
+
+
+def _judged_rate(nominal, ends):
+    """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports).
+    ``ends``: [(host, plan, hca, rail)] of the pair. Against the nominal rate of the slower end's kind;
+    where no nominal rate is known, against the slower port's rate (None where neither is known)."""
+    rates, nominals, degraded = [], [], []
+    for host, plan, hca, rail in ends:
+        rate = _rate(plan, hca)
+        if rate:
+            rates.append(rate)
+        mine = nominal.get(_rail_kind(plan, rail, hca)) if hca is not None else None
+        if mine:
+            nominals.append(mine)
+            running = _active_rate(plan, hca)
+            if running and running < mine:
+                degraded.append({'host': host, 'hca': hca, 'rate_gbps': running})
+    rail_rate = min(nominals) if nominals else None
+    return (rail_rate or (min(rates) if rates else None)), rail_rate, degraded
+
+
+def degraded_text(entry):
+    """The ports of a pair below its rail's nominal rate, for people ('' where none)."""
+    ports = mapping(entry).get('degraded_ports') or []
+    if not ports:
+        return ''
+    return 'below the rail\'s nominal %g Gb/s: %s' % (entry.get('rail_nominal_gbps') or 0, ', '.join(
+        '%s %s at %g Gb/s' % (port.get('host'), port.get('hca'), port.get('rate_gbps') or 0) for port in ports))
+
+
 # The pair thresholds; the role fabric_bench, the playbooks and the filters leave them to these
 # (null). Bandwidth: a healthy link reaches at least this share of the slower port's rate (a
 # 400 Gb/sec 4X NDR port: 360 Gb/s; ib_write_bw reaches 98 % at 8 MiB, HDR 196.55 of 200 Gb/s in
@@ -441,6 +508,7 @@ def report(nodes, options):
     """
     limits = thresholds(options)
     bw_ratio, gpu_ratio, lat_max = limits['bw_ratio'], limits['gpu_ratio'], limits['lat_max_us']
+    nominal = rail_nominal(nodes)
     pairs = []
     matrix = {}
     counters = []
@@ -474,14 +542,17 @@ def report(nodes, options):
                 continue
             server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
             rates = [r for r in (_rate(plan, record['hca']), _rate(server_plan, record['peer_hca'])) if r]
-            expected = min(rates) if rates else None
+            # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
+            expected, rail_rate, degraded = _judged_rate(nominal, [(record['server'], server_plan, record['peer_hca'], record['rail']),
+                                                                   (host, plan, record['hca'], record['rail'])])
             summary = record.get('summary') or {}
             server = server_side.get((record['memory'], record['server'], record['client'], record['rail']))
             entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
                      'status': record['status'], 'failure': record.get('failure'),
                      'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
-                     'port_rate_gbps': expected, 'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
+                     'port_rate_gbps': min(rates) if rates else None, 'rail_nominal_gbps': rail_rate, 'degraded_ports': degraded,
+                     'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
                      'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
             if record['memory'] == 'gpu':
                 # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
@@ -502,8 +573,11 @@ def report(nodes, options):
                 entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
                 if entry['bw_ratio'] < bw_ratio:
                     entry['verdict'] = 'low'
-                    entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s port rate (threshold %.0f %%)'
-                                            % (entry['bw_avg_gbps'], 100 * entry['bw_ratio'], expected, 100 * bw_ratio))
+                    entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
+                        entry['bw_avg_gbps'], 100 * entry['bw_ratio'], expected,
+                        'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
+            if degraded:
+                entry['reasons'].append(degraded_text(entry))
             elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
                 entry['verdict'] = 'low'
                 entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
@@ -527,7 +601,7 @@ def report(nodes, options):
         pairs.append({'server': server, 'client': client, 'rail': rail_name,
                       'server_hca': hca, 'client_hca': peer_hca, 'memory': memory, 'server_gpu': gpu if memory == 'gpu' else None,
                       'status': 'failed', 'failure': failure, 'bw_avg_gbps': None, 'lat_typical_us': None,
-                      'port_rate_gbps': None, 'elapsed_s': None, 'verdict': 'failed',
+                      'port_rate_gbps': None, 'rail_nominal_gbps': None, 'degraded_ports': [], 'elapsed_s': None, 'verdict': 'failed',
                       'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
         rail = matrix.setdefault(memory, {}).setdefault(str(rail_name), {})
         rail.setdefault(server, {})[client] = None

@@ -267,6 +267,10 @@ def _effects(host, node, fault_names, targets):
                 and (memory is None or test['memory'] == memory)
         if name in ('port_down', 'port_polling'):
             effects.append((lambda t, h=target: on(t, h), 'failed:connect_failed', name, ('hca', host, target)))
+        elif name == 'rate_degraded_1x':
+            # The port's lower rate is in its plan already (the tests run at the slower port's rate); judged
+            # against the rail's nominal rate (_bench.rail_nominal), every test through it is this fault's.
+            effects.append((lambda t, h=target: on(t, h), 1.0, name, ('hca', host, target)))
         elif name in ('peermem_not_loaded', 'mm_kobj_not_exported', 'ofed_stale_build') \
                 and _diagnose.gpu_net_path(gdr) in RDMA_OFF:
             effects.append((lambda t: on(t, memory='gpu'), 0.3, name, ('node', host)))

@@ -35,7 +35,7 @@ def test_node_plan_nearest_gpu_per_hca(sim_root):
 
 
 def test_node_plan_without_gpus_or_nics():
-    assert _bench.node_plan({'devices': []}, {'gpus': []}) == {'hcas': [], 'rate_gbps': {}, 'gpu_by_hca': {}}
+    assert _bench.node_plan({'devices': []}, {'gpus': []}) == {'hcas': [], 'rate_gbps': {}, 'active_rate_gbps': {}, 'model': {}, 'gpu_by_hca': {}}
     plan = _bench.node_plan({'devices': [{'name': 'mlx5_0', 'ports': [{'rate_gbps': 100.0}]}]}, {}, ['mlx5_0'])
     assert plan['gpu_by_hca'] == {'mlx5_0': None}
 
@@ -110,13 +110,119 @@ def test_report_verdicts_and_matrix():
     result = _bench.report(copy.deepcopy(nodes), {'bw_ratio': 0.9, 'gpu_ratio': 0.9})
     verdict = dict(((p['server'], p['client'], p['memory']), p) for p in result['pairs'])
     assert verdict[('a', 'b', 'host')]['verdict'] == 'ok' and verdict[('a', 'b', 'host')]['bw_ratio'] == 0.98
-    assert verdict[('a', 'c', 'host')]['verdict'] == 'ok'                  # judged against the slower (100G) port
+    # Judged against the rail's nominal rate (400 on three of the four nodes), not the slower (100G) port.
+    low = verdict[('a', 'c', 'host')]
+    assert (low['verdict'], low['port_rate_gbps'], low['rail_nominal_gbps'], low['bw_ratio']) == ('low', 100.0, 400.0, 0.242)
+    assert low['degraded_ports'] == [{'host': 'c', 'hca': 'mlx5_0', 'rate_gbps': 100.0}]
+    assert low['reasons'] == ['97.0 Gb/s is 24 % of the 400 Gb/s nominal rate of rail 0 (threshold 90 %)',
+                              'below the rail\'s nominal 400 Gb/s: c mlx5_0 at 100 Gb/s']
+    assert verdict[('a', 'b', 'host')]['degraded_ports'] == []
     assert verdict[('b', 'c', 'host')]['verdict'] == 'low'
     assert verdict[('a', 'b', 'gpu')]['verdict'] == 'low' and verdict[('a', 'b', 'gpu')]['gpu_vs_host'] == 0.638
     assert 'of host memory' in verdict[('a', 'b', 'gpu')]['reasons'][-1]
     assert verdict[('a', 'd', 'host')]['verdict'] == 'failed' and 'connect_failed' in verdict[('a', 'd', 'host')]['reasons'][0]
     assert result['matrix']['host']['0']['a'] == {'b': 392.0, 'c': 97.0, 'd': None}
-    assert result['verdicts'] == {'ok': 2, 'low': 2, 'failed': 1}
+    assert result['verdicts'] == {'ok': 1, 'low': 3, 'failed': 1}
+
+
+def _rails_plan(rates, models=None, active=None):
+    hcas = ['mlx5_%d' % i for i in range(len(rates))]
+    plan = {'hcas': hcas, 'rate_gbps': dict(zip(hcas, rates))}
+    if models is not None:
+        plan.update(model=dict(zip(hcas, models)), active_rate_gbps=dict(zip(hcas, active or rates)))
+    return plan
+
+
+def _bench_mesh(plans, bw):
+    """Every ordered pair on every rail, host memory, at ``bw(server, client, rail)``."""
+    nodes = dict((host, {'plan': plan, 'records': []}) for host, plan in plans.items())
+    for server in sorted(plans):
+        for client in sorted(plans):
+            for rail in range(len(plans[client]['hcas'])) if server != client else ():
+                record = dict(_record(server, client, 'host', bw(server, client, rail)), rail=rail,
+                              hca='mlx5_%d' % rail, peer_hca='mlx5_%d' % rail)
+                nodes[client]['records'].append(record)
+    return nodes
+
+
+def test_report_judges_a_pair_against_its_rails_nominal_rate():
+    # c's rail 0 trained at 1X (100 of 400 Gb/s): its tests reach 97 Gb/s, 97 % of the slower port -
+    # and 24 % of what rail 0 of the fleet runs at. Its other rail and the other pairs of rail 0 are fine.
+    model = ['MT4129 MT_0000000838 InfiniBand'] * 2
+    plans = {'a': _rails_plan([400.0, 400.0], model), 'b': _rails_plan([400.0, 400.0], model),
+             'c': _rails_plan([100.0, 400.0], model)}
+    nodes = _bench_mesh(plans, lambda server, client, rail: 97.0 if rail == 0 and 'c' in (server, client) else 392.0)
+    assert _bench.rail_nominal(nodes) == {('0', model[0]): 400.0, ('1', model[0]): 400.0}
+    pairs = dict(((p['server'], p['client'], p['rail']), p) for p in _bench.report(nodes, {})['pairs'])
+    assert sorted(k for k, p in pairs.items() if p['verdict'] != 'ok') == [('a', 'c', 0), ('b', 'c', 0), ('c', 'a', 0), ('c', 'b', 0)]
+    assert pairs[('c', 'a', 0)]['degraded_ports'] == [{'host': 'c', 'hca': 'mlx5_0', 'rate_gbps': 100.0}]
+    assert pairs[('c', 'a', 0)]['rail_nominal_gbps'] == 400.0 and pairs[('c', 'a', 0)]['port_rate_gbps'] == 100.0
+    assert pairs[('c', 'a', 1)]['degraded_ports'] == [] and pairs[('a', 'b', 0)]['bw_ratio'] == 0.98
+
+
+def test_rail_nominal_rate_is_the_mode_of_active_ports_per_model():
+    # Two nodes, one at 1X: a tie goes to the higher rate (a lone healthy peer still sets the bar).
+    two = _bench_mesh({'a': _plan(400.0), 'b': _plan(100.0)}, lambda *_: 97.0)
+    assert set(p['verdict'] for p in _bench.report(two, {})['pairs']) == {'low'}
+    # The most common rate wins: two ports at 200 of three, the 400 one is judged against 200 (not low).
+    three = _bench_mesh({'a': _plan(200.0), 'b': _plan(200.0), 'c': _plan(400.0)}, lambda *_: 196.0)
+    assert [(p['verdict'], p['rail_nominal_gbps'], p['degraded_ports']) for p in _bench.report(three, {})['pairs']] == \
+        [('ok', 200.0, [])] * 6
+    # A port that is down reads a rate it does not run at: not counted, and not "degraded" (it is down).
+    model = ['M'] * 1
+    down = {'a': _rails_plan([400.0], model), 'b': _rails_plan([400.0], model),
+            'c': _rails_plan([10.0], model, active=[None]), 'd': _rails_plan([10.0], model, active=[None])}
+    assert _bench.rail_nominal(_bench_mesh(down, lambda *_: 0.0)) == {('0', 'M'): 400.0}
+    pairs = _bench.report(_bench_mesh(down, lambda *_: 392.0), {})['pairs']
+    assert set(str(p['degraded_ports']) for p in pairs) == {'[]'}
+    # Ports of two models on one rail are their own peers: 200 Gb/s cards beside 400 Gb/s ones are not degraded;
+    # a pair across the two models is judged against the slower model's nominal rate.
+    mixed = {'a': _rails_plan([200.0], ['CX6']), 'b': _rails_plan([200.0], ['CX6']),
+             'c': _rails_plan([400.0], ['CX7']), 'd': _rails_plan([400.0], ['CX7']), 'e': _rails_plan([400.0], ['CX7'])}
+    pairs = dict(((p['server'], p['client']), p) for p in _bench.report(
+        _bench_mesh(mixed, lambda s, c, r: 392.0 if {s, c} <= {'c', 'd', 'e'} else 196.0), {})['pairs'])
+    assert set(p['verdict'] for p in pairs.values()) == {'ok'} and set(str(p['degraded_ports']) for p in pairs.values()) == {'[]'}
+    assert (pairs[('a', 'c')]['rail_nominal_gbps'], pairs[('c', 'd')]['rail_nominal_gbps']) == (200.0, 400.0)
+
+
+def test_report_without_a_nominal_rate_falls_back_to_the_port_rate():
+    # One node per model on the rail: its nominal rate is its own rate (the old bar, the slower port's).
+    alone = _bench.report(_bench_mesh({'a': _rails_plan([400.0], ['X']), 'b': _rails_plan([100.0], ['Y'])}, lambda *_: 97.0), {})
+    assert [(p['verdict'], p['rail_nominal_gbps'], p['degraded_ports']) for p in alone['pairs']] == [('ok', 100.0, [])] * 2
+    # No rate known anywhere: no bandwidth verdict, as before (no ratio, nothing called degraded).
+    unknown = _bench.report(_bench_mesh({'a': {'hcas': ['mlx5_0']}, 'b': {'hcas': ['mlx5_0']}}, lambda *_: 97.0), {})
+    assert [(p['port_rate_gbps'], p['rail_nominal_gbps'], p.get('bw_ratio'), p['degraded_ports']) for p in unknown['pairs']] == \
+        [(None, None, None, [])] * 2
+
+
+def test_node_plan_keeps_active_rates_and_models(sim_root):
+    ib, gdr = facts(sim_root, 'nvidia_h100_8x_ndr', 'port_polling')
+    plan = _bench.node_plan(ib, gdr)
+    # port_polling takes the first rail down: it reads 10 Gb/sec (4X SDR) but runs at nothing.
+    assert plan['rate_gbps']['mlx5_0'] == 10.0 and plan['active_rate_gbps']['mlx5_0'] is None
+    assert plan['active_rate_gbps']['mlx5_1'] == 400.0
+    assert len(set(plan['model'][hca] for hca in plan['hcas'])) == 1 and plan['model']['mlx5_0']
+
+
+def test_a_1x_port_is_low_and_explained_by_its_rate_on_its_own_rail():
+    """Issue 22: a 1X link's 97 Gb/s cells were green on a 400 Gb/s rail. Three nodes, b's rail 0 at 1X:
+    its pairs on rail 0 are BENCH_PAIR_LOW explained by IB_RATE_DEGRADED on b's mlx5_0; the other rails are ok."""
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+    from tests.bench import diagnosis_accuracy
+    healthy = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')
+    degraded = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('rate_degraded_1x',))
+    nodes = {'a': healthy, 'b': degraded, 'c': copy.deepcopy(healthy)}
+    bench, _causes = diagnosis_accuracy.pair_bench(nodes, {'b': (['rate_degraded_1x'], ['mlx5_0'])})
+    low = [p for p in bench['pairs'] if p['verdict'] != 'ok']
+    assert low and set((p['rail'], p['verdict']) for p in low) == {(0, 'low')}
+    assert all('b' in (p['server'], p['client']) for p in low) and len(low) == 8      # 4 ordered pairs x 2 memories
+    assert all(p['degraded_ports'] == [{'host': 'b', 'hca': 'mlx5_0', 'rate_gbps': 100.0}] for p in low)
+    found = _diagnose.diagnose(nodes, bench)
+    (root,) = [f for f in found if f['code'] == 'IB_RATE_DEGRADED']
+    assert (root['host'], root['subject']) == ('b', 'mlx5_0/1')
+    symptoms = [f for f in found if f['code'] in _diagnose.PAIR_SYMPTOMS]
+    assert len(symptoms) == 8 and set(f['code'] for f in symptoms) == {'BENCH_PAIR_LOW'}
+    assert set(f['explained_by'] for f in symptoms) == {root['id']}
 
 
 ROUNDS = [{'round': 1, 'tests': TESTS}, {'round': 2, 'tests': []},
