@@ -322,13 +322,29 @@ def node_groups(nodes, limit=HEATMAP_NODES, groups=HEATMAP_GROUPS):
     return labels, group_of
 
 
+def _degraded(pair, tip):
+    """``tip`` naming the ports of the pair below its rail's nominal rate (bench.pairs degraded_ports:
+    a 1X port's cell says which port it is), unless its reasons named them already."""
+    ports = pair.get('degraded_ports') or []
+    if not ports:
+        return tip
+
+    def rate(value):
+        return '%g' % value if isinstance(value, (int, float)) and not isinstance(value, bool) else '?'
+
+    if any(str(reason).startswith('below the rail') for reason in pair.get('reasons') or []):
+        return tip
+    return tip + '; below the rail\'s nominal %s Gb/s: %s' % (rate(pair.get('rail_nominal_gbps')), ', '.join(
+        '%s %s at %s Gb/s' % (port.get('host'), port.get('hca'), rate(port.get('rate_gbps'))) for port in ports if isinstance(port, dict)))
+
+
 def _node_cells(pairs, memory):
     cells = {}
     for p in pairs:
         value = _value(p)
-        tip = '%s %s memory: %s %s (%s)%s' % (
+        tip = _degraded(p, '%s %s memory: %s %s (%s)%s' % (
             _pair_name(p), memory, _fmt(value, 2), 'Gb/s' if p.get('bw_avg_gbps') is not None else 'us',
-            p['verdict'], ('; ' + '; '.join(p.get('reasons') or [])) if p.get('reasons') else '')
+            p['verdict'], ('; ' + '; '.join(p.get('reasons') or [])) if p.get('reasons') else ''))
         cells[(p['server'], p['client'])] = {'value': value, 'ratio': p.get('bw_ratio'), 'verdict': p['verdict'], 'tip': tip}
     # A full mesh tests each pair once, one way: its mirror cell shows the same test
     # (a link carries both directions), unless that direction was measured too.
@@ -357,10 +373,10 @@ def group_cells(pairs, group_of):
     for (server, client), entry in found.items():
         worst = entry['worst']
         value = _value(worst)
-        tip = '%s -> %s: %d pair test(s), %d failed, %d below threshold; worst %s: %s %s (%s)%s' % (
+        tip = _degraded(worst, '%s -> %s: %d pair test(s), %d failed, %d below threshold; worst %s: %s %s (%s)%s' % (
             server, client, entry['tests'], entry['failed'], entry['low'], _pair_name(worst), _fmt(value, 2),
             'Gb/s' if worst.get('bw_avg_gbps') is not None else 'us', worst['verdict'],
-            ('; ' + '; '.join(worst.get('reasons') or [])) if worst.get('reasons') else '')
+            ('; ' + '; '.join(worst.get('reasons') or [])) if worst.get('reasons') else ''))
         cells[(server, client)] = {'value': value, 'ratio': worst.get('bw_ratio'), 'verdict': worst['verdict'], 'tip': tip}
     return cells
 
@@ -421,7 +437,8 @@ def _bench(bench):
     thresholds = bench.get('thresholds') or {}
     # The thresholds the report was judged with (bench.thresholds), never a default of this page.
     bw_ratio, gpu_ratio = thresholds.get('bw_ratio'), thresholds.get('gpu_ratio')
-    out.append('<p>%d pair test(s): %s. Thresholds: %s of the slower port\'s rate, GPU memory within %s of host '
+    out.append('<p>%d pair test(s): %s. Thresholds: %s of the rail\'s nominal rate (the most common port rate of its model '
+               'in the fleet), GPU memory within %s of host '
                'memory on the same pair.</p>' % (len(pairs), ', '.join('%d %s' % (n, v) for v, n in sorted(verdicts.items())) or 'none',
                                                  _percent(bw_ratio), _percent(None if gpu_ratio is None else 1 - gpu_ratio)))
     nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
@@ -450,7 +467,8 @@ def _bench(bench):
     for memory in kinds:
         mine = [p for p in pairs if p.get('memory') == memory]
         series, median_of, not_drawn = _curves(mine)
-        rates = sorted(set(p.get('port_rate_gbps') for p in mine if p.get('port_rate_gbps')))
+        rates = sorted(set(p.get('rail_nominal_gbps') or p.get('port_rate_gbps') for p in mine
+                           if p.get('rail_nominal_gbps') or p.get('port_rate_gbps')))
         hlines = [(r * bw_ratio, '%s of %g Gb/s' % (_percent(bw_ratio), r)) for r in rates[-1:] if bw_ratio is not None]
         if series:
             single = all(len(s['points']) == 1 for s in series)

@@ -45,7 +45,9 @@ def report():
         pairs.append({'server': 'a', 'client': 'b', 'rail': 0, 'memory': memory, 'status': 'ok', 'verdict': verdict,
                       'bw_avg_gbps': bw, 'bw_ratio': bw / 400, 'port_rate_gbps': 400.0, 'sizes': _sizes(bw),
                       'reasons': [] if verdict == 'ok' else ['GPU memory 270.0 Gb/s is 69 % of host memory'],
-                      'gpu_vs_host': 0.69 if memory == 'gpu' else None, 'gpu_distance': 'PIX'})
+                      'gpu_vs_host': 0.69 if memory == 'gpu' else None, 'gpu_distance': 'PIX',
+                      # The devices of the test, as _bench.report() names them: the path b's ACS (GPU0<->mlx5_0) lies on.
+                      'server_hca': 'mlx5_0', 'client_hca': 'mlx5_0', 'server_gpu': 'GPU0', 'client_gpu': 'GPU0'})
     pairs.append({'server': 'a', 'client': 'c<script>', 'rail': 0, 'memory': 'host', 'status': 'failed', 'verdict': 'failed',
                   'bw_avg_gbps': None, 'port_rate_gbps': 400.0, 'sizes': [], 'reasons': ['timeout: no answer']})
     bench = {'pairs': pairs, 'verdicts': {'ok': 1, 'low': 1, 'failed': 1}, 'thresholds': {'bw_ratio': 0.9, 'gpu_ratio': 0.9}}
@@ -131,3 +133,31 @@ def test_per_node_collective_is_a_table_of_nodes_against_their_peers():
     assert 'median peak bus bandwidth 320.00 GB/s' in section
     assert '<td>b</td><td><span class="badge" style="background:' in section and '>low</span>' in section
     assert '37 %' in section and 'd&lt;x&gt;' in section and 'not run: no' in section
+
+
+def test_a_1x_ports_cells_are_not_green_and_name_the_port():
+    """Issue 22: a 1X link's 97 Gb/s cells were green on a 400 Gb/s rail. Judged by _bench.report against
+    the rail's nominal rate, its cells are low and their tooltips name the port (escaped: names are untrusted)."""
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    bad = 'x<b>&"1x'
+    plans = {'a': {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}}, 'b': {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}},
+             bad: {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 100.0}}}
+    nodes = dict((host, {'plan': plan, 'records': []}) for host, plan in plans.items())
+    for server, client in (('a', 'b'), ('a', bad), ('b', bad)):
+        nodes[client]['records'].append({'side': 'client', 'round': 1, 'memory': 'host', 'rail': 0, 'server': server, 'client': client,
+                                         'hca': 'mlx5_0', 'peer_hca': 'mlx5_0', 'status': 'ok', 'failure': None, 'counters_delta': {},
+                                         'summary': {'bw_avg_gbps': 97.0 if bad in (server, client) else 392.0}})
+    bench = _bench.report(nodes, {})
+    page = _html.render(_report.build({}, [], bench, None, [], None))
+    parsed = Collect()
+    parsed.feed(page)
+    # a<->b (both directions) green; a<->bad and b<->bad low (4 cells), none of them green.
+    assert len(parsed.find('rect', **{'class': 'cell ok'})) == 2 and len(parsed.find('rect', **{'class': 'cell low'})) == 4
+    tips = [t for t in parsed.text if '97.00 Gb/s' in t]
+    assert len(tips) == 4 and all('below the rail\'s nominal 400 Gb/s: x<b>&"1x mlx5_0 at 100 Gb/s' in t for t in tips)
+    assert bad not in page and 'x&lt;b&gt;&amp;&quot;1x mlx5_0 at 100 Gb/s' in page
+    # The pair table says why, the thresholds say what the bar is.
+    assert 'of the 400 Gb/s nominal rate of rail 0' in page and 'of the rail\'s nominal rate (the most common' in page
+    # A tooltip built from a pair whose reasons do not name the port (a failed test through it) still does.
+    cells = _html._node_cells([dict(bench['pairs'][1], verdict='failed', reasons=['timeout: no answer'])], 'host')
+    assert all('below the rail\'s nominal 400 Gb/s: ' in cell['tip'] and 'mlx5_0 at 100 Gb/s' in cell['tip'] for cell in cells.values())
