@@ -292,7 +292,7 @@ _LOWER = 'see the lower-layer findings of both nodes'
 BENCH_PAIR_FAILED = _register(
     'BENCH_PAIR_FAILED', 'benchmark', 'error', 'a pair\'s test failed (kind and the server side\'s cause in evidence)', _LOWER)
 BENCH_PAIR_LOW = _register(
-    'BENCH_PAIR_LOW', 'benchmark', 'error', 'below `fabric_bench_bw_ratio` of the slower port\'s rate', _LOWER)
+    'BENCH_PAIR_LOW', 'benchmark', 'error', 'below `fabric_bench_bw_ratio` of the rail\'s nominal rate (the fleet\'s most common port rate of the rail)', _LOWER)
 BENCH_GPU_MEMORY_FAILED = _register(
     'BENCH_GPU_MEMORY_FAILED', 'benchmark', 'error', 'GPU memory failed where host memory passed on the same pair and rail', _LOWER)
 BENCH_GPU_MEMORY_LOW = _register(
