@@ -507,11 +507,6 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     entry = REGISTRY.get(code)
     if entry is None:
         raise ValueError('finding code %r is not registered in plugins/module_utils/_findings.py' % (code,))
-    own = _scope_places(entry.scope, host)
-    at = own if at is None else at
-    path = own if path is None and code in SYMPTOMS else path
-    if not at and entry.explains:
-        raise ValueError('%s explains other findings: its rule must say where it sits (at=[places])' % code)
     severity = severity or entry.severity
     if severity != entry.severity and severity not in entry.other:
         raise ValueError('%s: severity %r is not registered' % (code, severity))
@@ -520,6 +515,11 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
         raise ValueError('%s: layer %r is not registered' % (code, layer))
     if remedy is not None and remedy not in entry.remedies:
         raise ValueError('%s: remedy %r is not registered' % (code, remedy))
+    own = _scope_places(entry.scope, host)
+    at = own if at is None else at
+    path = own if path is None and code in SYMPTOMS else path
+    if not at and entry.explains:
+        raise ValueError('%s explains other findings: its rule must say where it sits (at=[places])' % code)
     values = dict(values, host=host, subject=subject)
     text = (entry.remedies[remedy] if remedy is not None else entry.remedy) % values
     return {'id': '%s@%s/%s' % (code, host or 'fleet', subject or '-'), 'code': code, 'layer': layer, 'severity': severity,

@@ -675,7 +675,8 @@ def link_causes(findings):
     without places explains nothing and a symptom without a path is explained by nothing (fail
     closed): a symptom is never pinned on a device it did not touch. Where several roots are on
     the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
-    the GDR chain, not a slow port), then the lowest layer, then the order given. A symptom
+    the GDR chain, not a slow port), then the lowest layer, then a root whose own place is on the
+    path before a node-wide one, then the order given. A symptom
     explained by something that is itself explained points at that root.
     """
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
@@ -692,7 +693,10 @@ def link_causes(findings):
         for position, root in roots.get(symptom['code'], ()):
             if root is symptom or not F.explains(root['code'], symptom) or not F.on_path(root['at'], symptom['path']):
                 continue
-            rank = (not F.named(root['code'], symptom), order.get(root['layer'], len(order)), position)
+            # A root whose own place is on the path before a node-wide one of the same layer (a port that is
+            # down before the node's missing HCA, for a test through that port).
+            exact = any(place[0] != 'node' and list(place) in symptom['path'] for place in root['at'])
+            rank = (not F.named(root['code'], symptom), order.get(root['layer'], len(order)), not exact, position)
             if best is None or rank < best[0]:
                 best = (rank, root)
         if best:

@@ -67,7 +67,7 @@ def test_docs_table_is_the_registry():
 
 
 def test_finding_takes_layer_severity_and_remedy_from_the_registry():
-    item = _findings.finding(_findings.IB_PORT_DOWN, 'n1', 'mlx5_0/1', {}, 'down', device='mlx5_0')
+    item = _findings.finding(_findings.IB_PORT_DOWN, 'n1', 'mlx5_0/1', {}, 'down', device='mlx5_0', at=[('hca', 'n1', 'mlx5_0')])
     assert (item['layer'], item['severity'], item['id']) == ('ib', 'error', 'IB_PORT_DOWN@n1/mlx5_0/1')
     assert 'ibstat mlx5_0' in item['remedy']
     low = _findings.finding(_findings.BENCH_GPU_MEMORY_LOW, None, 'a->b', {}, 'far', severity='info', remedy='no_gpu_near')
