@@ -25,7 +25,8 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import check_destination, write_atomic
 
 
 def _mode(value):
@@ -53,10 +54,10 @@ def _check_name(name):
     return text
 
 
-def _diff(name, before, after, existed):
+def _diff(name, before, after, existed, larger=False):
     diff = {'before_header': name if existed else '%s (absent)' % name, 'after_header': name}
     limit = C.MAX_FILE_SIZE_FOR_DIFF
-    if before is not None and len(before) > limit:
+    if larger or (before is not None and len(before) > limit):
         diff['dst_larger'] = limit
     elif len(after) > limit:
         diff['src_larger'] = limit
@@ -112,19 +113,25 @@ class ActionModule(ActionBase):
         report, diffs, failures = [], [], []
         for name, data in planned:
             path = os.path.join(dest, name)
-            before, before_mode = None, None
+            before, before_mode, larger = None, None, False
             try:
-                with open(path, 'rb') as handle:
-                    before = handle.read()
+                # A FIFO there would block the read of the old content, /dev/zero never end it, and
+                # the rename would replace the device or pipe itself: refused before anything.
+                check_destination(path)
+                # The old content is compared (and shown in a diff) only up to a cap: a larger old
+                # file simply differs.
+                before = _paths.read_regular(path, max(len(data), C.MAX_FILE_SIZE_FOR_DIFF), follow=True)
                 before_mode = stat.S_IMODE(os.stat(path).st_mode)
             except FileNotFoundError:
                 pass
-            except OSError as exc:
-                failures.append('%s: %s' % (path, exc.strerror or exc))
+            except _paths.TooLarge:
+                larger, before_mode = True, stat.S_IMODE(os.stat(path).st_mode)
+            except (OSError, ValueError) as exc:
+                failures.append('%s: %s' % (path, getattr(exc, 'strerror', None) or exc))
                 continue
-            changed = before != data or before_mode != mode
-            if changed and self._task.diff and before != data:
-                diffs.append(_diff(path, before, data, before is not None))
+            changed = larger or before != data or before_mode != mode
+            if changed and self._task.diff and (larger or before != data):
+                diffs.append(_diff(path, before, data, before is not None or larger, larger))
             if changed and not check:
                 try:
                     write_atomic(path, data, mode)

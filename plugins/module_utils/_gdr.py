@@ -274,9 +274,15 @@ def read_dmabuf(sysroot, kernel, vendors, nvidia_version_text):
     return {'possible': possible, 'kernel_supports': kernel_ok, 'gpu_driver_supports': gpu_ok, 'reasons': reasons}
 
 
+# ASCII digits only: str.isdigit() is also true for '\u00b2' ('²'), which int() refuses, and a
+# device named mlx5_0\u00b2 in a snapshot once failed gdr_facts and then the report of every node.
+_NATURAL_SPLIT_RE = re.compile(r'([0-9]+)')
+
+
 def natural_key(name):
-    """Sort key putting mlx5_2 before mlx5_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name or '')]
+    """Sort key putting mlx5_2 before mlx5_10: text and numbers alternate (text at even places,
+    ASCII digit runs as numbers at odd places), so any two keys compare without a TypeError."""
+    return [int(part) if index % 2 else part for index, part in enumerate(_NATURAL_SPLIT_RE.split(str(name or '')))]
 
 
 def nic_rank(distance, bridges, nic):

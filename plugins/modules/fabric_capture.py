@@ -169,7 +169,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _paths, _process
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import tool_runner
 
 
@@ -196,6 +196,11 @@ def main():
     directory = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(directory):
         module.fail_json(msg='the directory of dest (%s) does not exist' % directory)
+    # The tarball is renamed over dest: over /dev/null, a FIFO or a socket that would replace the
+    # device or pipe itself with a plain file (as root, /dev/null stayed a file until restored).
+    problem = _paths.destination_problem(dest)
+    if problem:
+        module.fail_json(msg='dest %s %s; give the path of the tarball to write' % (dest, problem))
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second')
 
@@ -217,6 +222,10 @@ def main():
             try:
                 with os.fdopen(fd, 'wb') as handle:
                     _capture.write_tar(handle, members, meta)
+                # Again right before the rename: the capture takes seconds, dest may have appeared.
+                problem = _paths.destination_problem(dest)
+                if problem:
+                    module.fail_json(msg='dest %s %s; give the path of the tarball to write' % (dest, problem))
                 module.atomic_move(tmp, dest)
             except (IOError, OSError) as exc:
                 module.fail_json(msg='cannot write %s: %s' % (dest, to_native(exc)))

@@ -36,10 +36,20 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
 COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
+# What a terminal acts on rather than prints (C0 and C1 controls with ESC and CSI, DEL, the
+# Unicode line separators) and lone surrogates (a non-UTF-8 byte of a file name): Ansible prints
+# a loop label as it is, so a log named '\x1b]0;...\x07.txt' would drive the operator's terminal.
+_UNPRINTABLE_RE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]')
+
+
+def printable(name):
+    """``name`` with each character of _UNPRINTABLE_RE written as its Python escape ('\\x1b')."""
+    return _UNPRINTABLE_RE.sub(lambda match: ascii(match.group())[1:-1], str(name))
 
 
 def classify(paths):
-    """Log paths -> {'perftest': [{path, server, client, rail, memory}], 'collective': [path]}.
+    """Log paths -> {'perftest': [{path, server, client, rail, memory}], 'collective': [path],
+    'labels': {path: its file name, printable}}.
 
     Any *.log/*.txt/*.json that is not named as a perftest pair is a collective candidate;
     whether it is one is the parser's call (an unrecognised file is reported, not fatal).
@@ -54,13 +64,15 @@ def classify(paths):
             perftest.append(entry)
         elif name.endswith(COLLECTIVE_SUFFIXES):
             collective.append(path)
-    return {'perftest': perftest, 'collective': collective}
+    # The name each file is shown by on the console (loop labels, messages).
+    labels = dict((path, printable(os.path.basename(path))) for path in list(paths or []))
+    return {'perftest': perftest, 'collective': collective, 'labels': labels}
 
 
 def _rail(rail, plan):
     """(rail number, HCA name or None) from a file name's rail: an index into the node's HCAs, or a name."""
     hcas = (plan or {}).get('hcas') or []
-    if rail.isdigit():
+    if rail.isascii() and rail.isdigit():   # not '\u00b2': isdigit() is true for it, int() refuses it
         index = int(rail)
         return index, hcas[index] if index < len(hcas) else None
     return (hcas.index(rail) if rail in hcas else rail), rail
@@ -205,6 +217,13 @@ SUFFIX = '.tar.gz'
 _NODE_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,252}$')
 _REFUSED_PREFIX = 'refused-'
 _DEV_NULL = '/dev/null'
+# Names offline.yml itself gives a meaning: its groups, Ansible's implicit groups and the
+# controller's own host (Ansible's constants LOCALHOST: localhost, 127.0.0.1, ::1). A snapshot
+# called gpu_fabric_offline.tar.gz made `hosts: gpu_fabric_offline` mean that one host: the report
+# listed it alone and dropped every other snapshot. Every gpu_fabric_* name is kept for the
+# collection's own groups.
+_RESERVED_NAMES = frozenset(('all', 'ungrouped', 'localhost', '127.0.0.1', '::1'))
+_RESERVED_PREFIX = 'gpu_fabric'
 
 
 def node_name(raw):
@@ -212,11 +231,15 @@ def node_name(raw):
 
     The stand-in percent-encodes every character outside [A-Za-z0-9_-], so that the bad input
     is still named in the report (as a failed host) and can be told apart from the others."""
-    if isinstance(raw, str) and _NODE_RE.match(raw) and not raw.startswith(_REFUSED_PREFIX):
+    reserved = isinstance(raw, str) and (raw in _RESERVED_NAMES or raw.startswith(_RESERVED_PREFIX))
+    if isinstance(raw, str) and _NODE_RE.match(raw) and not raw.startswith(_REFUSED_PREFIX) and not reserved:
         return raw, None
-    text = raw if isinstance(raw, str) else repr(raw)
+    text = raw if isinstance(raw, str) else type(raw).__name__
     quoted = ''.join(c if (c.isascii() and c.isalnum()) or c in '_-' else
                      ''.join('%%%02X' % b for b in c.encode('utf-8', 'replace')) for c in text[:80])
+    if reserved:
+        return _REFUSED_PREFIX + quoted, ('the node name %s is a name offline.yml uses itself (a group or the controller): '
+                                          'rename the snapshot' % ascii(text[:80]))
     return _REFUSED_PREFIX + (quoted or '%00'), 'the node name %s is not an inventory host name' % ascii(text[:80])
 
 
@@ -247,6 +270,9 @@ def capture_run(directory):
         run = json.loads(_open_regular(path, CAPTURE_RUN_MAX_BYTES).decode('utf-8'))
     except (OSError, ValueError) as exc:
         return {}, 'capture.json not used: %s' % (getattr(exc, 'strerror', None) or exc)
+    except RecursionError:
+        # A few kB of '[' nest deeper than Python's parser recurses (capture.yml writes 3 levels).
+        return {}, 'capture.json not used: nested too deep to read'
     if not isinstance(run, dict) or not isinstance(run.get('nodes', {}), dict):
         return {}, 'capture.json not used: not a capture run (no "nodes" object)'
     return run, None
@@ -336,9 +362,12 @@ def unpack(archive, dest):
         fd = os.open(archive, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
     except OSError as exc:
         raise _Refused('cannot open: %s' % (exc.strerror or exc))
+    # Checked before fdopen, which raises IsADirectoryError on a directory named <node>.tar.gz.
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _Refused('not a regular file (%s)' % _kind_of(mode))
     with os.fdopen(fd, 'rb') as raw:
-        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
-            raise _Refused('not a regular file')
         budget = SNAPSHOT_MAX_BYTES + SNAPSHOT_MAX_MEMBERS * 2048
         try:
             with gzip.GzipFile(fileobj=raw, mode='rb') as unzipped, \
@@ -363,6 +392,14 @@ def unpack(archive, dest):
         except OSError as exc:
             raise _Refused('cannot unpack: %s' % (exc.strerror or exc))
     return notes
+
+
+def _kind_of(mode):
+    for test, kind in ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
+                       (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket')):
+        if test(mode):
+            return kind
+    return 'mode %o' % stat.S_IFMT(mode)
 
 
 def _unpack_member(tar, member, dest, kinds):
@@ -440,23 +477,24 @@ def unpack_snapshots(directory, out_dir):
     result = {'nodes': {}, 'lost': {}, 'failures': {}, 'refused': {}, 'captured_at': None}
     run, problem = capture_run(directory)
     if problem:
-        result['refused'][_REFUSED_PREFIX + 'capture.json'] = problem
+        _refuse(result, _REFUSED_PREFIX + 'capture.json', problem)
     result['captured_at'] = run.get('captured_at') if isinstance(run.get('captured_at'), str) else None
     for raw, state in sorted((run.get('nodes') or {}).items()):
         if state == 'ok':
             continue
         name, why = node_name(raw)
         if why:
-            result['refused'][name] = 'capture.json: %s' % why
+            _refuse(result, name, 'capture.json: %s' % why)
         else:
-            result['lost'][name] = state[:2000] if isinstance(state, str) else 'not captured (%s)' % ascii(state)[:200]
+            # Never the repr of a container: it recurses as deep as the JSON nests.
+            result['lost'][name] = state[:2000] if isinstance(state, str) else 'not captured (a JSON %s)' % type(state).__name__
     base = os.path.join(out_dir, 'offline')
     for entry in sorted(os.listdir(directory)):
         if not entry.endswith(SUFFIX):
             continue
         name, why = node_name(entry[:-len(SUFFIX)])
         if why:
-            result['refused'][name] = '%s: %s' % (ascii(entry[:200]), why)
+            _refuse(result, name, '%s: %s' % (ascii(entry[:200]), why))
             continue
         if name in result['lost']:
             continue
@@ -468,8 +506,16 @@ def unpack_snapshots(directory, out_dir):
         try:
             notes = unpack(os.path.join(directory, entry), root)
         except _Refused as exc:
-            shutil.rmtree(tree)
-            result['refused'][name] = 'snapshot %s refused: %s' % (entry, exc)
+            reason = str(exc)
+        # Whatever one snapshot does to the unpacker (an error no check foresaw), it is named
+        # and the others are still analysed: one bad file never costs the run its report.
+        except Exception as exc:  # pylint: disable=broad-except
+            reason = 'the unpacker failed on it: %s: %s' % (type(exc).__name__, ascii(str(exc)[:300]))
+        else:
+            reason = None
+        if reason is not None:
+            shutil.rmtree(tree, ignore_errors=True)
+            _refuse(result, name, 'snapshot %s refused: %s' % (entry, reason))
             continue
         result['nodes'][name] = root
         if notes:
@@ -477,6 +523,17 @@ def unpack_snapshots(directory, out_dir):
             result['failures'][name] = [{'stage': 'offline', 'task': 'Unpack each snapshot into its node root',
                                          'msg': 'snapshot %s: %d member(s) refused or changed: %s' % (entry, len(notes), shown)}]
     return result
+
+
+def _refuse(result, name, message):
+    """Keep a refused input under its stand-in name; two inputs with the same stand-in (a '...tar.gz'
+    and a node '..' of capture.json) are both kept, the later one as <name>-2, -3, ..."""
+    taken = result['refused']
+    unique, count = name, 1
+    while unique in taken or unique in result['nodes'] or unique in result['lost']:
+        count += 1
+        unique = '%s-%d' % (name, count)
+    taken[unique] = message
 
 
 def log_entries(files):

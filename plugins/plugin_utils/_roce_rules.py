@@ -75,7 +75,7 @@ def port_checks(port):
                                          % (tos, tos >> 2 if tos is not None else '?', prio, sorted(pfc)))
     # {DSCP (a JSON key): [priorities]} of the DSCPs dcb app maps to more than one priority (_roce.dcb_app_conflicts).
     conflicts = dict((int(k), sorted(v for v in sequence(levels) if integer(v) is not None))
-                     for k, levels in mapping(port.get('dscp_conflicts')).items() if str(k).isdigit())
+                     for k, levels in mapping(port.get('dscp_conflicts')).items() if str(k).isascii() and str(k).isdigit())
     if known and conflicts:
         used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
         found[F.ROCE_DSCP_CONFLICT] = ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},

@@ -14,6 +14,7 @@ from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.hpc.gpu_fabric.plugins.action.fabric_output import ActionModule
+from tests.unit import special_files
 
 
 def run(args, check=False, diff=False):
@@ -135,3 +136,26 @@ def test_a_mode_that_is_no_mode_is_refused_and_nothing_written(tmp_path, mode):
 def test_modes_of_every_spelling(tmp_path, mode, expected):
     run({'dest': str(tmp_path), 'files': {'a.json': 'x'}, 'mode': mode})
     assert stat.S_IMODE(os.stat(str(tmp_path / 'a.json')).st_mode) == expected
+
+
+@pytest.mark.parametrize('kind', special_files.ALL)
+def test_an_output_that_is_no_regular_file_is_refused_and_the_others_written(tmp_path, kind):
+    """A FIFO named report.json blocked the read of the old content forever; a device or a FIFO
+    would have been replaced by the rename. Each is refused, left as it is, the other files written."""
+    path = special_files.make(tmp_path, kind, 'report.json')
+    before = special_files.identity(path)
+    result = run({'dest': str(tmp_path), 'files': {'report.json': '{}', 'report.md': '# ok\n'}})
+    assert result['failed'] is True and 'could not write 1 of 2 file(s)' in result['msg']
+    assert '%s: it is ' % path in result['msg'] and 'nothing is written over it' in result['msg']
+    assert special_files.identity(path) == before
+    assert read(tmp_path / 'report.md') == '# ok\n'
+    assert not [name for name in os.listdir(tmp_path) if name.startswith('.')]
+
+
+def test_an_old_file_larger_than_any_compared_is_a_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(C, 'MAX_FILE_SIZE_FOR_DIFF', 4)
+    (tmp_path / 'a.txt').write_bytes(b'0123456789')
+    os.chmod(tmp_path / 'a.txt', 0o644)
+    result = run({'dest': str(tmp_path), 'files': {'a.txt': ''}}, diff=True)
+    assert result['changed'] is True and result['diff'][0]['dst_larger'] == 4
+    assert read(tmp_path / 'a.txt') == ''

@@ -304,3 +304,13 @@ def test_unreadable_module_symvers_is_not_read_as_not_exported(tmp_path):
     # No other source here: unknown, with the reason in the warnings - never False.
     assert kernel['mm_kobj_exported'] is None and kernel['mm_kobj_source'] is None
     assert any('Module.symvers' in w for w in sysroot.warnings)
+
+
+def test_natural_order_takes_ascii_digits_only():
+    # '\u00b2'.isdigit() is true, int('\u00b2') fails: a device mlx5_0\u00b2 in a snapshot once failed
+    # gdr_facts and then the report of every node.
+    names = ['mlx5_10', 'mlx5_0\u00b2', 'mlx5_2', '10', 'mlx5_0', 'mlx5_\u0663', None, '']
+    ordered = sorted(names, key=_gdr.natural_key)
+    assert ordered == [None, '', '10', 'mlx5_0', 'mlx5_0\u00b2', 'mlx5_2', 'mlx5_10', 'mlx5_\u0663']
+    assert _gdr.natural_key('mlx5_0\u00b2') == ['mlx', 5, '_', 0, '\u00b2']
+    assert _gdr.natural_key('12') == ['', 12, '']

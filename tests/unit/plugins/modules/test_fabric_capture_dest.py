@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -14,6 +15,7 @@ from ansible.module_utils import basic
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture
 from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture
+from tests.unit import special_files
 from tests.unit.plugins.modules.utils import run_module
 
 
@@ -65,3 +67,47 @@ def test_an_unexpected_error_leaves_no_temporary_file(sim_root, monkeypatch, tmp
     with pytest.raises(RuntimeError):
         run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': str(tmp_path / 'n.tar.gz')}, monkeypatch)
     assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize('kind', special_files.ALL)
+def test_a_dest_that_is_no_regular_file_is_refused_and_left_as_it_is(sim_root, monkeypatch, tmp_path, kind):
+    """dest=/dev/null as root renamed the tarball over /dev/null: a device, FIFO, socket, directory
+    or a symlink to one is refused before the capture, and nothing is renamed over it."""
+    dest = special_files.make(tmp_path, kind, 'node.tar.gz')
+    before, entries = special_files.identity(dest), _everything(str(tmp_path))
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
+    assert failed is True
+    if 'directory' not in kind:  # a directory (or a symlink to one) is refused as no file name (the test above)
+        assert 'not a regular file: nothing is written over it' in result['msg'] or 'not to a regular file' in result['msg']
+        assert result['msg'].startswith('dest %s is ' % dest)
+    assert special_files.identity(dest) == before
+    assert _everything(str(tmp_path)) == entries
+
+
+def test_a_dest_that_appears_during_the_capture_is_checked_again(sim_root, monkeypatch, tmp_path):
+    dest = str(tmp_path / 'node.tar.gz')
+    write_tar = _capture.write_tar
+
+    def racing(handle, members, meta):
+        write_tar(handle, members, meta)
+        os.mkfifo(dest)
+
+    monkeypatch.setattr(_capture, 'write_tar', racing)
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
+    assert failed is True and 'is a FIFO, not a regular file' in result['msg']
+    assert stat.S_ISFIFO(os.lstat(dest).st_mode)
+    assert os.listdir(str(tmp_path)) == ['node.tar.gz']  # no temporary tarball left
+
+
+@pytest.mark.parametrize('kind', ['file', 'link-file', 'dangling'])
+def test_a_regular_file_or_a_symlink_to_one_is_replaced(sim_root, monkeypatch, tmp_path, kind):
+    dest = str(tmp_path / 'node.tar.gz')
+    if kind == 'file':
+        (tmp_path / 'node.tar.gz').write_bytes(b'old')
+    else:
+        if kind == 'link-file':
+            (tmp_path / 'old').write_bytes(b'old')
+        os.symlink('old', dest)
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
+    assert failed is False, result
+    assert stat.S_ISREG(os.lstat(dest).st_mode) and result['archive_bytes'] == os.path.getsize(dest) > 3

@@ -286,3 +286,73 @@ def test_a_report_with_only_unreadable_logs_and_a_refused_snapshot_renders():
     assert [f['code'] for f in report['findings']] == ['RUN_NOTHING_VALIDATED', 'HOST_TASK_FAILED']
     assert report['collective']['imported_logs'] == [{'log': '/l/x.log', 'recognised': False, 'reason': 'boom'}]
     assert 'snapshot n1.tar.gz refused' in _report.markdown(report, 'report.html') + _html.render(report)
+
+
+@pytest.mark.parametrize('raw, name', [
+    ('gpu_fabric_offline', 'refused-gpu_fabric_offline'),
+    ('gpu_fabric_offline_refused', 'refused-gpu_fabric_offline_refused'),
+    ('all', 'refused-all'),
+    ('ungrouped', 'refused-ungrouped'),
+    ('localhost', 'refused-localhost'),
+    ('127.0.0.1', 'refused-127%2E0%2E0%2E1'),
+])
+def test_names_the_playbook_uses_itself_are_refused(raw, name):
+    # A snapshot called gpu_fabric_offline.tar.gz made `hosts: gpu_fabric_offline` mean that host alone.
+    got, reason = _offline.node_name(raw)
+    assert got == name and 'a name offline.yml uses itself' in reason and ascii(raw) in reason
+    assert _offline.node_name('allnodes') == ('allnodes', None) and _offline.node_name('node-localhost') == ('node-localhost', None)
+
+
+def test_one_bad_snapshot_is_named_and_the_others_are_analysed(tmp_path, monkeypatch):
+    snapshots = tmp_path / 'snapshots'
+    snapshots.mkdir()
+    good = [_info('proc/sys/kernel/osrelease', data=b'6.8.0\n')]
+    for name in ('n1', 'n3', 'gpu_fabric_offline', 'gpu_fabric_offline_refused', 'all', 'localhost'):
+        _tarball(snapshots / (name + '.tar.gz'), good)
+    # A directory named like a snapshot: open() of it used to raise IsADirectoryError out of the filter.
+    (snapshots / 'x.tar.gz').mkdir()
+    # An error no check foresees (here: the unpacker itself fails on n3) refuses that snapshot only.
+    real_unpack = _offline.unpack
+
+    def unpack(archive, dest):
+        if archive.endswith('n3.tar.gz'):
+            raise RecursionError('maximum recursion depth exceeded')
+        return real_unpack(archive, dest)
+    monkeypatch.setattr(_offline, 'unpack', unpack)
+    # Two inputs with the same stand-in name are both kept.
+    _tarball(snapshots / '...tar.gz', good)
+    (snapshots / 'capture.json').write_text(json.dumps({'nodes': {'..': 'unreachable', 'n1': 'ok'}}))
+    out = tmp_path / 'out'
+    result = _offline.unpack_snapshots(str(snapshots), str(out))
+    assert sorted(result['nodes']) == ['n1']
+    assert result['refused']['x'] == 'snapshot x.tar.gz refused: not a regular file (a directory)'
+    assert result['refused']['n3'] == ("snapshot n3.tar.gz refused: the unpacker failed on it: "
+                                       "RecursionError: 'maximum recursion depth exceeded'")
+    assert not os.path.lexists(str(out / 'offline/n3')) and not os.path.lexists(str(out / 'offline/x'))
+    for name in ('gpu_fabric_offline', 'gpu_fabric_offline_refused', 'all', 'localhost'):
+        assert 'uses itself' in result['refused']['refused-' + name], result['refused']
+        assert not os.path.lexists(str(out / 'offline' / name))
+    assert result['refused']['refused-%2E%2E'].startswith('capture.json: the node name')
+    assert result['refused']['refused-%2E%2E-2'].startswith("'...tar.gz': the node name")
+
+
+def test_a_capture_json_nested_too_deep_is_named_and_the_snapshots_analysed(tmp_path):
+    snapshots = tmp_path / 'snapshots'
+    snapshots.mkdir()
+    _tarball(snapshots / 'n1.tar.gz', [_info('proc/sys/kernel/osrelease', data=b'6.8.0\n')])
+    # 6 kB: json.loads recurses once per level and raised RecursionError out of capture_run.
+    (snapshots / 'capture.json').write_text('{"nodes": {"n2": ' + '[' * 3000 + ']' * 3000 + '}}')
+    assert _offline.capture_run(str(snapshots)) == ({}, 'capture.json not used: nested too deep to read')
+    result = _offline.unpack_snapshots(str(tmp_path / 'snapshots'), str(tmp_path / 'out'))
+    assert sorted(result['nodes']) == ['n1'] and result['refused'] == {
+        'refused-capture.json': 'capture.json not used: nested too deep to read'}
+    # Deep, yet within what the parser reads: the state is named by its type, never by a repr that recurses as deep.
+    (snapshots / 'capture.json').write_text('{"nodes": {"n2": ' + '[' * 200 + ']' * 200 + '}}')
+    result = _offline.unpack_snapshots(str(snapshots), str(tmp_path / 'out'))
+    assert result['lost'] == {'n2': 'not captured (a JSON list)'}
+
+
+def test_a_rail_of_non_ascii_digits_is_a_name_not_an_index():
+    # '\u00b2'.isdigit() is true and int('\u00b2') fails: the rail of <s>__<c>__\u00b2__host.txt is a name.
+    assert _offline._rail('\u00b2', {'hcas': ['mlx5_0']}) == ('\u00b2', '\u00b2')
+    assert _offline._rail('0', {'hcas': ['mlx5_0']}) == (0, 'mlx5_0')
