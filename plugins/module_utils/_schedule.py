@@ -331,7 +331,8 @@ class _Plan(object):
 def _seed(seed):
     """A seed of digits given as text (`-e fabric_bench_seed=7`, an INI inventory) is that integer:
     random.Random('7') and random.Random(7) draw different matchings."""
-    if isinstance(seed, str) and seed.strip().isdigit():
+    # ASCII digits only: isdigit() is also true for '\u00b2', which int() refuses.
+    if isinstance(seed, str) and seed.strip().isascii() and seed.strip().isdigit():
         return int(seed)
     return seed
 
@@ -341,7 +342,7 @@ def _check_options(mode, k, seed, direction):
         raise ScheduleError('unknown mode %r: choose one of %s' % (mode, ', '.join(MODES)))
     if direction not in DIRECTIONS:
         raise ScheduleError('unknown direction %r: choose one of %s' % (direction, ', '.join(DIRECTIONS)))
-    if isinstance(k, str) and k.strip().isdigit():
+    if isinstance(k, str) and k.strip().isascii() and k.strip().isdigit():
         k = int(k)  # INI inventories give strings
     if isinstance(k, bool) or not isinstance(k, int):
         raise ScheduleError('k must be an integer (the number of random matchings), got %r' % (k,))
@@ -428,7 +429,7 @@ def _only(node, servers, clients, idle):
 
 
 def _check_round(round_number, count):
-    if isinstance(round_number, str) and round_number.strip().isdigit():
+    if isinstance(round_number, str) and round_number.strip().isascii() and round_number.strip().isdigit():
         round_number = int(round_number)
     if isinstance(round_number, bool) or not isinstance(round_number, int):
         raise ScheduleError('round must be an integer (1 for the first round), got %r' % (round_number,))

@@ -385,3 +385,10 @@ def test_one_nodes_rounds_are_its_part_of_the_whole_schedule(count, mode, k, dir
             expected = [t for t in full['tests'] if node in (t['server'], t['client'])]
             assert own['tests'] == expected, (node, own['round'])
             assert own['idle'] == ([node] if node in full['idle'] else [])
+
+
+def test_text_of_non_ascii_digits_is_no_number():
+    # '\u00b2'.isdigit() is true and int('\u00b2') fails: text of such digits is a seed of its own, and no k.
+    assert _schedule._seed('\u00b2') == '\u00b2' and _schedule._seed(' 7 ') == 7
+    with pytest.raises(ScheduleError, match='k must be an integer'):
+        _schedule._check_options(_schedule.MODES[0], '\u00b2', None, _schedule.DIRECTIONS[0])
