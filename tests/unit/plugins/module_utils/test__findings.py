@@ -22,8 +22,10 @@ RULES = ('plugins/plugin_utils/_diagnose.py', 'plugins/plugin_utils/_fleet.py', 
          # Culprit search (group testing): culprits, bad pairs, unresolved nodes.
          'plugins/plugin_utils/_search_findings.py',
          # RoCE lossless.
-         'plugins/plugin_utils/_roce_rules.py')
-CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC)_[A-Z0-9_]+)['"]""")
+         'plugins/plugin_utils/_roce_rules.py',
+         # PCIe links and the IOMMU.
+         'plugins/plugin_utils/_pcie_rules.py')
+CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
 
