@@ -64,11 +64,31 @@ IB_MTUS = (256, 512, 1024, 2048, 4096)
 ROCE_MTU_OVERHEAD = 40 + 8 + 12 + 4 + 28 + 4
 
 _ZERO_GID = '0000:0000:0000:0000:0000:0000:0000:0000'
-# A network interface name as the kernel accepts it (net/core/dev.c dev_valid_name(): shorter
-# than IFNAMSIZ 16, not '.' or '..', no '/', ':' or whitespace). A gid_attrs/ndevs file names
-# a directory to read next, so anything else (a NUL, a '../..') is not followed.
-_NETDEV_RE = re.compile(r'^(?!\.\.?$)[^/:\s\x00]{1,15}$')
+# Linux's interface name limit: IFNAMSIZ (16) bytes with the terminating NUL (include/uapi/linux/if.h).
+IFNAMSIZ = 16
 _V4_MAPPED_PREFIX = '0000:0000:0000:0000:0000:ffff:'
+
+
+def netdev_name_problem(name):
+    """None for a name the kernel accepts for an interface, else what is wrong with it.
+
+    net/core/dev.c dev_valid_name(): not empty, shorter than IFNAMSIZ bytes, not '.' or '..',
+    no '/', ':' or whitespace. Control characters are refused too (no driver names one so).
+    Every netdev name read from a tree (gid_attrs/ndevs, device/net, a saved output's file
+    name) passes here before it names a path to read, an argument or a line of a boot script:
+    a gid_attrs/ndevs file or a device/net entry of a copied root may hold a NUL, '../..' or a
+    newline."""
+    if not isinstance(name, str) or not name:
+        return 'empty'
+    size = len(name.encode('utf-8', 'surrogateescape'))
+    if size >= IFNAMSIZ:
+        return '%d bytes, the limit is %d' % (size, IFNAMSIZ - 1)
+    if name in ('.', '..'):
+        return 'a directory name'
+    for char in name:
+        if char in '/:' or char.isspace() or ord(char) < 32 or ord(char) == 127:
+            return 'holds %s' % ascii(char)
+    return None
 
 
 def parse_rate(text):
@@ -180,8 +200,9 @@ def _read_gids(sysroot, port_rel):
             continue
         gid_type = sysroot.text('%s/gid_attrs/types/%s' % (port_rel, name), quiet=True)
         ndev = sysroot.text('%s/gid_attrs/ndevs/%s' % (port_rel, name), quiet=True)
-        if ndev and not _NETDEV_RE.match(ndev):
-            sysroot.warn('%s/gid_attrs/ndevs/%s: %r is not a network interface name: not used' % (port_rel, name, ndev[:40]))
+        if ndev and netdev_name_problem(ndev):
+            sysroot.warn('%s/gid_attrs/ndevs/%s: %s is not a network interface name (%s): not used'
+                         % (port_rel, name, ascii(ndev[:40]), netdev_name_problem(ndev)))
             ndev = None
         gids.append({
             'index': index,
@@ -211,7 +232,15 @@ def _port_netdev(sysroot, dev_rel, port_num, link_layer, gids):
     for gid in gids:
         if gid['netdev']:
             return gid['netdev']
-    candidates = sysroot.listdir(dev_rel + '/device/net')
+    candidates = []
+    for netdev in sysroot.listdir(dev_rel + '/device/net'):
+        problem = netdev_name_problem(netdev)
+        if problem:
+            # A live kernel names no interface so; a copied root can (a newline in a name
+            # would end a comment line of a generated boot script): not used, said.
+            sysroot.warn('%s/device/net: %s is not a network interface name (%s): not used' % (dev_rel, ascii(netdev[:40]), problem))
+        else:
+            candidates.append(netdev)
     if link_layer == 'InfiniBand' and gids:
         wanted = gids[0]['gid'].replace(':', '').lower()
         for netdev in candidates:

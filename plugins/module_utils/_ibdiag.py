@@ -97,7 +97,10 @@ UNREAD_KEPT = 50
 # perfquery.c: "# Port counters: Lid %d port %d (CapMask: ...)" / "# Port extended counters: ...",
 # then "Name:....value" lines (libibmad dump of PortCounters / PortCountersExtended).
 _PQ_HEADER_RE = re.compile(r'^#\s*Port (?:extended )?counters:\s*Lid\s+(?P<lid>\d{1,5})\s+port\s+(?P<port>\d{1,3}|ALL)', re.A)
-_PQ_FIELD_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>0x[0-9a-fA-F]+|\d{1,20})\s*$', re.A)
+# perfquery prints counters in decimal (%u/%lu; infiniband-diags perfquery.c via mad_dump_field) and
+# hexadecimal only with a 0x prefix: '01' is one (int(v, 0) refuses a leading zero). Digits bounded:
+# 64-bit counters have at most 20 decimal or 16 hexadecimal digits.
+_PQ_FIELD_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>0[xX][0-9a-fA-F]{1,16}|\d{1,20})\s*$', re.A)
 # perfquery field names -> the sysfs counter names of ib_link_facts (kernel
 # drivers/infiniband/core/sysfs.c port counters), so both views compare.
 PERFQUERY_NAMES = {
@@ -151,19 +154,27 @@ def parse_iblinkinfo(text):
     from both ends; ``topology()`` merges them)."""
     nodes, links, unparsed = {}, [], []
     header = None
-    for number, line in enumerate((text or '').splitlines(), start=1):
-        if not line.strip():
+    lines = (text or '').splitlines()
+    skip = 0
+    for index, raw in enumerate(lines):
+        number = index + 1
+        if skip:
+            skip -= 1
             continue
-        match = _HEADER_RE.match(line.strip())
-        if match:
+        if not raw.strip():
+            continue
+        line, match, skip = _iblinkinfo_line(lines, index)
+        if match is not None and match.re is _HEADER_RE:
             kind = {'Switch': 'switch', 'CA': 'ca', 'Router': 'router'}[match.group('type')]
             header = {'type': kind, 'guid': guid(match.group('guid')), 'desc': match.group('desc')}
             continue
-        match = _LINK_RE.match(line)
-        if not match:
-            na = _NOT_AVAILABLE_RE.match(line)
-            if na is None:
-                unparsed.append({'line': number, 'text': line[:200]})
+        if match is None:
+            if _NOT_AVAILABLE_RE.match(line) is None:
+                _unread(unparsed, number, raw, 'neither a node header nor a port line, alone or joined with the %d line(s) after it'
+                        % _WRAP_LINES)
+                if _HEADER_START_RE.match(raw):
+                    # A header not read: the port lines after it belong to no node read so far.
+                    header = None
             continue
         lid, port = int(match.group('lid')), int(match.group('port'))
         line_guid = guid(match.group('guid'))
@@ -198,6 +209,33 @@ def parse_iblinkinfo(text):
                          'lane_gbps': float(could_speed.group(1)) if could_speed else None},
             'source': 'iblinkinfo'})
     return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+
+
+# A NodeDescription is 64 bytes of the node's choosing (IBTA NodeDescription; Linux sets it from
+# /sys/class/infiniband/<dev>/node_desc): a newline in one splits its header or port line of
+# iblinkinfo. Such a line is read joined with the lines after it (at most _WRAP_LINES), the
+# newline kept as a space.
+_WRAP_LINES = 3
+_HEADER_START_RE = re.compile(r'^\s*(?:Switch|CA|Router):')
+
+
+def _iblinkinfo_line(lines, index):
+    """(line, match of _HEADER_RE or _LINK_RE or None, lines joined after it) for lines[index]."""
+    line = lines[index]
+    for extra in range(_WRAP_LINES + 1):
+        if extra:
+            if index + extra >= len(lines):
+                break
+            following = lines[index + extra]
+            if _HEADER_RE.match(following.strip()) or _LINK_RE.match(following) or _NOT_AVAILABLE_RE.match(following):
+                break  # a line that reads on its own is no continuation
+            line = line + ' ' + following.strip()
+        match = _HEADER_RE.match(line.strip()) or _LINK_RE.match(line)
+        if match is not None:
+            return line, match, extra
+        if not extra and _NOT_AVAILABLE_RE.match(line):
+            return line, None, 0
+    return lines[index], None, 0
 
 
 def parse_ibnetdiscover(text):
@@ -345,9 +383,26 @@ def topology(linkinfo=None, netdiscover=None):
     return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
 
 
-def _unread(unparsed, number, line):
+def _unread(unparsed, number, line, reason=None):
     if len(unparsed) < UNREAD_KEPT:
-        unparsed.append({'line': number, 'text': line[:200]})
+        unparsed.append(dict({'line': number, 'text': line[:200]}, **({'reason': reason} if reason else {})))
+
+
+def _pq_int(value):
+    """A perfquery counter: decimal, or hexadecimal with its 0x prefix (_PQ_FIELD_RE)."""
+    return int(value, 16) if value[:2] in ('0x', '0X') else int(value, 10)
+
+
+_PQ_NAME_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>.*)$', re.A)
+
+
+def _pq_reason(stripped):
+    """Why a perfquery line was not read, said for that line."""
+    named = _PQ_NAME_RE.match(stripped)
+    if not named:
+        return 'not a counter line (Name:....value) or a port header'
+    return 'the value %s of %s is not a decimal counter of at most 20 digits or a 0x hexadecimal one of at most 16' % (
+        ascii(named.group('value')[:40]), named.group('name'))
 
 
 def parse_sminfo(text):
@@ -465,7 +520,7 @@ def parse_perfquery(text, unread=None):
         if not field:
             if not (stripped.startswith('#') and 'counters' not in stripped.lower()) and not _DIAG_ERROR_RE.match(stripped):
                 count += 1
-                _unread(kept, index + 1, line)
+                _unread(kept, index + 1, line, _pq_reason(stripped))
             continue
         name, value = field.group('name'), field.group('value')
         if name == 'PortSelect' and (current is None or 'port_select' in current):
@@ -475,11 +530,11 @@ def parse_perfquery(text, unread=None):
             current = {'lid': None, 'port': None, 'counters': {}}
             blocks.append(current)
         if name == 'PortSelect':
-            current['port_select'] = int(value, 0)
+            current['port_select'] = _pq_int(value)
             if current['port'] is None:
-                current['port'] = int(value, 0)
+                current['port'] = _pq_int(value)
         elif name in PERFQUERY_NAMES:
-            current['counters'][PERFQUERY_NAMES[name]] = int(value, 0)
+            current['counters'][PERFQUERY_NAMES[name]] = _pq_int(value)
     for block in blocks:
         block.pop('port_select', None)
     if isinstance(unread, dict):

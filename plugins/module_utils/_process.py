@@ -133,12 +133,21 @@ def _die_with(parent):
 _LIVE = set()
 
 
+# proc(5) states of a process that has exited: Z (zombie: dead, its parent has not reaped it
+# yet) and X (dead). A SIGKILLed ansible-playbook whose own parent never calls wait() stays a
+# zombie, its pid and start time unchanged; it runs nothing and will read nothing.
+_DEAD_STATES = (b'Z', b'X', b'x')
+
+
 def _proc_stat(pid):
-    """(ppid, start time in clock ticks, cmdline bytes) of ``pid`` from /proc, or None when gone.
+    """(ppid, start time in clock ticks, cmdline bytes) of ``pid`` from /proc, or None when gone
+    (no such process, or one that has exited but is not reaped yet: a zombie).
     proc(5): the fields after the ')' that ends comm are state, ppid, ..., starttime (field 22)."""
     try:
         with open('/proc/%d/stat' % pid, 'rb') as handle:
             fields = handle.read().rsplit(b')', 1)[1].split()
+        if fields[0] in _DEAD_STATES:
+            return None
         with open('/proc/%d/cmdline' % pid, 'rb') as handle:
             cmdline = handle.read()
         return int(fields[1]), int(fields[19]), cmdline

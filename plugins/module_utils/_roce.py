@@ -40,6 +40,7 @@ import os
 import re
 import stat
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IFNAMSIZ, netdev_name_problem  # noqa: F401 (one check for every name read)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
 
 NET_CLASS = '/sys/class/net'
@@ -70,8 +71,6 @@ SAVED_MAX_BYTES = 1 << 20
 # The first line of a saved output written by fabric_capture; the header lines after it say the
 # command and its rc. A file without it (a ticket's paste) is the tool's stdout, rc 0.
 SAVED_MAGIC = '# hpc.gpu_fabric saved output'
-# Linux's interface name limit: IFNAMSIZ (16) bytes with the terminating NUL (include/uapi/linux/if.h).
-IFNAMSIZ = 16
 
 # Symbolic DSCP names iproute2's dcb prints unless -N is given (lib/rt_names.c reads
 # /etc/iproute2/rt_dsfield; its default table: the class selectors, AF classes and EF).
@@ -79,10 +78,14 @@ DSCP_NAMES = dict([('CS%d' % n, 8 * n) for n in range(8)]
                   + [('AF%d%d' % (c, d), 8 * c + 2 * d) for c in range(1, 5) for d in range(1, 4)]
                   + [('EF', 46), ('VA', 44), ('LE', 1)])
 
-_TRUST_RE = re.compile(r'^\s*Priority trust (?:state|mode)\s*:\s*(?P<trust>\w+)', re.I | re.M)
-_DSCP_ROW_RE = re.compile(r'^\s*prio\s*:\s*(?P<prio>\d)\s+dscp\s*:\s*(?P<dscps>[\d,\s]*)$', re.M)
-_PFC_HEADER_RE = re.compile(r'^\s*priority\s+((?:\d\s+){7}\d)\s*$', re.M)
-_PFC_ROW_RE = re.compile(r'^\s*enabled\s+((?:[01]\s+){7}[01])\s*$', re.M)
+# Matched one line at a time (never re.M over the whole text: '^\s*' under re.M tries every line
+# start and runs over all the blank lines after it, quadratic in a text of blank lines).
+_TRUST_RE = re.compile(r'\s*Priority trust (?:state|mode)\s*:\s*(?P<trust>\w+)', re.I)
+_DSCP_ROW_RE = re.compile(r'\s*prio\s*:\s*(?P<prio>\d)\s+dscp\s*:(?P<dscps>[\d,\s]*)\Z')
+# A row's DSCPs continued on the next line (only digits, commas and blanks).
+_DSCP_MORE_RE = re.compile(r'[\d,\s]*\Z')
+_PFC_HEADER_RE = re.compile(r'\s*priority\s+((?:\d\s+){7}\d)\s*\Z')
+_PFC_ROW_RE = re.compile(r'\s*enabled\s+((?:[01]\s+){7}[01])\s*\Z')
 _TC_RE = re.compile(r'^\s*tc\s*:\s*(?P<tc>\d)\b(?P<rest>.*)$')
 _TC_PRIO_RE = re.compile(r'^\s*priority\s*:\s*(?P<prios>[\d\s]+)$')
 _TSA_RE = re.compile(r'tsa\s*:\s*(?P<tsa>\w+)')
@@ -127,25 +130,40 @@ def parse_mlnx_qos(text):
     """
     text = text or ''
     result = {'trust': None, 'pfc': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
-    trust = _TRUST_RE.search(text)
+    lines = text.splitlines()
+    trust = header = enabled = None
+    mapping, row_prio = None, None
+    for line in lines:
+        if not line or line.isspace():
+            continue  # a blank line neither ends nor continues a dscp2prio row
+        if trust is None:
+            trust = _TRUST_RE.match(line)
+        if header is None:
+            header = _PFC_HEADER_RE.match(line)
+        if enabled is None:
+            enabled = _PFC_ROW_RE.match(line)
+        row = _DSCP_ROW_RE.match(line)
+        if row:
+            row_prio, dscps = int(row.group('prio')), row.group('dscps')
+        elif row_prio is not None and _DSCP_MORE_RE.match(line):
+            dscps = line
+        else:
+            row_prio = None
+            continue
+        mapping = {} if mapping is None else mapping
+        for token in dscps.replace(',', ' ').split():
+            dscp = _dscp(token)
+            if dscp is not None:
+                mapping[dscp] = row_prio
+    result['dscp2prio'] = mapping
     if trust and trust.group('trust').lower() in ('pcp', 'dscp'):
         result['trust'] = trust.group('trust').lower()
-    rows = list(_DSCP_ROW_RE.finditer(text))
-    if rows:
-        mapping = {}
-        for row in rows:
-            for token in row.group('dscps').replace(',', ' ').split():
-                dscp = _dscp(token)
-                if dscp is not None:
-                    mapping[dscp] = int(row.group('prio'))
-        result['dscp2prio'] = mapping
-    header, enabled = _PFC_HEADER_RE.search(text), _PFC_ROW_RE.search(text)
     if header and enabled:
         prios = [int(p) for p in header.group(1).split()]
         flags = [int(f) for f in enabled.group(1).split()]
         result['pfc'] = sorted(p for p, f in zip(prios, flags) if f)
     prio_tc, tsa, bw, current = {}, {}, {}, None
-    for line in text.splitlines():
+    for line in lines:
         tc = _TC_RE.match(line)
         if tc:
             current = int(tc.group('tc'))
@@ -381,24 +399,6 @@ def tool_runner(find, timeout=20):
 
 
 # ---------------------------------------------------------------------------- saved outputs
-
-def netdev_name_problem(name):
-    """None for a name the kernel accepts for an interface, else what is wrong with it.
-
-    net/core/dev.c dev_valid_name(): not empty, shorter than IFNAMSIZ bytes, not '.' or '..',
-    no '/', ':' or whitespace. Control characters are refused too (no driver names one so)."""
-    if not isinstance(name, str) or not name:
-        return 'empty'
-    size = len(name.encode('utf-8', 'surrogateescape'))
-    if size >= IFNAMSIZ:
-        return '%d bytes, the limit is %d' % (size, IFNAMSIZ - 1)
-    if name in ('.', '..'):
-        return 'a directory name'
-    for char in name:
-        if char in '/:' or char.isspace() or ord(char) < 32 or ord(char) == 127:
-            return 'holds %s' % ascii(char)
-    return None
-
 
 def saved_kind(argv):
     """(netdev, kind) of a DCB read's command line (qos_argv), or None for any other command."""

@@ -39,7 +39,7 @@ options:
     default: []
   interval:
     description:
-      - Seconds between the two counter reads (rates need two reads); C(0) reads once.
+      - Seconds between the two counter reads (rates need two reads); C(0) reads once. At most 3600; NaN and infinity are refused.
     type: float
     default: 5
   timeout:
@@ -126,6 +126,7 @@ ansible_facts:
           sample: [{device: mlx5_0, port: 1, lid: 100, sm_lid: 1}]
 '''
 
+import math
 import os
 import stat
 import time
@@ -309,6 +310,23 @@ def judge_status(facts, tools):
     return facts
 
 
+# The longest wait between the two counter reads: a rate over more than an hour says nothing
+# of a link now, and a task that sleeps for days looks hung.
+MAX_INTERVAL_S = 3600
+
+
+def params_problem(params):
+    """What is wrong with interval or timeout (a sentence), or None. Every -e value arrives as a
+    string and Ansible's float conversion takes 'nan' and 'inf': a NaN interval passes any < or >
+    test and sleep() refuses it only after the first read."""
+    interval = params['interval']
+    if not math.isfinite(interval) or not 0 <= interval <= MAX_INTERVAL_S:
+        return 'interval must be a number of seconds from 0 (one read) to %d, got %s' % (MAX_INTERVAL_S, interval)
+    if params['timeout'] < 1:
+        return 'timeout must be 1 or more seconds, got %d' % params['timeout']
+    return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -324,8 +342,9 @@ def main():
     root = params['root']
     if not os.path.isdir(root):
         module.fail_json(msg='root %s is not a directory: give / or the path of an unpacked node snapshot' % root)
-    if params['interval'] < 0 or params['timeout'] < 1:
-        module.fail_json(msg='interval must be 0 or more and timeout 1 or more seconds')
+    problem = params_problem(params)
+    if problem:
+        module.fail_json(msg=problem)
     if params['from_log'] is not None and not os.path.isdir(params['from_log']):
         module.fail_json(msg='from_log %s is not a directory of saved outputs' % params['from_log'])
     sysroot = SysRoot(root)

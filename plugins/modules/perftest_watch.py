@@ -40,7 +40,7 @@ options:
     type: str
     required: true
   beacon_port:
-    description: The TCP port of the beacon (the same on every node).
+    description: The TCP port of the beacon (the same on every node), 1 to 65535.
     type: int
     default: 18514
   run_id:
@@ -110,6 +110,8 @@ def validate(params):
         return "run_id must not be empty: it tells this run's beacon from others"
     if params['step'] < 1:
         return 'step must be a positive integer (steps count from 1)'
+    if not 1 <= params['beacon_port'] <= 65535:
+        return 'beacon_port must be a TCP port, 1 to 65535 (got %d)' % params['beacon_port']
     return None
 
 

@@ -91,8 +91,14 @@ SCRIPT = '''
 '''
 
 
+# C0 control characters other than tab and newline, and DEL: a parse error in HTML (WHATWG HTML
+# 13.2.5 'control-character-in-input-stream') that a browser passes on or drops silently, and an
+# escape sequence when the page's text is copied into a terminal. Shown as the visible text \xNN.
+_CONTROLS = dict((code, '\\x%02x' % code) for code in list(range(32)) + [127] if code not in (9, 10))
+
+
 def _e(value):
-    return escape('' if value is None else str(value))
+    return escape(('' if value is None else str(value)).translate(_CONTROLS))
 
 
 def _badge(status):
