@@ -21,6 +21,11 @@ import errno
 import os
 import stat
 
+# A saved tool output (perftest, nccl-tests, infiniband-diags) is read whole up to this and refused
+# past it: the iblinkinfo of a few thousand switches is tens of MB, a perftest or nccl-tests log a
+# few kB (the same cap as module_utils/_sysroot.py WHOLE_LIMIT and ib_fabric_facts' LOG_LIMIT).
+LOG_LIMIT = 64 << 20
+
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0)
 
 

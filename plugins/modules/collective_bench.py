@@ -364,7 +364,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _collective, _nccl, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _collective, _nccl, _paths, _process
 
 RESULT_KEYS = ('benchmark', 'header', 'ranks', 'hosts', 'versions', 'results', 'avg_busbw_gbs', 'max_busbw_gbs',
                'out_of_bounds', 'wrong_total', 'transport', 'format', 'problems')
@@ -409,11 +409,13 @@ def result_of(parsed, status, failure):
 
 
 def parse_log(params):
+    # Someone else's file, read here (on the controller, or the node): a FIFO would block the
+    # read forever and /dev/zero or a sparse file of GBs exhaust the memory. Regular files only,
+    # no symlink followed, at most _paths.LOG_LIMIT bytes.
     try:
-        with open(params['from_log'], 'rb') as handle:
-            text = handle.read().decode('utf-8', 'replace')
-    except (IOError, OSError) as exc:
-        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], exc))
+        text = _paths.read_regular(params['from_log'], _paths.LOG_LIMIT).decode('utf-8', 'replace')
+    except (OSError, ValueError) as exc:
+        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], getattr(exc, 'strerror', None) or exc))
     parsed = _nccl.parse_any(text)
     status, failure = _nccl.outcome(parsed)
     return result_of(parsed, status, failure)
@@ -482,8 +484,12 @@ def execute(cmd, added, timeout, json_path):
     stdout, stderr = launched.output()
     parsed = _nccl.parse_text(stdout, stderr)
     if json_path and os.path.exists(json_path):
-        with open(json_path, 'rb') as handle:
-            from_json = _nccl.parse_json(handle.read().decode('utf-8', 'replace'))
+        # The tool's own -J file in this run's temporary directory, bounded all the same; one that
+        # cannot be read leaves the results of the text output.
+        try:
+            from_json = _nccl.parse_json(_paths.read_regular(json_path, _paths.LOG_LIMIT).decode('utf-8', 'replace'))
+        except (OSError, ValueError):
+            from_json = {'results': []}
         if from_json['results']:
             parsed = _nccl.merge(from_json, parsed)
     if launched.timed_out or launched.killed:

@@ -401,7 +401,7 @@ counters_start:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _perftest, _process, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _paths, _perftest, _process, _sequence
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -612,11 +612,13 @@ def combine_loopback(server, client):
 
 
 def parse_log(module, params):
+    # Someone else's file, read here (on the controller, or the node): a FIFO would block the
+    # read forever and /dev/zero or a sparse file of GBs exhaust the memory. Regular files only,
+    # no symlink followed, at most _paths.LOG_LIMIT bytes.
     try:
-        with open(params['from_log'], 'rb') as handle:
-            text = handle.read().decode('utf-8', 'replace')
-    except (IOError, OSError) as exc:
-        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], exc))
+        text = _paths.read_regular(params['from_log'], _paths.LOG_LIMIT).decode('utf-8', 'replace')
+    except (OSError, ValueError) as exc:
+        raise ArgumentError('cannot read from_log %s: %s' % (params['from_log'], getattr(exc, 'strerror', None) or exc))
     parsed = _perftest.parse_output(text)
     status, failure = _perftest.outcome(parsed, None, params['role'])
     test = parsed['test'] or params['test']

@@ -20,13 +20,15 @@ import pytest
 KINDS = ('fifo', 'socket', 'directory', 'device')
 
 
-def make(directory, kind, name=None):
+def make(directory, kind, name=None, device=(1, 3)):
     """Create one entry of ``kind`` (KINDS, or 'link-<kind>': a symlink to one) named ``name`` in
-    ``directory``; returns its path. Skips the test for a device when not root."""
+    ``directory``; returns its path. ``device``: the major and minor numbers of a device node
+    (1, 3: as /dev/null; 1, 5: as /dev/zero, devices.txt of the kernel). Skips the test for a
+    device when not root."""
     name = name or kind
     path = os.path.join(str(directory), name)
     if kind.startswith('link-'):
-        target = make(directory, kind[len('link-'):], name + '.target')
+        target = make(directory, kind[len('link-'):], name + '.target', device)
         os.symlink(os.path.basename(target), path)
         return path
     if kind == 'fifo':
@@ -36,7 +38,7 @@ def make(directory, kind, name=None):
     elif kind == 'device':
         if os.geteuid() != 0:
             pytest.skip('making a device node needs root (mknod(2))')
-        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(*device))
     elif kind == 'socket':
         # sun_path holds 108 bytes (unix(7)): bind a name relative to the directory.
         here = os.getcwd()
