@@ -25,6 +25,12 @@ def test_every_catalog_fault_alone_and_in_pairs_is_diagnosed_as_a_root():
     assert healthy['no_rdma_vm'] == ['HOST_NOTHING_TO_CHECK']
     assert sorted(healthy['homelab_cx4']) == ['GDR_PEERMEM_NOT_LOADED', 'GPU_NIC_FAR', 'HOST_CPU_GOVERNOR',
                                               'HOST_MEMLOCK_LIMITED', 'HOST_MODULES_NOT_PERSISTENT']
+    # Healthy but unusual (issue 22): an extra storage card, twelve HCAs, two GPU models, a RoCE
+    # management port - nothing above info, alone and in fleets (with peers of the usual profile too).
+    assert len(result['unusual_findings_above_info']) == 4 and len(result['unusual_fleet_findings_above_info']) >= 7
+    assert all(codes == [] for codes in result['unusual_findings_above_info'].values()), result['unusual_findings_above_info']
+    assert all(codes == [] for codes in result['unusual_fleet_findings_above_info'].values()), \
+        result['unusual_fleet_findings_above_info']
     # Links (issue 22): every pair symptom of the cases explained by a root of one of the faults that
     # touched its test, on that fault's node; every explained finding's root on its path; the
     # known faults' symptoms explained; faults no rule names said on their own device, never another.
