@@ -53,7 +53,9 @@ options:
   dest:
     description:
       - Path of the tarball on the node (conventionally ending in C(.tar.gz)). Its directory must exist.
-        It is written atomically; an existing file is replaced and keeps its owner and mode.
+        It is written atomically; an existing file is replaced and keeps its owner and mode. An existing
+        O(dest) that is no regular file (a device such as C(/dev/null), a FIFO, a socket, a directory, or a
+        symlink to one) is refused and left as it is.
     type: path
     required: true
   readers:
