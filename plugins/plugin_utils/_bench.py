@@ -17,7 +17,6 @@ import os
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails in position order
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
@@ -371,53 +370,6 @@ def write_records(directory, host, records, run_id=None):
                                     separators=(',', ':')).encode('utf-8'), compresslevel=1, mtime=0)
     write_atomic(path, data, 0o600)
     return path
-
-
-# A records file, compressed and decompressed: a node's records in a full mesh are (nodes - 1) x
-# rails x 2 sides of about 0.2-1 kB each (a 1,024-node mesh over 8 rails: about 16 MB). The caps
-# keep a gzip bomb (a few kB that inflate to GBs) or /dev/zero from exhausting the controller.
-RECORDS_MAX_BYTES = 128 << 20
-# A record is a mapping of mappings of values (counters, a failure): a few levels. JSON nested
-# deeper raises RecursionError in json.loads, and deep values would in what later walks them.
-RECORDS_MAX_DEPTH = 16
-
-
-def _deeper_than(value, limit):
-    """Whether ``value`` (lists and dicts) nests deeper than ``limit`` levels; without recursion."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        elif not isinstance(item, list):
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
-    return False
-
-
-def _read_records_file(path):
-    """The decoded content of the records file ``path``: a regular file (a FIFO would block the
-    read forever), at most RECORDS_MAX_BYTES compressed and decompressed. Raises OSError,
-    EOFError or ValueError, saying why."""
-    fd = _paths.open_regular(path)
-    with os.fdopen(fd, 'rb') as raw:
-        if os.fstat(fd).st_size > RECORDS_MAX_BYTES:
-            raise _paths.TooLarge('larger than %s' % _paths.size_text(RECORDS_MAX_BYTES))
-        with gzip.GzipFile(fileobj=raw, mode='rb') as handle:
-            data = handle.read(RECORDS_MAX_BYTES + 1)
-    if len(data) > RECORDS_MAX_BYTES:
-        raise _paths.TooLarge('larger than %s once decompressed' % _paths.size_text(RECORDS_MAX_BYTES))
-    try:
-        content = json.loads(data.decode('utf-8'))
-    except RecursionError:
-        raise ValueError('JSON nested deeper than a records file ever is')
-    except MemoryError:
-        raise ValueError('its JSON does not fit in memory')
-    if _deeper_than(content, RECORDS_MAX_DEPTH):
-        raise ValueError('JSON nested deeper than %d levels (a records file is a few)' % RECORDS_MAX_DEPTH)
-    return content
 
 
 # A records file, compressed and decompressed: a node's records in a full mesh are (nodes - 1) x
