@@ -170,8 +170,7 @@ def parse_iblinkinfo(text):
             continue
         if match is None:
             if _NOT_AVAILABLE_RE.match(line) is None:
-                _unread(unparsed, number, raw, 'neither a node header nor a port line, alone or joined with the %d line(s) after it'
-                        % _WRAP_LINES)
+                unparsed.append({'line': number, 'text': raw[:200], 'reason': _LINKINFO_UNREAD})
                 if _HEADER_START_RE.match(raw):
                     # A header not read: the port lines after it belong to no node read so far.
                     header = None
@@ -216,13 +215,16 @@ def parse_iblinkinfo(text):
 # iblinkinfo. Such a line is read joined with the lines after it (at most _WRAP_LINES), the
 # newline kept as a space.
 _WRAP_LINES = 3
+_LINKINFO_UNREAD = 'neither a node header nor a port line, alone or joined with the %d line(s) after it' % _WRAP_LINES
 _HEADER_START_RE = re.compile(r'^\s*(?:Switch|CA|Router):')
 
 
 def _iblinkinfo_line(lines, index):
     """(line, match of _HEADER_RE or _LINK_RE or None, lines joined after it) for lines[index]."""
     line = lines[index]
-    for extra in range(_WRAP_LINES + 1):
+    # Only a header's start or a port line with a description still open can be split by one.
+    joinable = _HEADER_START_RE.match(line) is not None or line.count('"') % 2 == 1
+    for extra in range(_WRAP_LINES + 1 if joinable else 1):
         if extra:
             if index + extra >= len(lines):
                 break

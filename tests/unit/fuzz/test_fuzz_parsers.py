@@ -32,7 +32,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _sysroot
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
@@ -80,6 +80,17 @@ def _ibdiag_all(text):
             _ibdiag.parse_perfquery(text, unread), unread, _ibdiag.guid(text[:40]))
 
 
+def _roce_all(text):
+    """Every DCB parser of roce_qos_facts (module_utils/_roce.py), a saved output's header, and the
+    whole choice between mlnx_qos and dcb with every tool answering ``text``."""
+    argv = _roce.qos_argv('mlnx_qos', 'eth0')
+    answer, _problem = _roce.parse_saved(text, argv)
+    fields = _roce._tool_qos(lambda argv: (0, text), 'eth0')
+    json.dumps(fields)
+    return (_roce.parse_mlnx_qos(text), _roce.parse_dcb_pfc(text), _roce.parse_dcb_app(text), _roce.dcb_app_conflicts(text),
+            _roce.parse_dcb_ets(text), _roce.parse_dcb_apptrust(text), answer, _roce.parse_saved(_roce.SAVED_MAGIC + '\n' + text))
+
+
 # Lines the host parsers look for, so that mutations reach their number handling.
 _HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\nDefaultLimitMEMLOCK=8M:infinity\n'
                b'Max locked memory         8388608              8388608              bytes\nCapEff:\t000001ffffffffff\n'
@@ -103,6 +114,10 @@ PARSERS = {
     'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery'), ()),
     'pcie_values': (_pcie_all, ('public/sysfs_pci', 'public/lspci_link', 'real/h200x4-vm'),
                     (b'16.0 GT/s PCIe', b'8 GT/s', b'16', b'Unknown speed', b'ro intel_iommu=on iommu=pt iommu.passthrough=0 -- x')),
+    'roce_qos': (_roce_all, ('public/mlnx_qos', 'public/dcb'),
+                 (_roce.saved_text(_roce.qos_argv('mlnx_qos', 'eth0'), (0, 'PFC configuration:\n  priority 0 1 2 3 4 5 6 7\n'
+                                                                         '  enabled  0 0 0 1 0 0 0 0\n')).encode(),
+                  b'dcb apptrust show dev eth0\norder dscp pcp\n')),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),
 }

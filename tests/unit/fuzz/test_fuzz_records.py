@@ -14,7 +14,9 @@ sequence_records, round_records and counter_delta.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import random
 
 import pytest
@@ -23,6 +25,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective,
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from tests.unit.conftest import fixture_text
 from tests.unit.fuzz import _mutate
+from tests.unit.fuzz.test_fuzz_readers import scratch  # noqa: F401 (a fixture: tmpfs when there is one)
 from tests.unit.plugins.plugin_utils import test__bench as bench_cases
 
 PER_FUNCTION = 2000
@@ -77,3 +80,49 @@ def test_node_data_of_any_shape_is_judged_not_raised(name):
             json.dumps(call(mutated))
         except Exception as exc:
             pytest.fail('%s raised %r on %r' % (name, exc, json.dumps(mutated)[:400]))
+
+
+READ_RECORDS_INPUTS = 10000
+
+
+def _records_inputs(rng, doc):
+    """Bytes of a records file: the document's JSON damaged (structure or bytes) and compressed,
+    the compressed bytes themselves damaged, or bytes that are no gzip at all."""
+    plain = json.dumps(doc).encode('utf-8')
+    choice = rng.randrange(4)
+    if choice == 0:
+        return gzip.compress(_mutate.mutate_json(rng, doc).encode('utf-8'), compresslevel=1, mtime=0)
+    if choice == 1:
+        return gzip.compress(_mutate.mutate(rng, plain), compresslevel=1, mtime=0)
+    if choice == 2:
+        return _mutate.mutate(rng, gzip.compress(plain, compresslevel=1, mtime=0))
+    return _mutate.mutate(rng, plain)
+
+
+def test_records_file_of_any_bytes_is_read_or_refused_with_a_reason(scratch):  # noqa: F811
+    """_bench.read_records on 10,000 damaged records files: the records, or ValueError saying why;
+    never another exception, never a second on one file."""
+    records = [bench_cases._record('a', 'b', 'host', 392.0), bench_cases._record('a', 'b', 'gpu', 250.0),
+               dict(bench_cases._record('b', 'a', 'host', 1.0), side='server')]
+    good = _bench.write_records(scratch, 'b', records, run_id='r1')
+    with open(good, 'rb') as handle:
+        doc = json.loads(gzip.decompress(handle.read()))
+    assert _bench.read_records(good, 'b', 'r1') == doc['records']
+    rng = random.Random(25)
+    clock = _mutate.Clock()
+    path = os.path.join(scratch, 'fuzzed.records.json.gz')
+    refused = 0
+    for _index in range(READ_RECORDS_INPUTS):
+        data = _records_inputs(rng, doc)
+        with open(path, 'wb') as handle:
+            handle.write(data)
+        try:
+            json.dumps(clock.run(_bench.read_records, path, 'b', 'r1'))
+        except ValueError as exc:
+            refused += 1
+            assert str(exc)
+        except Exception as exc:  # the point of the test: name the input that raised
+            pytest.fail('read_records raised %r on %r' % (exc, data[:300]))
+    assert clock.count == READ_RECORDS_INPUTS
+    assert 0 < refused < READ_RECORDS_INPUTS
+    assert clock.slowest[0] < 1.0, 'slowest file took %.2f s' % clock.slowest[0]
