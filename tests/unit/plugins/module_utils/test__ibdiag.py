@@ -66,7 +66,7 @@ def test_iblinkinfo_could_be_and_unreadable_lines():
             'garbage that is no port line\n')
     parsed = D.parse_iblinkinfo(text)
     assert parsed['links'][0]['could_be'] == {'width': '12X', 'lane_gbps': 10.0}
-    assert parsed['unparsed'] == [{'line': 3, 'text': 'garbage that is no port line'}]
+    assert parsed['unparsed'] == [{'line': 3, 'text': 'garbage that is no port line', 'reason': D._LINKINFO_UNREAD}]
 
 
 def test_ibnetdiscover_man_page_keeps_the_lower_end_of_a_1x_link():

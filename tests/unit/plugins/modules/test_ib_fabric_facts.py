@@ -129,7 +129,7 @@ def test_a_node_without_ib_port(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize('args,message', [
     ({'root': '/nonexistent-root'}, 'is not a directory'),
-    ({'interval': -1}, 'interval must be 0 or more'),
+    ({'interval': -1}, 'interval must be a number of seconds from 0 (one read) to 3600'),
     ({'from_log': '/nonexistent-logs'}, 'is not a directory of saved outputs'),
 ])
 def test_bad_arguments_fail(monkeypatch, args, message):
