@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
@@ -405,7 +406,10 @@ def _read_records_file(path):
         if os.fstat(fd).st_size > RECORDS_MAX_BYTES:
             raise _paths.TooLarge('larger than %s' % _paths.size_text(RECORDS_MAX_BYTES))
         with gzip.GzipFile(fileobj=raw, mode='rb') as handle:
-            data = handle.read(RECORDS_MAX_BYTES + 1)
+            try:
+                data = handle.read(RECORDS_MAX_BYTES + 1)
+            except zlib.error as exc:   # a damaged deflate stream inside a well-formed gzip header
+                raise ValueError('damaged gzip data: %s' % exc)
     if len(data) > RECORDS_MAX_BYTES:
         raise _paths.TooLarge('larger than %s once decompressed' % _paths.size_text(RECORDS_MAX_BYTES))
     try:
