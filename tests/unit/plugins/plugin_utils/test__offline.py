@@ -44,9 +44,12 @@ def test_bench_from_logs():
     assert pairs[('gpu_node_1', 'gpu_node_2', 0, 'host')]['verdict'] == 'ok'
     gpu = pairs[('gpu_node_1', 'gpu_node_2', 0, 'gpu')]
     assert gpu['verdict'] == 'low' and gpu['gpu_vs_host'] == round(200.0 / 390.0, 3) and gpu['gpu_distance'] == 'SYS'
-    # A rail given by name: its index in the node's HCAs; the slower side's 200 Gb/s port is the bar.
+    # A rail given by name: its index in the node's HCAs. The bar is the rail's nominal rate (400 Gb/s: of one 400
+    # and one 200 Gb/s port the higher), not the slower port: the 200 Gb/s port is named, the pair is low.
     named = pairs[('gpu_node_2', 'gpu_node_1', 1, 'host')]
-    assert (named['server_hca'], named['client_hca'], named['port_rate_gbps'], named['verdict']) == ('mlx5_1', 'mlx5_1', 200.0, 'ok')
+    assert (named['server_hca'], named['client_hca'], named['port_rate_gbps'], named['verdict']) == ('mlx5_1', 'mlx5_1', 200.0, 'low')
+    assert named['rail_nominal_gbps'] == 400.0
+    assert named['degraded_ports'] == [{'host': 'gpu_node_2', 'hca': 'mlx5_1', 'rate_gbps': 200.0}]
     # A log that could not be read is a failed pair, not a lost one.
     assert pairs[('gpu_node_1', 'ghost', 0, 'host')]['failure']['kind'] == 'task_failed'
     assert report['matrix']['host']['0']['gpu_node_1']['gpu_node_2'] == 390.0
