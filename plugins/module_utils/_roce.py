@@ -91,6 +91,7 @@ _TC_PRIO_RE = re.compile(r'^\s*priority\s*:\s*(?P<prios>[\d\s]+)$')
 _TSA_RE = re.compile(r'tsa\s*:\s*(?P<tsa>\w+)')
 _BW_RE = re.compile(r'bw\s*:\s*(?P<bw>\d+)\s*%')
 _ALNUM_RE = re.compile(r'[A-Za-z0-9]+\Z')
+_SELECTOR_RE = re.compile(r'[a-z\-]*')
 
 
 def _pairs(text, key):
@@ -98,16 +99,23 @@ def _pairs(text, key):
     to the first word without a colon; None when no ``key`` is followed by one. One pass over
     the words (a regular expression of repeated KEY:VALUE groups backtracks quadratically)."""
     words = (text or '').split()
-    for index, word in enumerate(words):
-        if word != key:
+    # Walked by index, never sliced (a copy of the words after each of thousands of keys is
+    # quadratic): the scan after a key stops at the next word without a colon, at the latest
+    # the next key, so every word is read once.
+    index, count = 0, len(words)
+    while index < count:
+        if words[index] != key:
+            index += 1
             continue
         found = []
-        for token in words[index + 1:]:
-            name, sep, value = token.partition(':')
+        index += 1
+        while index < count:
+            name, sep, value = words[index].partition(':')
             if not sep:
                 break
             if _ALNUM_RE.match(name) and _ALNUM_RE.match(value):
                 found.append((name, value))
+            index += 1
         if found:
             return found
     return None
@@ -233,12 +241,19 @@ def parse_dcb_ets(text):
 def parse_dcb_apptrust(text):
     """``dcb apptrust show dev IF`` ('order pcp dscp' or 'order: dscp pcp') -> the first
     selector, which decides the priority ('dscp' or 'pcp'), or None."""
-    match = re.search(r'\border\s*:?\s+(?P<order>[a-z\- ]+)', text or '')
-    if not match:
-        return None
-    for word in match.group('order').split():
-        if word in ('dscp', 'pcp'):
-            return word
+    # One line at a time with str.split() (a regular expression '\s*:?\s+' over the whole text
+    # backtracks over every blank line after each 'order': quadratic in a text of newlines).
+    for line in (text or '').splitlines():
+        words = line.split()
+        start = next((index for index, word in enumerate(words) if word in ('order', 'order:')), None)
+        if start is None:
+            continue
+        for word in words[start + 1:]:
+            selector = _SELECTOR_RE.match(word).group()
+            if selector in ('dscp', 'pcp'):
+                return selector
+            if selector != word and word != ':':
+                break
     return None
 
 

@@ -86,6 +86,43 @@ def test_mlnx_qos_reads_the_real_output_and_a_continued_row():
     assert _roce.parse_mlnx_qos(continued)['dscp2prio'] == {7: 0, 6: 0, 5: 0, 4: 0, 26: 3}
 
 
+MIB = 1 << 20
+
+
+def test_dcb_parsers_are_linear_on_1_mib():
+    """1 MiB inputs that made the dcb parsers quadratic: 'order' then newlines (a whole-text
+    '\\border\\s*:?\\s+' search backtracked over every blank line: 3.1 s at 16 kB), and a key
+    repeated (the words after each copy of it were sliced: ~4 s at 400 kB). Linear code reads
+    each in well under a second; a quadratic one needs minutes at 1 MiB."""
+    hostile = {
+        'apptrust order then newlines': (_roce.parse_dcb_apptrust, 'order' + '\n' * MIB + 'X'),
+        'apptrust order then blanks': (_roce.parse_dcb_apptrust, 'order:' + ' \n' * (MIB // 2) + 'X'),
+        'app keys': (_roce.parse_dcb_app, 'dscp-prio ' * (MIB // 10)),
+        'app keys with a pair each': (_roce.parse_dcb_app, 'dscp-prio 1:x: ' * (MIB // 15)),
+        'app conflicts keys': (_roce.dcb_app_conflicts, 'dscp-prio ' * (MIB // 10)),
+        'pfc keys': (_roce.parse_dcb_pfc, 'prio-pfc ' * (MIB // 9)),
+        'ets keys': (_roce.parse_dcb_ets, 'prio-tc tc-tsa tc-bw ' * (MIB // 21)),
+    }
+    # First 16 kB of newlines after 'order' (3.1 s before; a quadratic parser fails here at once).
+    assert _timed(_roce.parse_dcb_apptrust, 'order' + '\n' * 16000 + 'X') < 1.0
+    for name, (func, text) in hostile.items():
+        assert len(text) >= MIB - 64
+        took = min(_timed(func, text) for _try in range(2))
+        assert took < 5.0, '%s: %.2f s' % (name, took)
+
+
+def test_dcb_parsers_still_read_real_shapes():
+    assert _roce.parse_dcb_apptrust('order: pcp dscp \n') == 'pcp'
+    assert _roce.parse_dcb_apptrust('order dscp pcp') == 'dscp'
+    assert _roce.parse_dcb_apptrust('x\norder : ethtype dscp\n') == 'dscp'
+    assert _roce.parse_dcb_apptrust('order\n' * 3) is None
+    assert _roce.parse_dcb_pfc('pfc-cap 8 macsec-bypass off delay 4096\nprio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off\n') == [3]
+    # A key without pairs, then one with: the first that has pairs answers.
+    assert _roce.parse_dcb_pfc('prio-pfc x prio-pfc 3:on 4:on') == [3, 4]
+    assert _roce.parse_dcb_app('dscp-prio CS3:3 26:3 dscp-prio 1:1') == {24: 3, 26: 3}
+    assert _roce.dcb_app_conflicts('dscp-prio CS3:2 CS3:3') == {24: [2, 3]}
+    assert _roce.parse_dcb_ets('prio-tc 0:0 3:3 tc-tsa 0:ets 3:strict tc-bw 0:50 3:50') == ({0: 0, 3: 3}, {0: 'ets', 3: 'strict'}, {0: 50, 3: 50})
+
 # ---------------------------------------------------------------------------- item 6: netdev names
 
 def test_netdev_name_check_is_the_kernels():
