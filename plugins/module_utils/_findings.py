@@ -40,6 +40,8 @@ def _failure_kind(symptom):
 # limit makes ibv_reg_mr fail (mr_failed), not a peer vanish; a lost node makes its pairs fail
 # through it (lost peers, refused or hung connections), not a buffer refused.
 _MR_FAILED = (lambda symptom: _failure_kind(symptom) in ('mr_failed', None), 'mr_failed')
+# GPUs of one node that did not talk peer-to-peer while no variable forbade it: P2P was impossible there.
+_P2P_IMPOSSIBLE = (lambda symptom: not (symptom.get('evidence') or {}).get('variables'), 'no variable forbids P2P')
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
 
 
@@ -74,6 +76,8 @@ _NO_OFED = ('install MLNX OFED (its ib_core carries the peer-memory client API t
 IB_PORT_DOWN = _register(
     'IB_PORT_DOWN', 'ib', 'error', 'port not ACTIVE (Polling: no link partner)',
     'check the cable and the switch port (iblinkinfo, ibstat %(device)s); a disabled port: ibportstate enable',
+    other={'info': 'a port of a storage or management card (not a compute rail by its model, GPU affinity or NCCL_IB_HCA): '
+                   'an uncabled second port of such a card is common and carries no collective'},
     explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'))
 IB_RATE_DEGRADED = _register(
     'IB_RATE_DEGRADED', 'ib', 'error', 'width 1X or rate below the node\'s other ports',
@@ -90,7 +94,7 @@ MTU_MISMATCH = _register(
 ROCE_NO_V2_GID = _register(
     'ROCE_NO_V2_GID', 'ib', 'error', 'RoCE port without a RoCE v2 GID with an IPv4 address',
     'give the port\'s netdev an IP address; check cma_roce_mode',
-    other={'info': 'a storage or management port, not a compute rail (module_utils/_rails.py)'})
+    other={'info': 'a storage or management port: not a compute rail by its model, GPU affinity or NCCL_IB_HCA'})
 IB_ERRORS_UNDER_LOAD = _register(
     'IB_ERRORS_UNDER_LOAD', 'ib', 'error', 'counters rose during a pair\'s test',
     'replace the cable or transceiver of %(hca)s on %(host)s',
@@ -118,7 +122,7 @@ ROCE_QOS_UNKNOWN = _register(
     'ROCE_QOS_UNKNOWN', 'ib', 'warning',
     'RoCE port whose DCB settings (trust, PFC) could not be read: neither mlnx_qos nor dcb answered (fail closed)',
     'install mlnx-tools (mlnx_qos) or iproute2 with dcb on the node, or run roce_qos_facts with qos_tools=always',
-    other={'info': 'storage or management ports, which carry no compute traffic (module_utils/_rails.py)'})
+    other={'info': 'storage or management ports (not compute rails by their model, GPU affinity or NCCL_IB_HCA), which carry no compute traffic'})
 ROCE_TRUST_PCP = _register(
     'ROCE_TRUST_PCP', 'ib', 'error',
     'RoCE port trusts PCP (VLAN priority) while RoCE v2 marks DSCP: untagged RDMA traffic lands on priority 0',
@@ -206,7 +210,8 @@ GDR_MEMORY_PEERS_MISSING = _register(
 GDR_ACS_REDIRECT = _register(
     'GDR_ACS_REDIRECT', 'ib_gpu', 'error', 'ACS redirects P2P on a GPU↔NIC path',
     'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)',
-    explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
+    explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
+              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)))
 GPU_NIC_FAR = _register(
     'GPU_NIC_FAR', 'ib_gpu', 'warning', 'a GPU\'s nearest NIC is PHB/NODE/SYS, or a compute NIC has no GPU near',
     'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node',
@@ -260,7 +265,8 @@ HOST_IOMMU_TRANSLATED = _register(
     'PCIe peer-to-peer need passthrough',
     'boot with iommu=pt (with intel_iommu=on or amd_iommu=on where the IOMMU is wanted for VMs), or disable the '
     'IOMMU (VT-d / AMD-Vi) in the BIOS',
-    explains=('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
+    explains=('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
+              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)))
 HOST_UNREACHABLE = _register(
     'HOST_UNREACHABLE', 'host', 'error', 'no facts came back; nothing on the node was checked',
     'check that the node is up and reachable over SSH; nothing on it was checked')
@@ -558,6 +564,9 @@ def named(root, symptom):
     buffer that could not be registered (mr_failed): the locked-memory limit. ``root``: a code."""
     if root in GDR_OFF:
         return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED)
+    if root == COLLECTIVE_GPUS_NOT_P2P:
+        # The run's own log says how its GPUs talked: that, not a node-wide setting, is why it was slow.
+        return symptom.get('code') in (COLLECTIVE_NODE_SLOW, COLLECTIVE_BUSBW_LOW, COLLECTIVE_CULPRIT)
     return root == HOST_MEMLOCK_LIMITED and _failure_kind(symptom) == 'mr_failed'
 
 

@@ -46,11 +46,17 @@ def ib_findings(host, ib, role_of=None):
             if port.get('state') != 'ACTIVE':
                 why = ('no link partner (cable, transceiver or switch port)' if port.get('phys_state') == 'Polling'
                        else 'the link is down or disabled')
+                # A compute rail down is a fault; the second port of a storage or management card is often
+                # left uncabled by design and carries no collective: said, as info.
+                rail = _rails.is_compute(role_of, device['name'])
+                mine = role_of.get(device['name']) or {}
                 found.append(finding(
                     F.IB_PORT_DOWN, host, subject,
-                    {'state': port.get('state'), 'phys_state': port.get('phys_state')},
-                    'port is %s, physical state %s: %s' % (port.get('state'), port.get('phys_state'), why),
-                    device=device['name'], at=[('hca', host, device['name'])]))
+                    {'state': port.get('state'), 'phys_state': port.get('phys_state'), 'role': mine.get('role') or _rails.COMPUTE},
+                    'port is %s, physical state %s: %s%s' % (
+                        port.get('state'), port.get('phys_state'), why, '' if rail else
+                        '; it is a %s port (%s), not a compute rail: no collective goes through it' % (mine.get('role'), mine.get('why'))),
+                    severity=None if rail else 'info', device=device['name'], at=[('hca', host, device['name'])]))
                 continue
             # Peers of a port: the node's other ACTIVE ports of its model and role on its link layer
             # (_rails.roles): a storage card's 100 GbE ports are not slow next to a 200 GbE one of another
@@ -491,7 +497,7 @@ def _gpus_not_p2p(host, intra, interconnect, envs, subject='collective'):
                    'the GPUs of %s talked to each other via %s (%d connection(s)), not peer-to-peer over %s: %s'
                    % (host, used, count, joined, why),
                    remedy='env' if variables else None, variables=', '.join(sorted(variables)) or '-',
-                   at=[('gpus', host)])
+                   at=[('gpus', host)], path=[('node', host), ('gpus', host)])
 
 
 def _local_collective_findings(local):
@@ -634,7 +640,8 @@ def collective_findings(collective, nodes=None):
                              'NCCL used TCP sockets across nodes, not RDMA%s' % (
                                  (': ' + why % unavailable.get('line')) if why else ''),
                              remedy=unavailable.get('reason') if unavailable.get('reason') in ('libibverbs', 'disabled') else None,
-                             at=[('node', host) for host in rdma_hosts or run_hosts], path=path))
+                             # A run whose nodes gave no facts still sits on the run (never nowhere).
+                             at=[('node', host) for host in rdma_hosts or run_hosts] or [('run',)], path=path))
     # GPUs of one node that did not talk peer-to-peer in the fleet run (its connection lines by host).
     interconnects = dict((name, _collective_interconnect(transport, name)) for name in (transport.get('intra_by_host') or {}))
     for name, intra in sorted(intra_node(transport).items()):
@@ -712,14 +719,17 @@ def link_causes(findings):
     return findings
 
 
-def collective_path(host, node, hcas=None):
+def collective_path(host, node, hcas=None, role_of=None):
     """The places a collective run went through on ``host``: the node, its GPUs' interconnect,
     each GPU and its PCIe path to its nearest NIC, and the HCAs (``hcas``: the names NCCL used,
-    where the run says; else every RDMA device of the node). For the culprit search's findings,
-    and for the fleet run's symptoms (_diagnose.collective_findings)."""
+    where the run says; else the node's compute rails, ``role_of``: module_utils/_rails.py roles()
+    of the node, from the node when not given - a storage or management port carries no
+    collective, so its fault explains none). For the culprit search's findings, and for the
+    fleet run's symptoms (_diagnose.collective_findings)."""
     gdr, ib = (node or {}).get('gdr') or {}, (node or {}).get('ib') or {}
     names = [d.get('name') for d in ib.get('devices') or [] if isinstance(d, dict) and d.get('name')]
-    used = [name for name in hcas or [] if name in names] or names
+    role_of = role_of if role_of is not None else _rails.node_roles(node)
+    used = [name for name in hcas or [] if name in names] or [name for name in names if _rails.is_compute(role_of, name)]
     path = [('node', host), ('gpus', host)] + [('hca', host, name) for name in sorted(set(used), key=natural_key)]
     for gpu in gdr.get('gpus') or []:
         if isinstance(gpu, dict) and gpu.get('name'):
@@ -740,10 +750,11 @@ def _with_routes(path, routes):
     return [tuple(place) for place in path] + extra
 
 
-def complete_paths(findings, nodes, bench=None, collective=None):
+def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
     """What a rule alone could not know of a symptom's path: the fabric links a pair crosses, the
     HCAs of a node left out of the mesh, the devices a culprit's collective ran through, every node
-    of a run that did not run."""
+    of a run that did not run. ``roles``: {host: _rails.roles()} where the caller has them."""
+    roles = roles or {}
     routes = _fabric_routes(nodes)
     transport = (((collective or {}).get('fleet') or {}).get('transport')) or {}
     used = [str(name).split(':')[0] for name in transport.get('hcas') or []]
@@ -752,9 +763,9 @@ def complete_paths(findings, nodes, bench=None, collective=None):
         if code in PAIR_SYMPTOMS + (F.FABRIC_SLOW_PAIR_PATH,) and item.get('path') and routes:
             item['path'] = F.places(_with_routes(item['path'], routes))
         elif code == F.BENCH_NODE_NOT_TESTED and host in nodes:
-            item['path'] = F.places([tuple(p) for p in item.get('path') or []] + collective_path(host, nodes[host])[2:])
+            item['path'] = F.places([tuple(p) for p in item.get('path') or []] + collective_path(host, nodes[host], role_of=roles.get(host))[2:])
         elif code in (F.COLLECTIVE_CULPRIT, F.COLLECTIVE_SUSPECT) and host:
-            item['path'] = F.places(collective_path(host, nodes.get(host), used))
+            item['path'] = F.places(collective_path(host, nodes.get(host), used, roles.get(host)))
             if transport.get('gdr') is False and isinstance(item.get('evidence'), dict):
                 # The run it was named in did not use GPUDirect RDMA (NCCL's INFO): a GDR root is preferred.
                 item['evidence'] = dict(item['evidence'], gdr=False)
@@ -922,7 +933,7 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     for host in sorted(unreachable or []):
         findings.append(finding(F.HOST_UNREACHABLE, host, 'node', {},
                                 'no facts came back from %s (unreachable, or its facts tasks failed)' % host))
-    complete_paths(findings, judged, bench, collective)
+    complete_paths(findings, judged, bench, collective, roles)
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
     findings.sort(key=lambda f: (order.get(f['layer'], 9), f['host'] or '', f['code'], f['subject'] or ''))
     link_causes(findings)

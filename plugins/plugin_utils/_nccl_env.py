@@ -58,7 +58,7 @@ def select_ports(ib, gdr, role_of=None):
     The ACTIVE ports of the compute rails, in position order (module_utils/_rails.py: roles and
     order). A storage or management NIC is left out: listed, NCCL would also send collective
     traffic through it, at its own rate and away from the GPUs (a MetaX C500 node's 200 Gb/s
-    BlueField-3 mlx5_2, NODE from every GPU, is one: tests/fixtures/seeds/000_mx_smi_topo_n.txt)."""
+    BlueField-3 mlx5_2, NODE from every GPU, is one)."""
     role_of = role_of if role_of is not None else _rails.roles(ib, gdr)
     chosen, left_out, notes = [], {}, []
     for device in _rails.ordered((ib or {}).get('devices') or []):

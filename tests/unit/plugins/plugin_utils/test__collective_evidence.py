@@ -162,3 +162,44 @@ def test_libibverbs_missing_is_read_from_the_log():
     with open(path) as handle:
         transport = _nccl.parse_any(handle.read())['transport']
     assert transport['ib_unavailable']['reason'] == 'libibverbs'
+
+
+def _iommu_root(host):
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+    return F.finding(F.HOST_IOMMU_TRANSLATED, host, 'iommu', {}, 'the IOMMU translates DMA', at=[('node', host)])
+
+
+def test_the_runs_own_transport_wins_over_a_node_wide_setting():
+    """With the variables set, the node's slow run is explained by how its GPUs talked, not by an IOMMU in
+    translation mode on the same node (NVLink peer-to-peer does not cross the IOMMU)."""
+    nodes = _collective.judge_nodes({'nodeA': result('nodeA.txt', ENV_A), 'nodeB': result('nodeB.txt', ENV_B)})
+    findings = _diagnose.collective_findings({'launcher': 'local', 'nodes': nodes}, {}) + [_iommu_root('nodeB')]
+    by = dict(((f['code'], f['host']), f) for f in _diagnose.link_causes(findings))
+    for code in ('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW'):
+        assert by[(code, 'nodeB')]['explained_by'] == 'COLLECTIVE_GPUS_NOT_P2P@nodeB/all_reduce_perf'
+    assert by[('COLLECTIVE_GPUS_NOT_P2P', 'nodeB')]['explained_by'] is None   # the variables, not the IOMMU
+
+
+def test_without_variables_an_iommu_that_translates_explains_why_p2p_was_impossible():
+    plain = result('nodeB.txt', {})
+    plain['transport']['env'] = {}
+    nodes = _collective.judge_nodes({'solo': plain})
+    findings = _diagnose.collective_findings({'launcher': 'local', 'nodes': nodes}, {}) + [_iommu_root('solo')]
+    by = dict(((f['code'], f['host']), f) for f in _diagnose.link_causes(findings))
+    assert by[('COLLECTIVE_GPUS_NOT_P2P', 'solo')]['explained_by'] == 'HOST_IOMMU_TRANSLATED@solo/iommu'
+    assert by[('COLLECTIVE_BUSBW_LOW', 'solo')]['explained_by'] == 'HOST_IOMMU_TRANSLATED@solo/iommu'
+
+
+def test_a_run_whose_nodes_gave_no_facts_is_still_judged():
+    fleet = {'hosts': ['a', 'b'], 'benchmark': 'all_reduce_perf', 'verdict': {'status': 'low', 'reasons': ['low']},
+             'transport': {'net': 'Socket', 'evidence': []}}
+    found = dict((f['code'], f) for f in _diagnose.collective_findings({'fleet': fleet}, {}))
+    assert found['COLLECTIVE_SOCKET_TRANSPORT']['at'] == [['run']]
+
+
+@pytest.mark.parametrize('busbw, status', [(330.0, 'ok'), (250.0, 'warning'), (200.0, 'warning'), (150.0, 'low')])
+def test_nvlink_verdict_is_an_error_only_far_below(busbw, status):
+    res = result('nodeA.txt', ENV_A)
+    res['max_busbw_gbs'] = busbw
+    nodes = _collective.judge_nodes({'solo': res})
+    assert nodes['hosts']['solo']['verdict']['status'] == status
