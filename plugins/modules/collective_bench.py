@@ -154,7 +154,7 @@ options:
     description:
       - Sets C(NCCL_DEBUG=INFO) and C(NCCL_DEBUG_SUBSYS=INIT,NET,ENV) (unless O(env) sets them), so that
         RV(transport) can be read from the output; with O(launcher=local) also C(GRAPH), whose topology lines give
-        the GPUs' own interconnect (RV(transport.topology)).
+        the GPUs' own interconnect (C(topology) in RV(transport)).
     type: bool
     default: true
   timeout:
