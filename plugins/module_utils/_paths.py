@@ -102,6 +102,44 @@ def open_regular(path, follow=False):
     return fd
 
 
+def open_regular_to_write(path, access=os.O_WRONLY | os.O_TRUNC, create=False):
+    """A descriptor (int) of the regular file ``path`` opened for writing (``access``: O_WRONLY|O_TRUNC
+    as open(path, 'w'), or O_RDWR to read back), non-blocking and without following a symlink at the
+    last component; ``create`` makes it when absent. NotRegular for anything else, OSError as open(2)
+    raises it otherwise. Below a snapshot or simulated root a symlink there may point out of the root
+    and a FIFO would block open(2) for a reader (fifo(7)); sysfs and configfs attributes are regular
+    files (S_IFREG, fs/sysfs/file.c, fs/configfs/file.c), so the live root takes the same path."""
+    # Looked at before open(2) too: opening a device can act on it (a tape rewinds on close).
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        if not create:
+            raise
+    else:
+        if stat.S_ISLNK(mode):
+            raise NotRegular('a symlink, not a regular file: it is not followed')
+        if not stat.S_ISREG(mode):
+            raise NotRegular('%s, not a regular file' % kind(mode))
+    flags = access | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | getattr(os, 'O_NOFOLLOW', 0)
+    if create:
+        flags |= os.O_CREAT
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        # Swapped in since the lstat: a symlink under O_NOFOLLOW gives ELOOP, a FIFO without a reader
+        # under O_NONBLOCK|O_WRONLY or a socket ENXIO, a directory EISDIR (open(2)).
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise NotRegular('not a regular file (%s)' % (exc.strerror or exc))
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular('%s, not a regular file' % kind(mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
 def read_fd(fd, limit):
     """At most ``limit`` bytes from ``fd``; TooLarge when there are more."""
     chunks, size = [], 0

@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_hex, parse_numa
 
 PCI_DEVICES = '/sys/bus/pci/devices'
@@ -178,8 +180,12 @@ def write_acs_ctl(sysroot, bdf, cap_offset, value):
     pci_write_config); setpci does the same through it. No tool is needed, and a
     snapshot or simulated root is written the same way.
     """
-    path = sysroot.path('%s/%s/config' % (PCI_DEVICES, bdf))
-    with open(path, 'r+b') as handle:
+    # host_path: below a snapshot or simulated root the symlinks of the path (devices/<bdf> is one)
+    # are resolved inside that root.
+    path = sysroot.host_path('%s/%s' % (PCI_DEVICES, bdf)) + '/config'
+    # Not through a symlink, and only a regular file (sysfs' config is one): below a snapshot or
+    # simulated root a symlink or FIFO there must not be written through or block (NotRegular).
+    with os.fdopen(_paths.open_regular_to_write(path, os.O_RDWR), 'r+b') as handle:
         handle.seek(cap_offset + _ACS_CTL_OFFSET)
         handle.write(struct.pack('<H', value))
         handle.flush()

@@ -41,6 +41,7 @@ import re
 import stat
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IFNAMSIZ, netdev_name_problem  # noqa: F401 (one check for every name read)
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._paths import NotRegular, open_regular_to_write
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
 
 NET_CLASS = '/sys/class/net'
@@ -637,9 +638,10 @@ def apply(sysroot, run, change):
             if not sysroot.live:
                 # A simulated node: configfs is a plain directory there, no kernel makes ports/.
                 os.makedirs('%s/ports/%s' % (base, port), exist_ok=True)
-            with open('%s/ports/%s/default_roce_tos' % (base, port), 'w') as handle:
-                handle.write(value + '\n')
+            _write_regular('%s/ports/%s/default_roce_tos' % (base, port), value, create=not sysroot.live)
             return None
+        except NotRegular as exc:
+            return 'cannot set the RDMA CM ToS of %s port %s: default_roce_tos is %s' % (device, port, exc)
         except OSError as exc:
             return 'cannot set the RDMA CM ToS of %s port %s: %s' % (device, port, exc.strerror or exc)
     return _write_text(sysroot, action[1], action[2])
@@ -652,8 +654,20 @@ def _write_text(sysroot, rel, value):
         else:
             parent = sysroot.host_path(os.path.dirname(rel))
             target = parent + '/' + os.path.basename(rel)
-        with open(target, 'w') as handle:
-            handle.write(value + '\n')
+        _write_regular(target, value, create=not sysroot.live)
+    except NotRegular as exc:
+        return 'cannot write %s: it is %s' % (rel, exc)
     except OSError as exc:
         return 'cannot write %s: %s' % (rel, exc.strerror or exc)
     return None
+
+
+def _write_regular(path, value, create=False):
+    """``value`` and a newline into the existing regular file ``path`` (a sysfs or configfs
+    attribute): a symlink at ``path`` is not followed and a FIFO, device or directory refused
+    (NotRegular), so a snapshot or simulated root is never written through to outside it."""
+    fd = open_regular_to_write(path, create=create)
+    try:
+        os.write(fd, (value + '\n').encode())
+    finally:
+        os.close(fd)

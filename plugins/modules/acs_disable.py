@@ -107,7 +107,7 @@ previous:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _pci
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
@@ -200,7 +200,10 @@ def run(module, sysroot):
         for entry in entries:
             if not entry['changed']:
                 continue
-            got = _pci.write_acs_ctl(sysroot, entry['pci_address'], entry['offset'], entry['after'])
+            try:
+                got = _pci.write_acs_ctl(sysroot, entry['pci_address'], entry['offset'], entry['after'])
+            except _paths.NotRegular as exc:
+                raise AcsError('%s: the config file of the device is %s; its ACSCtl was not written' % (entry['pci_address'], exc))
             if got != entry['after']:
                 raise AcsError('%s: wrote ACSCtl 0x%04x but it reads back 0x%04x (bits not writable on this port?)'
                                % (entry['pci_address'], entry['after'], got))

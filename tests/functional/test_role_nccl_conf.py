@@ -304,3 +304,32 @@ def test_configure_playbook_runs_it_where_asked(tmp_path):
     assert all(v['failed'] == 0 for v in recap(apply).values()), recap(apply)
     assert conf(dest, 'h100') == EXPECTED_IB
     assert conf(dest, 'plain') is None
+
+
+@pytest.mark.parametrize('state', ['present', 'absent'])
+def test_fifo_destination_is_refused_and_left_alone(tmp_path, state):
+    """A FIFO where the file goes: template would block reading it and file state=absent would
+    unlink it; the role refuses before either, in check mode too, and the FIFO stays."""
+    dest = str(tmp_path)
+    build(dest, {'nodes': [SPEC['nodes'][0]]})
+    fifo = os.path.join(dest, 'roots', 'ib', 'etc', 'nccl-fifo.conf')
+    os.mkfifo(fifo)
+    inode = os.lstat(fifo).st_ino
+    for args in (['--check'], []):
+        result = playbook(dest, *args, '-e', 'nccl_conf_state=%s' % state, '-e', 'nccl_conf_path=/etc/nccl-fifo.conf')
+        assert result.returncode == 2, explain(result)
+        assert recap(result)['ib']['failed'] == 1
+        assert ('exists and is not a regular file (a FIFO): the role writes or removes only a regular file'
+                in ' '.join(result.stdout.split())), explain(result)
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.lstat(fifo).st_ino == inode
+
+
+@pytest.mark.parametrize('path', ['/etc/../etc/nccl.conf', 'etc/nccl.conf', '/etc/nccl.conf\nX'], ids=['dotdot', 'relative', 'newline'])
+def test_bad_path_is_refused(tmp_path, path):
+    dest = str(tmp_path)
+    names = build(dest, {'nodes': [SPEC['nodes'][0]]})
+    before = hashes(dest, names)
+    result = playbook(dest, '-e', json.dumps({'nccl_conf_path': path}))
+    assert result.returncode == 2 and recap(result)['ib']['failed'] == 1, explain(result)
+    assert "nccl_conf_path must be an absolute path without a '..' component or control characters" in ' '.join(result.stdout.split())
+    assert hashes(dest, names) == before

@@ -197,7 +197,10 @@ def test_a_zombie_ancestor_counts_as_gone():
         deadline = time.time() + 10
         while time.time() < deadline:
             with open('/proc/%d/stat' % child.pid, 'rb') as handle:
-                if handle.read().rsplit(b')', 1)[1].split()[0] == b'Z':
+                fields = handle.read().rsplit(b')', 1)[1].split()
+                if fields[0] == b'Z':
+                    # The zombie's real start time (proc(5) field 22): only its state can make it gone.
+                    start = int(fields[19])
                     break
             time.sleep(0.02)
         else:
@@ -208,7 +211,7 @@ def test_a_zombie_ancestor_counts_as_gone():
         assert live is not None
         watch.watched = [(os.getpid(), live[1])]
         assert watch.gone() is None or 'output' in watch.gone()
-        watch.watched.append((child.pid, 0))
+        watch.watched.append((child.pid, start))
         assert watch.gone() == 'the ancestor process %d exited' % child.pid
     finally:
         child.wait()

@@ -111,3 +111,17 @@ def test_a_regular_file_or_a_symlink_to_one_is_replaced(sim_root, monkeypatch, t
     result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
     assert failed is False, result
     assert stat.S_ISREG(os.lstat(dest).st_mode) and result['archive_bytes'] == os.path.getsize(dest) > 3
+
+
+def test_a_symlink_to_the_real_dev_null_is_refused_as_any_user(sim_root, monkeypatch, tmp_path):
+    """The /dev/null case without root: a symlink in tmp_path to the real /dev/null is refused before
+    the capture (nothing is written, so this is safe), and /dev/null keeps its inode and type."""
+    before = os.stat('/dev/null')
+    dest = str(tmp_path / 'node.tar.gz')
+    os.symlink('/dev/null', dest)
+    result, failed = run_module(fabric_capture.main, {'root': sim_root('homelab_cx4')[0], 'dest': dest}, monkeypatch)
+    assert failed is True
+    assert result['msg'].startswith('dest %s is a symlink to a character device, not to a regular file' % dest), result['msg']
+    after = os.stat('/dev/null')
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_dev, after.st_rdev) == (before.st_ino, before.st_dev, before.st_rdev)
+    assert os.readlink(dest) == '/dev/null' and os.listdir(str(tmp_path)) == ['node.tar.gz']
