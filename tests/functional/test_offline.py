@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -195,3 +196,30 @@ def test_a_snapshot_packed_from_its_top_is_analysed(tmp_path):
     assert report['hosts']['n1']['status'] != 'error', report['hosts']['n1']
     assert not [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED'], report['findings']
     assert 'n1: 9 RDMA device(s), 9/9 port(s) ACTIVE' in ' '.join(result.stdout.split()), result.stdout[-3000:]
+
+
+def test_capture_refuses_a_destination_that_is_no_regular_file(tmp_path):
+    """fetch hashes an existing dest (a FIFO blocks it forever) and writes through a symlink: a node
+    whose <host>.tar.gz is a FIFO or a symlink (even to a regular file) fails alone, the rest are captured."""
+    dest = str(tmp_path)
+    snapshots = os.path.join(dest, 'snapshots')
+    os.makedirs(snapshots)
+    spec = {'nodes': [dict(SPEC['nodes'][0], name=name) for name in ('a', 'b', 'c')]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
+    os.mkfifo(os.path.join(snapshots, 'a.tar.gz'))
+    outside = os.path.join(dest, 'outside')
+    with open(outside, 'w') as handle:
+        handle.write('keep')
+    os.symlink(outside, os.path.join(snapshots, 'b.tar.gz'))
+    captured = playbook('playbooks/capture.yml', '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes',
+                        '-e', 'gpu_fabric_output_dir=' + snapshots)
+    assert captured.returncode == 2, captured.stdout[-3000:] + captured.stderr[-3000:]
+    stats = recap(captured)
+    assert stats['a']['failed'] == 1 and stats['b']['failed'] == 1 and stats['c']['failed'] == 0
+    said = ' '.join(captured.stdout.split())
+    assert '/a.tar.gz exists on the controller and is a FIFO, not a regular file: the snapshot was not fetched over it' in said
+    assert ('/b.tar.gz exists on the controller and is a symlink (refused even to a regular file: it may point out of the'
+            ' output directory)') in said
+    assert stat.S_ISFIFO(os.lstat(os.path.join(snapshots, 'a.tar.gz')).st_mode)
+    assert os.readlink(os.path.join(snapshots, 'b.tar.gz')) == outside and open(outside).read() == 'keep'
+    assert os.path.getsize(os.path.join(snapshots, 'c.tar.gz')) > 0
