@@ -27,17 +27,19 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integ
 GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
 
 
-def node_plan(ib, gdr, hcas=None):
+def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
     """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
 
     Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
     the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
     name in natural order), so that rail i is the same slot on every node of a kind - never the
-    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail."""
+    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail.
+    ``nccl_ib_hca``: the node's NCCL_IB_HCA where its settings name one (what the report's
+    diagnosis and NCCL recommendation read, filter/report.py): the rails are the same there and here."""
     devices = (ib or {}).get('devices') or []
     if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
         hcas = [name.strip() for name in hcas.split(',') if name.strip()]
-    names = list(hcas) if hcas else _rails.compute(ib, gdr)
+    names = list(hcas) if hcas else _rails.compute(ib, gdr, role_of=_rails.node_roles({'ib': ib, 'gdr': gdr, 'nccl_ib_hca': nccl_ib_hca}))
     rates, active, models = {}, {}, {}
     for device in devices:
         rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
@@ -373,10 +375,20 @@ def write_records(directory, host, records, run_id=None):
     return path
 
 
-# A records file, compressed and decompressed: a node's records in a full mesh are (nodes - 1) x
-# rails x 2 sides of about 0.2-1 kB each (a 1,024-node mesh over 8 rails: about 16 MB). The caps
-# keep a gzip bomb (a few kB that inflate to GBs) or /dev/zero from exhausting the controller.
-RECORDS_MAX_BYTES = 128 << 20
+# A records file, compressed and decompressed. A node's records in a full mesh are (nodes - 1) x
+# rails x 2 memories (fabric_bench_memory: host, gpu) x 2 sides; record_of's JSON (write_records:
+# no blanks) is about 570 bytes for a server side, 680 for a client with one message size and 2.9 kB
+# with fabric_bench_all_sizes (23 sizes). A 1,024-node mesh over 8 rails: 32,736 records, about
+# 20 MB, and 57 MB with every size; hence 64 MiB. The cap keeps a gzip bomb (a few kB that
+# inflate to GBs) or /dev/zero from exhausting the controller.
+RECORDS_MAX_BYTES = 64 << 20
+# Parsed, 64 MiB of '{},' would still be 22 million dicts (about 3 GB): the values are counted
+# before json.loads builds them, by their separators (a ',' before every value but the first of
+# a list or mapping, a '{' or '[' for every container; those inside strings count too, so this
+# is an upper bound). The same mesh with every size: about 2.6 million ',' and 560,000
+# containers (record_of: 22 and 5 for a server side, 137 and 29 for an all-sizes client).
+RECORDS_MAX_VALUES = 8000000
+RECORDS_MAX_CONTAINERS = 2000000
 # A record is a mapping of mappings of values (counters, a failure): a few levels. JSON nested
 # deeper raises RecursionError in json.loads, and deep values would in what later walks them.
 RECORDS_MAX_DEPTH = 16
@@ -399,7 +411,8 @@ def _deeper_than(value, limit):
 
 def _read_records_file(path):
     """The decoded content of the records file ``path``: a regular file (a FIFO would block the
-    read forever), at most RECORDS_MAX_BYTES compressed and decompressed. Raises OSError,
+    read forever), at most RECORDS_MAX_BYTES compressed and decompressed, holding at most
+    RECORDS_MAX_CONTAINERS lists or mappings and RECORDS_MAX_VALUES values. Raises OSError,
     EOFError or ValueError, saying why."""
     fd = _paths.open_regular(path)
     with os.fdopen(fd, 'rb') as raw:
@@ -412,6 +425,10 @@ def _read_records_file(path):
                 raise ValueError('damaged gzip data: %s' % exc)
     if len(data) > RECORDS_MAX_BYTES:
         raise _paths.TooLarge('larger than %s once decompressed' % _paths.size_text(RECORDS_MAX_BYTES))
+    containers = data.count(b'{') + data.count(b'[')
+    if containers > RECORDS_MAX_CONTAINERS or data.count(b',') > RECORDS_MAX_VALUES:
+        raise ValueError('more JSON values than a records file of a 1,024-node mesh holds (%d lists or mappings at most, '
+                         '%d values at most), not read' % (RECORDS_MAX_CONTAINERS, RECORDS_MAX_VALUES))
     try:
         content = json.loads(data.decode('utf-8'))
     except RecursionError:
@@ -628,11 +645,13 @@ def report(nodes, options):
                     entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
                         entry['bw_avg_gbps'], 100 * entry['bw_ratio'], expected,
                         'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
-            if degraded:
-                entry['reasons'].append(degraded_text(entry))
             elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
                 entry['verdict'] = 'low'
                 entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
+            # Said on top of the verdict, never instead of it: a failed test stays failed, a latency
+            # test through a degraded port is still judged.
+            if degraded:
+                entry['reasons'].append(degraded_text(entry))
             pairs.append(entry)
             value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
             rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})

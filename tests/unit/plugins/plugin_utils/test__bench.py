@@ -185,6 +185,27 @@ def test_rail_nominal_rate_is_the_mode_of_active_ports_per_model():
     assert (pairs[('a', 'c')]['rail_nominal_gbps'], pairs[('c', 'd')]['rail_nominal_gbps']) == (200.0, 400.0)
 
 
+def test_a_degraded_port_adds_its_text_without_replacing_the_verdict():
+    # c's rail 0 is degraded (1X). A failed test through it stays failed; a latency test through it is still judged.
+    model = ['M']
+    plans = {'a': _rails_plan([400.0], model), 'b': _rails_plan([400.0], model), 'c': _rails_plan([100.0], model)}
+    nodes = _bench_mesh(plans, lambda *_: 392.0)
+    for record in nodes['c']['records']:
+        if record['server'] == 'a':
+            record.update(status='failed', failure={'kind': 'connect_failed', 'message': 'refused'},
+                          summary={'bw_avg_gbps': None, 'lat_typical_us': 3.0})
+        else:
+            record['summary'] = {'bw_avg_gbps': None, 'lat_typical_us': 40.0}
+    # A failed test between healthy ports that left a latency summary stays failed too.
+    nodes['b']['records'][0].update(status='failed', failure={'kind': 'timeout', 'message': 'killed'},
+                                    summary={'bw_avg_gbps': None, 'lat_typical_us': 40.0})
+    pairs = dict(((p['server'], p['client']), p) for p in _bench.report(nodes, {'lat_max_us': 10})['pairs'])
+    assert pairs[('a', 'c')]['verdict'] == 'failed' and pairs[('a', 'c')]['degraded_ports']
+    assert (pairs[('a', 'b')]['verdict'], pairs[('a', 'b')]['degraded_ports']) == ('failed', [])
+    assert pairs[('b', 'c')]['verdict'] == 'low' and pairs[('b', 'c')]['reasons'] == [
+        'typical latency 40.00 us above 10.00 us', 'below the rail\'s nominal 400 Gb/s: c mlx5_0 at 100 Gb/s']
+
+
 def test_report_without_a_nominal_rate_falls_back_to_the_port_rate():
     # One node per model on the rail: its nominal rate is its own rate (the old bar, the slower port's).
     alone = _bench.report(_bench_mesh({'a': _rails_plan([400.0], ['X']), 'b': _rails_plan([100.0], ['Y'])}, lambda *_: 97.0), {})
