@@ -215,7 +215,7 @@ def test_capture_refuses_a_destination_that_is_no_regular_file(tmp_path):
                         '-e', 'gpu_fabric_output_dir=' + snapshots)
     assert captured.returncode == 2, captured.stdout[-3000:] + captured.stderr[-3000:]
     stats = recap(captured)
-    assert stats['a']['failed'] == 1 and stats['b']['failed'] == 1 and stats['c']['failed'] == 0
+    assert stats['a']['failed'] == 1 and stats['b']['failed'] == 1 and stats['c']['failed'] == 0, captured.stdout[-4000:]
     said = ' '.join(captured.stdout.split())
     assert '/a.tar.gz exists on the controller and is a FIFO, not a regular file: the snapshot was not fetched over it' in said
     assert ('/b.tar.gz exists on the controller and is a symlink (refused even to a regular file: it may point out of the'
