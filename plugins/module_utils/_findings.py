@@ -25,8 +25,11 @@ SEVERITIES = ('info', 'warning', 'error')
 # default template (%(name)s from the finding's host, subject and the rule's values);
 # remedies: {variant: template} that a rule names instead; scope: where a finding of the code sits
 # when its rule names no place (SCOPES: 'node' its host, 'fabric' the subnet, 'run' the run), None
-# where only the rule can say (an HCA, a GPU<->NIC path, a link).
-Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope')
+# where only the rule can say (an HCA, a GPU<->NIC path, a link); gpu_memory: the fault breaks GPUDirect
+# RDMA or costs GPU memory only (the node's GPU-memory tests, not its host-memory ones): where a
+# symptom says GPU memory was slower than host memory or GPUDirect RDMA was not used, such a root
+# is what it names (named()).
+Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory')
 
 REGISTRY = OrderedDict()
 
@@ -45,7 +48,7 @@ _P2P_IMPOSSIBLE = (lambda symptom: not (symptom.get('evidence') or {}).get('vari
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
 
 
-def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None, scope=None):
+def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None, scope=None, gpu_memory=False):
     layers = (layers,) if isinstance(layers, str) else tuple(layers)
     if code in REGISTRY or not set(layers) <= set(LAYERS) or severity not in SEVERITIES \
             or not set(other or {}) <= set(SEVERITIES):
@@ -53,7 +56,8 @@ def _register(code, layers, severity, doc, remedy, other=None, explains=(), reme
     explained = OrderedDict((item, None) if isinstance(item, str) else item for item in explains)
     if scope not in (None, 'node', 'fabric', 'run'):
         raise ValueError('bad registry entry %s: scope %r' % (code, scope))
-    REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}), scope)
+    REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}), scope,
+                          bool(gpu_memory))
     return code
 
 
@@ -83,7 +87,9 @@ IB_RATE_DEGRADED = _register(
     'IB_RATE_DEGRADED', 'ib', 'error', 'width 1X or rate below the node\'s other ports',
     'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width',
     # FABRIC_LINK_DEGRADED of the same host link (the switch's view of this port): one fault, one root.
-    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_LINK_DEGRADED'))
+    # Not BENCH_GPU_MEMORY_LOW: a slow port slows host and GPU memory of the same pair alike, and that
+    # symptom is GPU memory slower than host memory.
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_LINK_DEGRADED'))
 IB_ERROR_COUNTERS = _register(
     'IB_ERROR_COUNTERS', 'ib', 'warning', 'symbol/receive/link errors counted (saturated counters said)',
     'clear the counters (perfquery -x -R) and watch whether they rise under load; rising symbol or receive errors mean '
@@ -175,7 +181,8 @@ FLEET_RAIL_SLOWER = _register(
     'FLEET_RAIL_SLOWER', 'ib', 'error',
     'ports slower than the majority\'s of the kind, or on another link layer (a port `IB_PORT_DOWN` or `IB_RATE_DEGRADED` '
     'reports is left to them)', '%(attribute_remedy)s',
-    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+    # A slower port slows host and GPU memory alike: it cannot make GPU memory slower than host memory.
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
 FLEET_DIFFERS = _register(
     'FLEET_DIFFERS', ('ib', 'ib_gpu', 'host'), 'warning',
     'unlike the majority of the kind in the subject: `firmware`, `board_id`, `hca_model`, `roce_mtu` (netdev MTU the RDMA '
@@ -194,29 +201,29 @@ GDR_MM_KOBJ_NOT_EXPORTED = _register(
     'GDR_MM_KOBJ_NOT_EXPORTED', 'ib_gpu', 'error',
     'kernel without the `mm_kobj` export (removed upstream, and in RHEL 9.6) → OFED without `HAVE_MM_KOBJ_EXPORTED` → no memory_peers client',
     'a kernel that exports mm_kobj, then rebuild MLNX OFED against it (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS)
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, gpu_memory=True)
 GDR_OFED_STALE_BUILD = _register(
     'GDR_OFED_STALE_BUILD', 'ib_gpu', 'error', 'the kernel exports `mm_kobj`, OFED was built without it: rebuild',
     'rebuild MLNX OFED for the running kernel (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS)
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, gpu_memory=True)
 GDR_PEERMEM_NOT_LOADED = _register(
     'GDR_PEERMEM_NOT_LOADED', 'ib_gpu', 'error', 'peer-memory module not loaded',
     'load the peer-memory module now and at boot (role rdma_modules, tag rdma_modules)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED})
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
 GDR_MEMORY_PEERS_MISSING = _register(
     'GDR_MEMORY_PEERS_MISSING', 'ib_gpu', 'error', 'module loaded, no memory_peers client',
     'check the kernel log of the peer-memory module; reload it (role ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED})
+    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
 GDR_ACS_REDIRECT = _register(
     'GDR_ACS_REDIRECT', 'ib_gpu', 'error', 'ACS redirects P2P on a GPU↔NIC path',
     'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)',
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
-              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)))
+              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)), gpu_memory=True)
 GPU_NIC_FAR = _register(
     'GPU_NIC_FAR', 'ib_gpu', 'warning', 'a GPU\'s nearest NIC is PHB/NODE/SYS, or a compute NIC has no GPU near',
     'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node',
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'})
+    remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'}, gpu_memory=True)
 # A PCIe link on the way of an HCA or a GPU trained below what both of its ends can do
 # (plugin_utils/_pcie_rules.py; facts gdr.pcie_links, module_utils/_pcie.py): every byte through it
 # crawls, host memory and GPU memory alike for an HCA's link, GPU memory for a GPU's.
@@ -235,11 +242,11 @@ GDR_NO_RDMA_NIC = _register(
     'GPUs but no RDMA device: NCCL would use its socket transport between nodes (`evidence.nccl_path`: `socket`)',
     'check that the HCA is on the PCI bus (lspci) and that its drivers are loaded (mlx5_core, mlx5_ib, ib_uverbs: role '
     'rdma_modules); in a VM or container, pass the RDMA devices through',
-    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'))
+    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'), gpu_memory=True)
 GDR_NOT_READY = _register(
     'GDR_NOT_READY', 'ib_gpu', 'error',
     '`gdr_ready` false for a reason no other rule names (the reasons, and the path NCCL takes, in evidence)',
-    'see the reasons; gdr_facts lists them with the facts behind each')
+    'see the reasons; gdr_facts lists them with the facts behind each', gpu_memory=True)
 
 # ---------------------------------------------------------------------------- host layer
 HOST_CPU_GOVERNOR = _register(
@@ -266,7 +273,7 @@ HOST_IOMMU_TRANSLATED = _register(
     'boot with iommu=pt (with intel_iommu=on or amd_iommu=on where the IOMMU is wanted for VMs), or disable the '
     'IOMMU (VT-d / AMD-Vi) in the BIOS',
     explains=('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
-              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)))
+              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)), gpu_memory=True)
 HOST_UNREACHABLE = _register(
     'HOST_UNREACHABLE', 'host', 'error', 'no facts came back; nothing on the node was checked',
     'check that the node is up and reachable over SSH; nothing on it was checked')
@@ -482,10 +489,6 @@ for _scope, _codes in SCOPES.items():
 # Which codes a root explains (a symptom anywhere above it, on the symptom's path: on_path).
 EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY.items() if entry.explains)
 SYMPTOMS = frozenset(code for entry in REGISTRY.values() for code in entry.explains)
-# Roots whose fault means GPUDirect RDMA is not used: where a symptom's evidence says so
-# (gdr_not_used), they are preferred over other roots on its path (a slow port there is not why).
-GDR_OFF = (GDR_MM_KOBJ_NOT_EXPORTED, GDR_OFED_STALE_BUILD, GDR_PEERMEM_NOT_LOADED, GDR_MEMORY_PEERS_MISSING, GDR_NOT_READY,
-           GDR_NO_RDMA_NIC, GDR_ACS_REDIRECT, GPU_NIC_FAR)
 
 
 def explains(root, symptom):
@@ -560,9 +563,11 @@ def on_path(at, path):
 
 def named(root, symptom):
     """Does the symptom itself name the root's kind of cause? GPUDirect RDMA not used, or GPU memory
-    slower than or failing where host memory did not (the GPU's side of the test): GDR_OFF; a
-    buffer that could not be registered (mr_failed): the locked-memory limit. ``root``: a code."""
-    if root in GDR_OFF:
+    slower than or failing where host memory did not (the GPU's side of the test): a root that breaks
+    GPUDirect RDMA or costs GPU memory (the registry's gpu_memory: the peer-memory chain, ACS, a far NIC,
+    IOMMU translation); a buffer that could not be registered (mr_failed): the locked-memory limit.
+    ``root``: a code."""
+    if root in REGISTRY and REGISTRY[root].gpu_memory:
         return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED)
     if root == COLLECTIVE_GPUS_NOT_P2P:
         # The run's own log says how its GPUs talked: that, not a node-wide setting, is why it was slow.

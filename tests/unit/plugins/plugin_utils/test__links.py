@@ -213,3 +213,30 @@ def test_the_explains_graph_has_no_cycle():
         return any(code == goal or (code not in seen and reaches(code, goal, seen + (code,)))
                    for code in F.REGISTRY[start].explains if code in F.REGISTRY)
     assert [code for code in F.REGISTRY if reaches(code, code)] == []
+
+
+def test_gpu_memory_slower_than_host_memory_is_not_a_slow_port(h100):
+    # A slow port slows host and GPU memory of a pair alike: GPU memory below host memory on rail 0
+    # is the IOMMU's translation (the same node), not rail 0's degraded rate.
+    both = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('iommu_translated',))
+    both['ib']['devices'][0]['ports'][0].update(rate='100 Gb/sec (1X NDR)', rate_gbps=100.0, width='1X')
+    nodes = {'a': h100, 'b': both, 'c': h100}
+    bench = {'pairs': [pair('a', 'b', 0, 'gpu'), pair('a', 'b', 0, 'host')], 'thresholds': {}}
+    found = _diagnose.diagnose(nodes, bench)
+    roots = dict((f['code'], f) for f in found if f['host'] == 'b' and f['code'] in ('IB_RATE_DEGRADED', 'HOST_IOMMU_TRANSLATED'))
+    assert sorted(roots) == ['HOST_IOMMU_TRANSLATED', 'IB_RATE_DEGRADED']
+    symptoms = by_subject(found)
+    assert symptoms['a->b rail 0 gpu']['code'] == 'BENCH_GPU_MEMORY_LOW'
+    assert symptoms['a->b rail 0 gpu']['explained_by'] == roots['HOST_IOMMU_TRANSLATED']['id']
+    assert symptoms['a->b rail 0 host']['explained_by'] == roots['IB_RATE_DEGRADED']['id']
+
+
+def test_what_costs_gpu_memory_is_one_registry_attribute():
+    costs = [code for code, entry in F.REGISTRY.items() if entry.gpu_memory]
+    assert 'HOST_IOMMU_TRANSLATED' in costs and 'GDR_PEERMEM_NOT_LOADED' in costs and 'IB_RATE_DEGRADED' not in costs
+    assert not hasattr(F, 'GDR_OFF')
+    gpu_low = {'code': 'BENCH_GPU_MEMORY_LOW', 'evidence': {}}
+    assert F.named('HOST_IOMMU_TRANSLATED', gpu_low) and not F.named('IB_RATE_DEGRADED', gpu_low)
+    # A slower port cannot make GPU memory slower than host memory on the same pair.
+    for code in ('IB_RATE_DEGRADED', 'FLEET_RAIL_SLOWER'):
+        assert 'BENCH_GPU_MEMORY_LOW' not in F.REGISTRY[code].explains, code
