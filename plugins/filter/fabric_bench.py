@@ -8,11 +8,19 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 
 
-def bench_node_plan(ib, gdr, hcas=None):
-    return _bench.node_plan(ib, gdr, hcas)
+def bench_node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
+    # NCCL_IB_HCA as a string, or the node's settings in the order they win ([fabric_collective_env,
+    # nccl_conf_overrides]), read as filter/report.py reads them for the diagnosis.
+    if isinstance(nccl_ib_hca, (list, tuple)):
+        nccl_ib_hca = _rails.settings_ib_hca(*nccl_ib_hca)
+    elif nccl_ib_hca is not None and not isinstance(nccl_ib_hca, str):
+        raise AnsibleFilterError('bench_node_plan: nccl_ib_hca must be a string or a list of settings dicts, not %s'
+                                 % type(nccl_ib_hca).__name__)
+    return _bench.node_plan(ib, gdr, hcas, nccl_ib_hca)
 
 
 def bench_address(ib, cidr, ipv4_addresses=None, fallback=None):

@@ -8,18 +8,16 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
 
 
 def _node_ib_hca(hv):
     """NCCL_IB_HCA of a node's settings: the collective's environment (fabric_collective_env), else
-    what role nccl_conf writes (nccl_conf_overrides); None where neither names it."""
-    for name in ('fabric_collective_env', 'nccl_conf_overrides'):
-        value = hv.get(name) if hasattr(hv, 'get') else None
-        value = value.get('NCCL_IB_HCA') if isinstance(value, dict) else None
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
+    what role nccl_conf writes (nccl_conf_overrides); None where neither names it. Role fabric_bench
+    passes the same two to bench_node_plan, so the rails it tests are the ones judged here."""
+    return _rails.settings_ib_hca(*[hv.get(name) if hasattr(hv, 'get') else None
+                                    for name in ('fabric_collective_env', 'nccl_conf_overrides')])
 
 
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
@@ -49,9 +47,10 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
     if not any(stages.values()):
         stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
     findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)
-    # What NCCL should be told on each node, from the same facts (role nccl_conf writes it).
-    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'))) for host, node in nodes.items()
-                if node.get('ib') is not None or node.get('gdr') is not None)
+    # What NCCL should be told on each node, from the same facts (role nccl_conf writes it) and the
+    # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
+    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'), role_of=_rails.node_roles(node)))
+                for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
     return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
 
 

@@ -92,6 +92,17 @@ def ib_hca_selects(value, name):
     return hit != exclude
 
 
+def settings_ib_hca(*settings):
+    """NCCL_IB_HCA of a node's settings, ``settings`` in the order they win (the collective's
+    environment fabric_collective_env, then nccl_conf_overrides, which role nccl_conf writes):
+    the first that names it as a non-blank string, stripped; None where none does."""
+    for entry in settings:
+        value = entry.get('NCCL_IB_HCA') if isinstance(entry, dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
 def _names_of(ib, gdr):
     devices = (ib or {}).get('devices')
     if devices is None:

@@ -289,19 +289,22 @@ def _other_judge(host, value, ref, ref_hosts, ctx):
     return _findings.FLEET_DIFFERS, ('warning' if lacking else 'info')
 
 
-def _places(name, host, node, value, ref):
+def _places(name, host, node, value, ref, ctx):
     """Where a node's difference sits (a finding's ``at``, _findings.on_path): the HCAs whose
     ports, model, firmware or board differ, or whose RoCE settings were compared; the node where
     the difference is node-wide (a GPU or an HCA missing: the rest shifts to other devices; the
-    kernel, OFED, peer memory, the NCCL settings) or where no device can be named."""
+    kernel, OFED, peer memory, the NCCL settings) or where no device can be named. ``rails`` and
+    ``hca_model`` compare the compute rails only (``_devices``): a storage card of the same rate
+    or model is never where their difference sits."""
     devices = [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
+    rails_only = [d for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name')]
     named = []
     if name == 'rails':
         extra = Counter(value) - Counter(ref)
-        named = [d['name'] for d in devices for p in d.get('ports') or []
+        named = [d['name'] for d in rails_only for p in d.get('ports') or []
                  if (p.get('link_layer'), p.get('rate_gbps')) in extra]
     elif name == 'hca_model':
-        named = [d['name'] for d in devices if d.get('hca_type') and d['hca_type'] not in ref]
+        named = [d['name'] for d in rails_only if d.get('hca_type') and d['hca_type'] not in ref]
     elif name in ('firmware', 'board_id'):
         field = 'fw_ver' if name == 'firmware' else 'board_id'
         theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
@@ -424,7 +427,7 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
                     '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
                     % (words, show(value), show(ref), len(ref_hosts), known, kind),
                     severity=severity, layer=layer, attribute_remedy=remedy,
-                    at=_places(name, host, nodes[host], value, ref), path=_places(name, host, nodes[host], value, ref)))
+                    at=_places(name, host, nodes[host], value, ref, ctx), path=_places(name, host, nodes[host], value, ref, ctx)))
         return found
     # No majority: a value stays in the split only when no other value explains it away
     # (a node whose difference another finding accounts for is not one side of it).

@@ -78,7 +78,7 @@ def test_finding_takes_layer_severity_and_remedy_from_the_registry():
 
 @pytest.mark.parametrize('code, kwargs, words', [
     ('NOT_A_CODE', {}, 'not registered'),
-    ('IB_PORT_DOWN', {'severity': 'info'}, 'severity'),
+    ('IB_PORT_DOWN', {'severity': 'warning'}, 'severity'),     # error, or info on a storage or management port
     ('IB_PORT_DOWN', {'layer': 'collective'}, 'layer'),
     ('GPU_NIC_FAR', {'remedy': 'nope'}, 'remedy'),
 ])
