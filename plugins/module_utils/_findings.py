@@ -122,7 +122,9 @@ def _qos_parts_missing_only(symptom):
 # comparison, plugin_utils/_fleet.py roce_qos, names the same ports): one fault, one root. A part
 # set otherwise (PFC on priority 4 where the peers use 3) is a difference of its own.
 _ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (_qos_parts_missing_only, 'roce_qos, only the parts the ROCE finding names'))
-_ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW', _ROCE_QOS_DIFFERS)
+# Not COLLECTIVE_NODE_SLOW: a node's own collective runs over its GPUs' interconnect (its path is the
+# node and its GPUs, _diagnose._local_collective_findings), not through the RoCE ports.
+_ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', _ROCE_QOS_DIFFERS)
 _ROCE_ROLE = 'run playbooks/configure.yml -e gpu_fabric_roce_qos=true --tags roce_qos (role roce_qos), and match the switch ports'
 ROCE_QOS_UNKNOWN = _register(
     'ROCE_QOS_UNKNOWN', 'ib', 'warning',
@@ -235,7 +237,8 @@ PCIE_LINK_DEGRADED = _register(
     'reseat the card (or its riser/cable) at %(device)s and check the slot\'s lane setting in the BIOS (bifurcation); '
     'then check that current_link_width/current_link_speed under /sys/bus/pci/devices/%(bdf)s match the maximum',
     other={'warning': 'the link still carries more than the rate of every HCA port whose traffic crosses it'},
-    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW'))
+    # Not COLLECTIVE_NODE_SLOW: a node's own collective's path is its GPUs' interconnect, no HCA or GPU<->NIC link.
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
 # No RDMA device, or nothing at all: the node cannot join the mesh; alone, nothing can run.
 GDR_NO_RDMA_NIC = _register(
     'GDR_NO_RDMA_NIC', 'ib_gpu', 'error',

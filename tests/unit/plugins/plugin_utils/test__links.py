@@ -240,3 +240,10 @@ def test_what_costs_gpu_memory_is_one_registry_attribute():
     # A slower port cannot make GPU memory slower than host memory on the same pair.
     for code in ('IB_RATE_DEGRADED', 'FLEET_RAIL_SLOWER'):
         assert 'BENCH_GPU_MEMORY_LOW' not in F.REGISTRY[code].explains, code
+
+
+def test_no_root_lists_a_node_slow_collective_it_can_never_be_on_the_path_of():
+    # COLLECTIVE_NODE_SLOW's path is the node and its GPUs' interconnect; a PCIe link of an HCA or GPU
+    # and a RoCE port's QoS sit on HCA, GPU and GPU<->NIC places, never on it.
+    for code in ['PCIE_LINK_DEGRADED'] + [code for code in F.REGISTRY if code.startswith('ROCE_')]:
+        assert 'COLLECTIVE_NODE_SLOW' not in F.REGISTRY[code].explains, code
