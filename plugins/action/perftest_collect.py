@@ -17,6 +17,7 @@ go back to the controller's main process.
 
 from __future__ import annotations
 
+import math
 import time
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
@@ -28,14 +29,23 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 
 
-def _seconds(args, name, default, lowest):
+# The longest wait for a job: 30 days (a 1,024-node full mesh's budget, fabric_bench's
+# __fabric_bench_budget, is a few days); and the longest pause between two looks at it.
+MAX_TIMEOUT_S = 30 * 86400
+MAX_DELAY_S = 3600
+
+
+def _seconds(args, name, default, lowest, highest):
+    """``name`` as seconds from ``lowest`` to ``highest``. Every ``-e key=value`` arrives as a string
+    and float() takes 'nan' and 'inf': a NaN passes any < or > test (time.sleep then raises
+    ValueError, or the poll loop never waits), so finiteness is checked first."""
     value = args.get(name, default)
     try:
         value = float(value)
     except (TypeError, ValueError):
         raise AnsibleActionFail('%s must be a number of seconds, got %r' % (name, args.get(name)))
-    if value < lowest:
-        raise AnsibleActionFail('%s must be at least %s, got %s' % (name, lowest, value))
+    if not math.isfinite(value) or not lowest <= value <= highest:
+        raise AnsibleActionFail('%s must be a number of seconds from %s to %s, got %s' % (name, lowest, highest, value))
     return value
 
 
@@ -62,8 +72,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail('job must be the registered result of the perftest_run task (a mapping)')
         if not isinstance(steps, list):
             raise AnsibleActionFail('steps must be the list of steps the sequence was given')
-        timeout = _seconds(args, 'timeout', None, 1)
-        delay = _seconds(args, 'delay', 1, 0.1)
+        timeout = _seconds(args, 'timeout', None, 1, MAX_TIMEOUT_S)
+        delay = _seconds(args, 'delay', 1, 0.1, MAX_DELAY_S)
         dest = args.get('dest')
         if dest in (None, ''):
             dest = None

@@ -47,11 +47,11 @@ options:
     elements: dict
     required: true
   timeout:
-    description: Seconds to wait for the job, at least 1.
+    description: Seconds to wait for the job, from 1 to 2592000 (30 days).
     type: float
     required: true
   delay:
-    description: Seconds between two looks at the job, at least 0.1.
+    description: Seconds between two looks at the job, from 0.1 to 3600.
     type: float
     default: 1
   dest:

@@ -475,16 +475,17 @@ def unpack_snapshots(directory, out_dir):
     ``captured_at``.
     """
     result = {'nodes': {}, 'lost': {}, 'failures': {}, 'refused': {}, 'captured_at': None}
+    suffixes = {}   # _refuse: the last -N suffix given to each refused name
     run, problem = capture_run(directory)
     if problem:
-        _refuse(result, _REFUSED_PREFIX + 'capture.json', problem)
+        _refuse(result, suffixes, _REFUSED_PREFIX + 'capture.json', problem)
     result['captured_at'] = run.get('captured_at') if isinstance(run.get('captured_at'), str) else None
     for raw, state in sorted((run.get('nodes') or {}).items()):
         if state == 'ok':
             continue
         name, why = node_name(raw)
         if why:
-            _refuse(result, name, 'capture.json: %s' % why)
+            _refuse(result, suffixes, name, 'capture.json: %s' % why)
         else:
             # Never the repr of a container: it recurses as deep as the JSON nests.
             result['lost'][name] = state[:2000] if isinstance(state, str) else 'not captured (a JSON %s)' % type(state).__name__
@@ -494,7 +495,7 @@ def unpack_snapshots(directory, out_dir):
             continue
         name, why = node_name(entry[:-len(SUFFIX)])
         if why:
-            _refuse(result, name, '%s: %s' % (ascii(entry[:200]), why))
+            _refuse(result, suffixes, name, '%s: %s' % (ascii(entry[:200]), why))
             continue
         if name in result['lost']:
             continue
@@ -515,7 +516,7 @@ def unpack_snapshots(directory, out_dir):
             reason = None
         if reason is not None:
             shutil.rmtree(tree, ignore_errors=True)
-            _refuse(result, name, 'snapshot %s refused: %s' % (entry, reason))
+            _refuse(result, suffixes, name, 'snapshot %s refused: %s' % (entry, reason))
             continue
         result['nodes'][name] = root
         if notes:
@@ -525,14 +526,21 @@ def unpack_snapshots(directory, out_dir):
     return result
 
 
-def _refuse(result, name, message):
+def _refuse(result, suffixes, name, message):
     """Keep a refused input under its stand-in name; two inputs with the same stand-in (a '...tar.gz'
-    and a node '..' of capture.json) are both kept, the later one as <name>-2, -3, ..."""
+    and a node '..' of capture.json) are both kept, the later one as <name>-2, -3, ...
+
+    ``suffixes`` {name: the last N given} (one per unpack_snapshots run): the search for a free
+    name goes on from there, so thousands of hostile names with one stand-in cost linear time,
+    not a walk from -2 for each one."""
     taken = result['refused']
-    unique, count = name, 1
+    unique, count = name, suffixes.get(name, 1)
+    if count > 1:
+        unique = '%s-%d' % (name, count)
     while unique in taken or unique in result['nodes'] or unique in result['lost']:
         count += 1
         unique = '%s-%d' % (name, count)
+    suffixes[name] = count
     taken[unique] = message
 
 

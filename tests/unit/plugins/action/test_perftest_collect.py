@@ -129,7 +129,15 @@ def test_a_job_that_never_started_gives_its_failure_to_every_test_without_pollin
     ({'job': 'j1', 'steps': STEPS, 'timeout': 5}, 'job must be'),
     ({'job': {}, 'steps': 'x', 'timeout': 5}, 'steps must be'),
     ({'job': {}, 'steps': STEPS}, 'timeout must be a number'),
-    ({'job': {}, 'steps': STEPS, 'timeout': 0}, 'timeout must be at least 1'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 0}, 'timeout must be a number of seconds from 1 to 2592000, got 0.0'),
+    # -e values arrive as strings, and float() takes these: NaN passes every < test (time.sleep(nan)
+    # raises ValueError, a NaN timeout never ends the poll); infinity and 1e300 would never end it.
+    ({'job': {}, 'steps': STEPS, 'timeout': 'nan'}, 'timeout must be a number of seconds from 1 to 2592000, got nan'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 'inf'}, 'timeout must be a number of seconds from 1 to 2592000, got inf'),
+    ({'job': {}, 'steps': STEPS, 'timeout': '1e300'}, 'timeout must be a number of seconds from 1 to 2592000, got 1e'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 5, 'delay': 'nan'}, 'delay must be a number of seconds from 0.1 to 3600, got nan'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 5, 'delay': '-inf'}, 'delay must be a number of seconds from 0.1 to 3600, got -inf'),
+    ({'job': {}, 'steps': STEPS, 'timeout': 5, 'delay': 86400}, 'delay must be a number of seconds from 0.1 to 3600, got 86400'),
     ({'job': {}, 'steps': STEPS, 'timeout': 5, 'dest': ['x']}, 'dest must be a directory'),
     ({'job': {}, 'steps': STEPS, 'timeout': 5, 'cleanup': 'maybe'}, 'cleanup must be a boolean'),
 ])
