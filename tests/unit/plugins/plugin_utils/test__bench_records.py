@@ -57,14 +57,20 @@ def test_a_records_file_that_is_no_regular_file_is_node_lost(tmp_path, kind):
 
 
 @pytest.mark.parametrize('content, words', [
-    # A gzip bomb: 128 MiB and one byte of zeros compress to about 130 kB.
-    (gzip.compress(b'\0' * ((128 << 20) + 1), compresslevel=9), ('larger than 128 MiB once decompressed',)),
+    # A gzip bomb: 64 MiB and one byte of zeros compress to about 65 kB.
+    (gzip.compress(b'\0' * ((64 << 20) + 1), compresslevel=9), ('larger than 64 MiB once decompressed',)),
+    # 6 MB of '{},' parsed would be 2.1 million dicts (11.4 MiB of them took 279 MiB): refused before json.loads.
+    (gzip.compress(b'{"format":"hpc.gpu_fabric.bench_records/1","host":"b","records":[' + b'{},' * 2100000 + b'{}]}'),
+     ('more JSON values than', '2000000 lists or mappings')),
+    # 16 MB of '0,': 8 million values.
+    (gzip.compress(b'{"format":"hpc.gpu_fabric.bench_records/1","host":"b","records":[' + b'0,' * 8000001 + b'0]}'),
+     ('more JSON values than', '8000000 values')),
     # A few hundred bytes that inflate to JSON nested 100,000 deep.
     (gzip.compress(b'[' * 100000 + b']' * 100000, compresslevel=9), ('nested deeper',)),
     # Within json's recursion limit, deeper than any records file.
     (gzip.compress(b'{"format":"hpc.gpu_fabric.bench_records/1","host":"b","records":[' + b'[' * 500 + b']' * 500 + b']}'),
      ('nested deeper than 16 levels',)),
-], ids=['gzip_bomb', 'nested_100000', 'nested_500'])
+], ids=['gzip_bomb', 'empty_dicts', 'values', 'nested_100000', 'nested_500'])
 def test_a_records_file_that_would_exhaust_the_controller_is_node_lost(tmp_path, content, words):
     nodes = _nodes(tmp_path)
     with open(nodes['b']['records_file'], 'wb') as handle:
@@ -77,3 +83,23 @@ def test_a_records_file_larger_than_the_cap_is_not_read(tmp_path, monkeypatch):
     monkeypatch.setattr(_bench, 'RECORDS_MAX_BYTES', 64)
     with pytest.raises(ValueError, match='records file .* of a cannot be read: larger than 64 bytes$'):
         _bench.read_records(nodes['a']['records_file'], 'a', 'run-1')
+
+
+def test_the_caps_hold_a_1024_node_full_mesh_with_every_message_size():
+    """The figures behind RECORDS_MAX_BYTES, _VALUES and _CONTAINERS, from record_of itself: a node
+    of a 1,024-node full mesh over 8 rails, host and GPU memory, each side once per pair, with the
+    23 sizes of fabric_bench_all_sizes; the caps hold it with a margin and stay far below 128 MiB."""
+    import json
+    test = {'round': 1023, 'memory': 'gpu', 'rail': '7', 'server': 'gpu-node-1023.cluster.example', 'client': 'gpu-node-0001.cluster.example',
+            'server_hca': 'mlx5_11', 'client_hca': 'mlx5_10', 'gpu': {'index': 7, 'name': 'GPU-7', 'bdf': '0000:df:00.0'}}
+    row = {'iterations': 5000, 'bw_peak_gbps': 392.41, 'bw_avg_gbps': 391.87, 'msg_rate_mpps': 0.005839}
+    outcome = {'status': 'ok', 'summary': {'bytes': 8388608, 'bw_peak_gbps': 392.41, 'bw_avg_gbps': 391.87},
+               'results': [dict(row, bytes=2 ** size) for size in range(1, 24)], 'elapsed_s': 3.21, 'attempts': 1,
+               'tool_warnings': ['Conflicting CPU frequency values detected: 1500.000000 != 3700.000000. CPU Frequency is not max.']}
+    changes = ({'port_rcv_errors': 3, 'symbol_error': 12, 'link_downed': 1}, 3.4)
+    pair = ''.join(json.dumps(_bench.record_of(dict(test, side=side), outcome, None, None, changes), separators=(',', ':'))
+                   for side in ('server', 'client'))
+    pairs = 1023 * 8 * 2
+    assert 50 << 20 < len(pair) * pairs < _bench.RECORDS_MAX_BYTES <= 64 << 20
+    assert pair.count(',') * pairs * 2 < _bench.RECORDS_MAX_VALUES
+    assert (pair.count('{') + pair.count('[')) * pairs * 2 < _bench.RECORDS_MAX_CONTAINERS
