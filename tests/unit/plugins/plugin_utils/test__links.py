@@ -247,3 +247,17 @@ def test_no_root_lists_a_node_slow_collective_it_can_never_be_on_the_path_of():
     # and a RoCE port's QoS sit on HCA, GPU and GPU<->NIC places, never on it.
     for code in ['PCIE_LINK_DEGRADED'] + [code for code in F.REGISTRY if code.startswith('ROCE_')]:
         assert 'COLLECTIVE_NODE_SLOW' not in F.REGISTRY[code].explains, code
+
+
+def test_the_services_memlock_explains_no_benchmark_failure(h100):
+    # DefaultLimitMEMLOCK=8M limits services and their jobs; the benchmark's ib_write_bw runs under the
+    # login limit (unlimited here): its mr_failed is not the services' limit, which stays a root of its own.
+    services = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('services_memlock_8m',))
+    nodes = {'a': h100, 'b': services, 'c': h100}
+    failed = pair('a', 'b', 0, 'host', verdict='failed', status='failed', bw_avg_gbps=None,
+                  failure={'kind': 'mr_failed', 'message': "Couldn't allocate MR"})
+    found = _diagnose.diagnose(nodes, {'pairs': [failed], 'thresholds': {}})
+    (root,) = [f for f in found if f['code'] == 'HOST_MEMLOCK_LIMITED' and f['host'] == 'b']
+    assert root['subject'] == 'memlock (services)' and root['explained_by'] is None and root['at'] == [['services', 'b']]
+    symptom = by_subject(found)['a->b rail 0 host']
+    assert symptom['code'] == 'BENCH_PAIR_FAILED' and symptom['explained_by'] != root['id']
