@@ -14,6 +14,8 @@ import json
 import os
 import random
 import re
+import signal
+import threading
 import time
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'fixtures')
@@ -118,19 +120,42 @@ def inputs(seed, corpus, count, random_share=0.1):
             yield rng, mutate(rng, rng.choice(corpus))
 
 
-class Clock(object):
-    """Slowest call of a loop, to hold every input under a second."""
+class Overran(BaseException):
+    """An input still running at the bound (a hang, or a parser gone quadratic). A BaseException,
+    so that no ``except Exception`` of the code under test or of a test's loop swallows it."""
 
-    def __init__(self):
+
+class Clock(object):
+    """Slowest call of a loop, and a bound on each call: every call runs under an interval timer
+    (SIGALRM) that stops it at ``limit_s`` with Overran naming its input, so a hang fails the
+    test instead of holding it until the CI job's own timeout. Timing after the call alone could
+    never see a hang. The timer is set only in the main thread (signals are delivered there), and
+    the previous handler and timer are put back after each call."""
+
+    def __init__(self, limit_s=1.0):
+        self.limit_s = limit_s
         self.slowest = (0.0, None)
         self.count = 0
 
-    def run(self, func, *args):
+    def run(self, func, *args, about=None):
+        """``func(*args)``; ``about`` is what Overran shows of the input (default: ``args``)."""
+        armed = hasattr(signal, 'setitimer') and threading.current_thread() is threading.main_thread()
+        if armed:
+            def expired(_signum, _frame):
+                raise Overran('input still running after %.2f s (a hang or a quadratic parser): %s'
+                              % (self.limit_s, repr(args if about is None else about)[:300]))
+            previous = signal.signal(signal.SIGALRM, expired)
+            outer = signal.setitimer(signal.ITIMER_REAL, self.limit_s)
         start = time.perf_counter()
         try:
             return func(*args)
         finally:
             took = time.perf_counter() - start
+            if armed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+                if outer[0] > 0:  # someone else's timer: what was left of it
+                    signal.setitimer(signal.ITIMER_REAL, max(outer[0] - took, 1e-6), outer[1])
             self.count += 1
             if took > self.slowest[0]:
                 self.slowest = (took, args)

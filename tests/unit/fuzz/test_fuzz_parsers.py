@@ -127,7 +127,7 @@ PARSERS = {
 def test_parser_survives_mutated_fixtures(name):
     parse, dirs, extra = PARSERS[name]
     corpus = _mutate.fixtures(*dirs) + list(extra)
-    clock = _mutate.Clock()
+    clock = _mutate.Clock(DEADLINE_S)
     for rng, data in _mutate.inputs(sum(map(ord, name)), corpus, PER_PARSER):
         text = _mutate.decode(rng, data)
         try:
@@ -142,7 +142,7 @@ def test_nccl_json_survives_mutated_documents():
     """Wrong types, missing keys, numbers past a float or int() anywhere in a real -J document."""
     docs = [json.loads(data) for data in _mutate.fixtures('real/h200x2/all_reduce.json')]
     rng = random.Random(7)
-    clock = _mutate.Clock()
+    clock = _mutate.Clock(DEADLINE_S)
     for _index in range(PER_PARSER):
         text = _mutate.mutate_json(rng, rng.choice(docs))
         try:

@@ -151,14 +151,14 @@ def scratch(tmp_path):
 
 def test_readers_survive_random_roots(scratch, vocabulary):
     rng = random.Random(11)
-    clock = _mutate.Clock()
+    clock = _mutate.Clock(DEADLINE_S)
     for index in range(ROOTS):
         root = os.path.join(scratch, str(index))
         os.makedirs(root)
         _build(rng, root, vocabulary)
         sysroot = SysRoot(root)
         try:
-            facts = clock.run(_readers, sysroot)
+            facts = clock.run(_readers, sysroot, about='root %d (kept in %s)' % (index, root))
             warnings = []
             _strict_utf8(without_surrogates(facts, warnings.append))
         except Exception as exc:
