@@ -112,10 +112,17 @@ def _qos_parts_missing_only(symptom):
     """FLEET_DIFFERS roce_qos whose value is the peers' with parts left out: the parts a ROCE_*
     finding of the node names (_roce_rules.qos_signature leaves them out), nothing set otherwise."""
     evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
-    def parts(entry):
-        return set(part.strip() for part in str(entry).split(','))
-    value, ref = evidence.get('value') or [], evidence.get('most_nodes') or []
-    return symptom.get('subject') == 'roce_qos' and bool(value) and all(any(parts(v) <= parts(r) for r in ref) for v in value)
+
+    def parts(port):
+        # One port's [name, value] parts as qos_signature gives them (compared as parts, never parsed
+        # back from text: 'pfc 3,4' is one part); anything else: None (fail closed).
+        if not isinstance(port, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in port):
+            return None
+        return set((str(name), str(value)) for name, value in port)
+    value = [parts(v) for v in evidence.get('value') or []]
+    ref = [parts(r) for r in evidence.get('most_nodes') or []]
+    return symptom.get('subject') == 'roce_qos' and bool(value) and None not in value + ref \
+        and all(any(v <= r for r in ref) for v in value)
 
 
 # A node's lossless settings unlike its peers' only where a ROCE_* fault of the node is (the fleet

@@ -328,6 +328,11 @@ def _show_rails(value):
                      for e in sorted(counts, key=lambda e: (e[0] or '', -(e[1] or 0))))
 
 
+def _show_qos(value):
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
+    return _roce_rules.qos_text(value)
+
+
 def _plain(value):
     return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
@@ -397,7 +402,7 @@ def _quiet(verdict):
 
 def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
     name, layer, value_of, judge, words, remedy = spec
-    show = _show_rails if name == 'rails' else _show
+    show = _show_rails if name == 'rails' else _show_qos if name == 'roce_qos' else _show
     values = dict((host, value_of(host, nodes[host], ctx)) for host in hosts)
     if name == 'hca_count':
         ctx['hca_count'].update(values)

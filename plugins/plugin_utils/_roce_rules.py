@@ -176,8 +176,11 @@ _OWNS = {F.ROCE_TRUST_PCP: ('trust',), F.ROCE_PFC_OFF: ('pfc',), F.ROCE_TC_NOT_L
 
 def qos_signature(roce, role_of=None):
     """What a node's RoCE ports of its compute rails are set to, for the fleet comparison
-    (_fleet.roce_qos): trust, PFC priorities, ToS, CNP priority, ECN priorities - each part
-    left out where a ROCE_* finding of the port names it; None without ACTIVE RoCE ports read."""
+    (_fleet.roce_qos): per port, its (name, value) parts - trust, PFC priorities, ToS, CNP
+    priority, ECN priorities - each part left out where a ROCE_* finding of the port names it;
+    None without ACTIVE RoCE ports read. Kept as parts, never joined into one string: whether a
+    node's settings are its peers' with only the ROCE_* finding's parts left out
+    (_findings._qos_parts_missing_only) is a comparison of parts ('pfc 3,4' is one part)."""
     values = set()
     for port in _ports(roce, role_of):
         if port.get('source') is None:
@@ -187,8 +190,13 @@ def qos_signature(roce, role_of=None):
         parts = (('trust', port.get('trust')), ('pfc', ','.join(str(p) for p in sorted(_pfc(port))) or 'none'),
                  ('tos', port.get('roce_tos')), ('cnp prio', port.get('cnp_prio')),
                  ('ecn', ','.join(str(p) for p in ecn) or 'none'))
-        values.add(', '.join('%s %s' % (name, value) for name, value in parts if name not in owned))
+        values.add(tuple((name, str(value)) for name, value in parts if name not in owned))
     return tuple(sorted(values)) or None
+
+
+def qos_text(signature):
+    """A qos_signature (or its JSON form, lists) as text: 'trust dscp, pfc 3, ...', ports apart by '; '."""
+    return '; '.join(', '.join('%s %s' % tuple(part) for part in port) for port in signature or ()) or 'none'
 
 
 def nccl_traffic_class(roce, role_of=None):

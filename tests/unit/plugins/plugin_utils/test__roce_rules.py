@@ -10,6 +10,7 @@ import copy
 
 import pytest
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _nccl_env, _roce_rules
 from tests.sim import node_facts
 
@@ -84,7 +85,8 @@ def test_fleet_names_the_odd_node(tmp_path, healthy):
 def test_fleet_leaves_out_what_a_finding_names(tmp_path):
     roce = facts(tmp_path, 'roce_trust_pcp')['roce']
     signature = _roce_rules.qos_signature(roce)
-    assert signature and all('trust' not in value for value in signature)
+    assert signature and all(name != 'trust' for port in signature for name, _value in port)
+    assert 'trust' in [name for port in _roce_rules.qos_signature(facts(tmp_path / 'ok', 'roce_pfc_prio4')['roce']) for name, _v in port]
 
 
 def test_nccl_ib_tc(tmp_path, healthy):
@@ -95,3 +97,27 @@ def test_nccl_ib_tc(tmp_path, healthy):
     result = _nccl_env.recommend(bad['ib'], bad['gdr'], bad['roce'])
     assert 'NCCL_IB_TC' not in result['settings']
     assert any(note.startswith('NCCL_IB_TC not set') for note in result['notes'])
+
+
+def test_a_roce_finding_explains_only_the_qos_parts_it_leaves_out():
+    # A node whose ECN finding leaves 'ecn' out, but whose PFC is on 3,4 where the peers' is on 3:
+    # the fleet difference is PFC, its own, not the ECN finding's (one part 'pfc 3,4', not 'pfc 3' and '4').
+    ecn_off = F.REGISTRY['ROCE_ECN_OFF']
+    node = (('trust', 'dscp'), ('pfc', '3,4'), ('tos', '106'), ('cnp prio', '6'))
+    peers = (('trust', 'dscp'), ('pfc', '3'), ('tos', '106'), ('cnp prio', '6'), ('ecn', '3,4'))
+
+    def differs(value, ref):
+        symptom = {'code': 'FLEET_DIFFERS', 'subject': 'roce_qos', 'evidence': {'value': [list(map(list, value))],
+                                                                                'most_nodes': [list(map(list, ref))]}}
+        return F.explains('ROCE_ECN_OFF', symptom)
+    assert 'FLEET_DIFFERS' in ecn_off.explains
+    assert not differs(node, peers)
+    assert differs(node[:1] + (('pfc', '3'),) + node[2:], peers)
+    # The fleet's text keeps each port's parts together.
+    assert _roce_rules.qos_text((node, peers[:2])) == 'trust dscp, pfc 3,4, tos 106, cnp prio 6; trust dscp, pfc 3'
+
+
+def test_qos_signature_is_parts(tmp_path):
+    roce = facts(tmp_path, 'roce_trust_pcp')['roce']
+    signature = _roce_rules.qos_signature(roce)
+    assert signature and all(isinstance(part, tuple) and len(part) == 2 for port in signature for part in port)
