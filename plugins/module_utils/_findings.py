@@ -518,7 +518,9 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
 
     ``at``: the places a root sits on, ``path``: the places a symptom's tests went through; each a
     list of places, a place a tuple: ('node', host), ('hca', host, hca), ('gpu', host, gpu),
-    ('gpu_nic', host, gpu, hca), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
+    ('gpu_nic', host, gpu, hca), ('hca_host', host, hca) (an HCA's way to host memory: the PCIe
+    bridges above it, on host-memory tests' paths only), ('services', host) (the node's services:
+    on no benchmark path), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
     (a fabric link, its two 'guid/port' ends sorted), ('fabric',) (the subnet). A root explains a
     symptom only where one of its places is on the symptom's path (on_path). Where the rule gives
     none, the code's scope does (SCOPES); a code that explains others and has neither is refused:
@@ -553,7 +555,7 @@ def _scope_places(scope, host):
 
 
 # Places that belong to one node (their second part is the host).
-HOST_PLACES = ('node', 'hca', 'gpu', 'gpu_nic', 'gpus')
+HOST_PLACES = ('node', 'hca', 'hca_host', 'gpu', 'gpu_nic', 'gpus')
 
 
 def on_path(at, path):

@@ -374,8 +374,10 @@ def pair_subject(pair):
 
 def pair_path(pair):
     """The places a pair's test went through (_bench.report()'s entry): both nodes, the HCA of
-    its rail at either end and, for GPU memory, each side's GPU and its PCIe path to that HCA.
-    What the entry does not name is not on the path (fail closed: nothing there explains it)."""
+    its rail at either end and, for host memory, that HCA's way to host memory (('hca_host', host,
+    hca): the PCIe bridges above it, _pcie_rules._places), for GPU memory, each side's GPU and its
+    PCIe path to that HCA (a bridge on it sits on that ('gpu_nic', ...) place). What the entry does
+    not name is not on the path (fail closed: nothing there explains it)."""
     path = []
     for side in ('server', 'client'):
         host, hca, gpu = pair.get(side), pair.get('%s_hca' % side), pair.get('%s_gpu' % side)
@@ -384,6 +386,8 @@ def pair_path(pair):
         path.append(('node', host))
         if hca:
             path.append(('hca', host, hca))
+            if pair.get('memory') != 'gpu':
+                path.append(('hca_host', host, hca))
         if pair.get('memory') == 'gpu' and gpu:
             path.append(('gpu', host, gpu))
             if hca:

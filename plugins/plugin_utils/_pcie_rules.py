@@ -6,9 +6,10 @@
 module_utils/_pcie.py reads and judges them): PCIE_LINK_DEGRADED, HOST_IOMMU_TRANSLATED.
 
 Each finding sits on the places whose traffic crosses what it names (``at``): an HCA's own link
-on that HCA, a GPU's own link on the GPU and its GPU<->NIC paths, a bridge's link on every HCA
-and GPU below it and on the GPU<->NIC paths that cross it (one end below it, the other not);
-the IOMMU on the node.
+on that HCA, a GPU's own link on the GPU and its GPU<->NIC paths, a bridge's link on the host
+memory side of every HCA below it (('hca_host', host, hca): only host-memory tests through that
+HCA hold it, _diagnose.pair_path) and on the GPU<->NIC paths that cross it (one end below it, the
+other not); the IOMMU on the node.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ def _places(host, link, topology):
     if link.get('kind') == 'gpu':
         return [('gpu', host, name) for name in link.get('gpus') or []] + \
             [('gpu_nic', host, p['gpu'], p['nic']) for p in topology if p.get('gpu') in gpus]
-    # A bridge: its HCAs' and GPUs' traffic to the host crosses it, and a GPU<->NIC path crosses it
-    # when one end is below it and the other is not (both below: the switch turns the traffic round).
-    return [('hca', host, name) for name in link.get('nics') or []] + \
-        [('gpu', host, name) for name in link.get('gpus') or []] + \
+    # A bridge: its HCAs' traffic to host memory crosses it (('hca_host', ...), on host-memory tests'
+    # paths only), and a GPU<->NIC path crosses it when one end is below it and the other is not
+    # (both below: the switch turns GPU-memory traffic round, the up-link is never crossed). Not
+    # ('hca', ...) nor ('gpu', ...): every GPU-memory test through that HCA or GPU holds those.
+    return [('hca_host', host, name) for name in link.get('nics') or []] + \
         [('gpu_nic', host, p['gpu'], p['nic']) for p in topology if (p.get('gpu') in gpus) != (p.get('nic') in nics)]
 
 

@@ -63,13 +63,39 @@ def test_bridge_link_sits_on_what_crosses_it():
     [found] = _pcie_rules.pcie_findings('n1', node['gdr'], node['ib'])
     at = [tuple(p) for p in found['at']]
     assert found['subject'] == 'PCIe 0000:16:00.0 (bridge)' and found['evidence']['speed_gts'] == 16.0
-    assert set(p for p in at if p[0] != 'gpu_nic') == set([('hca', 'n1', 'mlx5_0'), ('hca', 'n1', 'mlx5_1'),
-                                                          ('gpu', 'n1', 'GPU0'), ('gpu', 'n1', 'GPU1')])
+    # Host memory through its HCAs crosses it; not every test through the HCA or GPU ('hca'/'gpu' places).
+    assert set(p for p in at if p[0] != 'gpu_nic') == set([('hca_host', 'n1', 'mlx5_0'), ('hca_host', 'n1', 'mlx5_1')])
     pairs = set(p[2:] for p in at if p[0] == 'gpu_nic')
     # One end below the switch, the other not: the traffic crosses the slow link ...
     assert ('GPU0', 'mlx5_4') in pairs and ('GPU5', 'mlx5_1') in pairs
     # ... both below it (the switch turns it round) or both elsewhere: it does not.
     assert ('GPU0', 'mlx5_0') not in pairs and ('GPU1', 'mlx5_0') not in pairs and ('GPU4', 'mlx5_4') not in pairs
+
+
+def _pair(rail, memory, hca, gpu=None):
+    entry = {'server': 'a', 'client': 'n1', 'rail': rail, 'memory': memory, 'status': 'ok', 'verdict': 'low',
+             'server_hca': hca, 'client_hca': hca, 'bw_avg_gbps': 200.0, 'port_rate_gbps': 400.0, 'reasons': ['slow']}
+    if memory == 'gpu':
+        entry.update(server_gpu=gpu, client_gpu=gpu, gpu_distance='PIX', gpu_vs_host=0.5)
+    return entry
+
+
+def test_a_slow_bridge_explains_host_memory_and_gpu_paths_across_it_only(healthy):
+    # The switch above GPU0, GPU1, mlx5_0 and mlx5_1 trained 16 of 32 GT/s. Host memory through mlx5_0
+    # crosses its up-link; GPU0<->mlx5_0 turns round inside the switch and never does; GPU5<->mlx5_1
+    # (one end below, the other not) does.
+    node = diagnosis_accuracy.node_facts(H100, ('pcie_bridge_slow',))
+    nodes = {'a': copy.deepcopy(healthy), 'n1': node, 'c': copy.deepcopy(healthy)}
+    bench = {'pairs': [_pair(0, 'host', 'mlx5_0'), _pair(0, 'gpu', 'mlx5_0', 'GPU0'), _pair(1, 'gpu', 'mlx5_1', 'GPU5')],
+             'thresholds': {}}
+    found = _diagnose.diagnose(nodes, bench)
+    [root] = [f for f in found if f['code'] == 'PCIE_LINK_DEGRADED']
+    by = dict((f['subject'], f) for f in found if f['code'] in _diagnose.PAIR_SYMPTOMS)
+    assert ['hca_host', 'n1', 'mlx5_0'] in by['a->n1 rail 0 host']['path']
+    assert ['hca_host', 'n1', 'mlx5_0'] not in by['a->n1 rail 0 gpu']['path']
+    assert by['a->n1 rail 0 host']['explained_by'] == root['id']
+    assert by['a->n1 rail 0 gpu']['explained_by'] != root['id']
+    assert by['a->n1 rail 1 gpu']['explained_by'] == root['id']
 
 
 def test_degraded_above_the_port_rate_is_a_warning(healthy):
