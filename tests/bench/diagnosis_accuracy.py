@@ -290,6 +290,24 @@ def _effects(host, node, fault_names, targets):
             effects.append((lambda t, h=target: on(t, h), 0.8, name, ('hca', host, target)))
         elif name == 'roce_congestion':
             effects.append((lambda t, h=target: on(t, h), 0.7, name, ('hca', host, target)))
+        elif name == 'pcie_link_degraded':
+            # x16 -> x8 (tests/sim/faults.py): Gen5 x8 carries ~252 of the port's 400 Gb/s, host and GPU memory alike.
+            effects.append((lambda t, h=target: on(t, h), 0.63, name, ('hca', host, target)))
+        elif name == 'pcie_bridge_slow':
+            # 32 -> 16 GT/s above the HCAs and GPUs below the switch: host memory through those HCAs crosses it,
+            # and GPU memory only where the GPU and the HCA are not both below it (_pcie_rules._places).
+            for link in gdr.get('pcie_links') or []:
+                if link.get('degraded') and link.get('kind') not in ('nic', 'gpu'):
+                    below_nics, below_gpus = set(link.get('nics') or []), set(link.get('gpus') or [])
+                    for nic in sorted(below_nics):
+                        effects.append((lambda t, n=nic: on(t, n, 'host'), 0.63, name, ('hca_host', host, nic)))
+                    effects.append((lambda t, n=below_nics, g=below_gpus: on(t, memory='gpu')
+                                    and (t['hca'].get(host) in n) != (t['gpu'].get(host) in g), 0.63, name, ('node', host)))
+        elif name == 'iommu_translated':
+            # Translated DMA costs GPUDirect RDMA, not host memory: the node's GPU-memory tests.
+            effects.append((lambda t: on(t, memory='gpu'), 0.5, name, ('node', host)))
+        # services_memlock_8m: no effect on the benchmark, which runs under the login limit (not the
+        # services' DefaultLimitMEMLOCK): its root explains no pair symptom.
         # Faults no rule names (their code is UNKNOWN): a rail slow in every test, a GPU<->NIC path slow.
         elif name == 'slow_rail':
             effects.append((lambda t, h=target: on(t, h), 0.5, name, ('hca', host, target)))

@@ -261,3 +261,14 @@ def test_the_services_memlock_explains_no_benchmark_failure(h100):
     assert root['subject'] == 'memlock (services)' and root['explained_by'] is None and root['at'] == [['services', 'b']]
     symptom = by_subject(found)['a->b rail 0 host']
     assert symptom['code'] == 'BENCH_PAIR_FAILED' and symptom['explained_by'] != root['id']
+
+
+@pytest.mark.parametrize('fault, symptoms', [('pcie_link_degraded', 8), ('pcie_bridge_slow', 8), ('iommu_translated', 32),
+                                             ('services_memlock_8m', 0)])
+def test_the_accuracy_benchmark_gives_pcie_and_iommu_faults_their_symptoms(fault, symptoms):
+    # Every test through the HCA (its own link), host memory through the HCAs below the bridge, GPU memory
+    # on the node (IOMMU); the services' memlock touches no benchmark test (it runs under the login limit).
+    right, _roots, on_peers, links = diagnosis_accuracy.case('nvidia_h100_8x_ndr', (fault,))
+    assert right and on_peers == []
+    assert (links['symptoms'], links['explained_right']) == (symptoms, symptoms)
+    assert links['misattributed'] == links['off_path'] == links['unexplained_known'] == []
