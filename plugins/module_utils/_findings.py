@@ -108,6 +108,8 @@ IB_ERRORS_UNDER_LOAD = _register(
 
 # ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/_roce_rules.py)
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
+
+
 def _qos_parts_missing_only(symptom):
     """FLEET_DIFFERS roce_qos whose value is the peers' with parts left out: the parts a ROCE_*
     finding of the node names (_roce_rules.qos_signature leaves them out), nothing set otherwise."""
@@ -315,7 +317,8 @@ _LOWER = 'see the lower-layer findings of both nodes'
 BENCH_PAIR_FAILED = _register(
     'BENCH_PAIR_FAILED', 'benchmark', 'error', 'a pair\'s test failed (kind and the server side\'s cause in evidence)', _LOWER)
 BENCH_PAIR_LOW = _register(
-    'BENCH_PAIR_LOW', 'benchmark', 'error', 'below `fabric_bench_bw_ratio` of the rail\'s nominal rate (the fleet\'s most common port rate of the rail)', _LOWER)
+    'BENCH_PAIR_LOW', 'benchmark', 'error',
+    'below `fabric_bench_bw_ratio` of the rail\'s nominal rate (the fleet\'s most common port rate of the rail)', _LOWER)
 BENCH_GPU_MEMORY_FAILED = _register(
     'BENCH_GPU_MEMORY_FAILED', 'benchmark', 'error', 'GPU memory failed where host memory passed on the same pair and rail', _LOWER)
 BENCH_GPU_MEMORY_LOW = _register(

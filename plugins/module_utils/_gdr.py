@@ -516,8 +516,8 @@ def read_gdr(sysroot, rdma_devices):
     iommu = _pcie.read_iommu(sysroot, gpus, nics)
     for link in pcie_links:
         if link['degraded']:
-            notes.append('PCIe link %s -> %s (%s) runs at %s' % (link['upstream'] or 'root bus', link['downstream'],
-                                                               link['device'] or 'bridge', _pcie.link_words(link)))
+            notes.append('PCIe link %s -> %s (%s) runs at %s' % (
+                link['upstream'] or 'root bus', link['downstream'], link['device'] or 'bridge', _pcie.link_words(link)))
     if iommu['translated']:
         notes.append('the IOMMU translates the DMA of %s (not passthrough)' % ', '.join(iommu['translated']))
     matrix = {}

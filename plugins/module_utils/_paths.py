@@ -140,6 +140,7 @@ def open_regular_to_write(path, access=os.O_WRONLY | os.O_TRUNC, create=False):
         raise
     return fd
 
+
 def read_fd(fd, limit):
     """At most ``limit`` bytes from ``fd``; TooLarge when there are more."""
     chunks, size = [], 0

@@ -227,9 +227,9 @@ def link_words(link):
     """'16.0 GT/s x8 (126.0 Gb/s) where both ends can do 32.0 GT/s x16 (504.1 Gb/s)'."""
     def one(speed, width, gbps):
         return '%s GT/s x%s%s' % (speed, width, ' (%.1f Gb/s)' % gbps if gbps else '')
-    return '%s where both ends can do %s' % (one(link.get('speed_gts'), link.get('width'), link.get('gbps')),
-                                            one(link.get('capable_speed_gts'), link.get('capable_width'),
-                                                link.get('capable_gbps')))
+    return '%s where both ends can do %s' % (
+        one(link.get('speed_gts'), link.get('width'), link.get('gbps')),
+        one(link.get('capable_speed_gts'), link.get('capable_width'), link.get('capable_gbps')))
 
 
 # ---------------------------------------------------------------------------- IOMMU
@@ -303,6 +303,6 @@ def read_iommu(sysroot, gpus, nics):
         summary = (modes - set(['none'])).pop()
     else:
         summary = 'mixed'
-    return {'units': [u for u in sysroot.listdir(IOMMU_CLASS)][:64], 'cmdline': params, 'cmdline_mode': asked,
+    return {'units': list(sysroot.listdir(IOMMU_CLASS))[:64], 'cmdline': params, 'cmdline_mode': asked,
             'devices': entries, 'translated': [e['name'] for e in entries if e['mode'] == 'translated'],
             'mode': summary}

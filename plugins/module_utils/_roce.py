@@ -40,7 +40,7 @@ import os
 import re
 import stat
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IFNAMSIZ, netdev_name_problem  # noqa: F401 (one check for every name read)
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import netdev_name_problem  # noqa: F401 (one check for every name read)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._paths import NotRegular, open_regular_to_write
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
 

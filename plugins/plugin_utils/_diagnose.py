@@ -558,7 +558,7 @@ def _local_collective_findings(local):
 def _nccl_release(versions):
     """(major, minor, patch) of the run's NCCL ('2.21.5+cuda12.4'), or None."""
     text = str((versions or {}).get('library_version') or '')
-    parts = text.split('+')[0].split('.')
+    parts = text.split('+', 1)[0].split('.')
     try:
         return tuple(int(part) for part in parts[:3]) if len(parts) >= 3 else None
     except ValueError:
@@ -586,7 +586,7 @@ def collective_findings(collective, nodes=None):
     transport = fleet.get('transport') or {}
     run_hosts = [host for host in (_run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
     # A fleet run's path: every node of it, their GPUs and the HCAs NCCL used.
-    hcas = [name.split(':')[0] for name in transport.get('hcas') or []]
+    hcas = [name.split(':', 1)[0] for name in transport.get('hcas') or []]
     path = [('node', host) for host in run_hosts] + [('gpus', host) for host in run_hosts] + [
         ('hca', host, hca) for host in run_hosts for hca in hcas]
     if verdict.get('status') in ('warning', 'low', 'corrupt', 'failed'):
@@ -618,9 +618,9 @@ def collective_findings(collective, nodes=None):
                      'module': nvidia.get('module_loaded'), 'gdr_in_run': transport.get('gdr')},
                     'NCCL %s looks for the memory_peers client of nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem/version) '
                     'and does not know %s, which registers none on %s (%s only): it turns GPUDirect RDMA off there and every '
-                    'message is copied through host memory' % ((fleet.get('versions') or {}).get('library_version'),
-                                                                nvidia.get('module_loaded') or 'nvidia_peermem', host,
-                                                                nvidia.get('evidence')),
+                    'message is copied through host memory' % (
+                        (fleet.get('versions') or {}).get('library_version'), nvidia.get('module_loaded') or 'nvidia_peermem',
+                        host, nvidia.get('evidence')),
                     at=[('node', host)]))
     if transport.get('net') == 'IB' and transport.get('gdr') is False and ready and (all(ready.values()) or trapped):
         # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
@@ -763,7 +763,7 @@ def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
     roles = roles or {}
     routes = _fabric_routes(nodes)
     transport = (((collective or {}).get('fleet') or {}).get('transport')) or {}
-    used = [str(name).split(':')[0] for name in transport.get('hcas') or []]
+    used = [str(name).split(':', 1)[0] for name in transport.get('hcas') or []]
     for item in findings:
         code, host = item['code'], item.get('host')
         if code in PAIR_SYMPTOMS + (F.FABRIC_SLOW_PAIR_PATH,) and item.get('path') and routes:

@@ -79,9 +79,9 @@ def port_checks(port):
     if known and conflicts:
         used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
         found[F.ROCE_DSCP_CONFLICT] = ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},
-                                       '; '.join('DSCP %d mapped to priorities %s%s' % (k, v, ' (the %s DSCP)' % (
-                                           'RDMA' if tos is not None and k == tos >> 2 else 'CNP') if k in used else '')
-                                                 for k, v in sorted(conflicts.items())))
+                                       '; '.join('DSCP %d mapped to priorities %s%s' % (
+                                           k, v, ' (the %s DSCP)' % ('RDMA' if tos is not None and k == tos >> 2 else 'CNP')
+                                           if k in used else '') for k, v in sorted(conflicts.items())))
     # ECN where the RDMA traffic is lossless (DCQCN slows senders before PFC pauses the link);
     # without PFC (ECN-only, "lossy RoCE") on the priority the RDMA traffic maps to.
     wanted = pfc or (set([prio]) if prio is not None else set())

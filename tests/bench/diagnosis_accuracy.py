@@ -283,7 +283,7 @@ def _effects(host, node, fault_names, targets):
             effects.append((lambda t, h=target: on(t, h, 'gpu') and t['distance'].get(host) in BEYOND_GDR_LEVEL,
                             0.6, name, ('hca', host, target)))
         elif name == 'memlock_limited':
-            effects.append((lambda t: on(t), 'failed:mr_failed', name, ('node', host)))
+            effects.append((on, 'failed:mr_failed', name, ('node', host)))
         elif name in ('roce_pfc_off', 'roce_trust_pcp', 'roce_tos_default', 'roce_ecn_off'):
             effects.append((lambda t: any(on(t, h) for h in roce_hcas), 0.6, name, ('node', host)))
         elif name == 'roce_mtu_low':

@@ -142,8 +142,10 @@ def test_capture_then_offline(tmp_path):
     # (roce_qos_facts from_log): each node's RoCE port is judged offline as it was live.
     unknown_qos = {('ROCE_QOS_UNKNOWN', n) for n in ('n1', 'n2', 'n3')}
     assert not unknown_qos & (roots_of(live_report) | roots_of(report))
+    # The low imported pair ran on rail 1 (mlx5_1 at both ends); n2's degraded port is its rail 0 (mlx5_0): nothing
+    # on the pair's path explains it, so it stays a root of its own, never pinned on n2's other rail.
     assert roots_of(report) == (roots_of(live_report) - {('HOST_TASK_FAILED', 'n4')}) | {
-        ('HOST_UNREACHABLE', 'n4'), ('COLLECTIVE_BUSBW_LOW', None)}
+        ('HOST_UNREACHABLE', 'n4'), ('COLLECTIVE_BUSBW_LOW', None), ('BENCH_PAIR_LOW', None)}
     assert report['hosts']['dead1']['status'] == report['hosts']['n4']['status'] == 'unreachable'
     assert live_report['hosts']['n4']['status'] == 'error'
     # n1's own facts hold nothing wrong, offline as live (its RoCE port judged from the saved outputs);
@@ -152,7 +154,9 @@ def test_capture_then_offline(tmp_path):
     assert [f['code'] for f in report['findings'] if f['host'] == 'n1'] == []
     assert report['fabric']['status'] == 'not_discovered'
     by_code = dict((f['code'], f) for f in report['findings'])
-    assert by_code['BENCH_PAIR_LOW']['explained_by'] == 'IB_RATE_DEGRADED@n2/mlx5_0/1'
+    assert by_code['BENCH_PAIR_LOW']['explained_by'] is None
+    assert 'no finding on its path explains it' in by_code['BENCH_PAIR_LOW']['cause']
+    assert ['hca', 'n2', 'mlx5_1'] in by_code['BENCH_PAIR_LOW']['path'] and ['hca', 'n2', 'mlx5_0'] not in by_code['BENCH_PAIR_LOW']['path']
 
     # The imported perftest pairs, judged against the snapshots' port rates.
     bench = report['bench']

@@ -63,9 +63,10 @@ EXPECTED_IB = '''\
 # - NCCL_IB_HCA: the 8 ACTIVE port(s) in gpu_fabric_ib of the NICs next to the GPUs (nearest NIC
 #   of GPU0: mlx5_0 PIX, GPU1: mlx5_1 PIX, GPU2: mlx5_2 PIX, GPU3: mlx5_3 PIX, GPU4: mlx5_4 PIX,
 #   GPU5: mlx5_5 PIX, GPU6: mlx5_6 PIX, GPU7: mlx5_7 PIX). Left out: mlx5_8:1 (Ethernet 200
-#   Gb/s, the nearest NIC of no GPU - the closest is NODE away - and slower than the 400 Gb/s
-#   NICs next to the GPUs: a storage or management NIC). '=' makes each entry an exact device
-#   name, so mlx5_1 does not also select mlx5_10.
+#   Gb/s, a management NIC, not a compute rail: the nearest NIC of no GPU, of another model
+#   (MT41692 MT_0000000884 Ethernet) than the compute rails; its netdev enp209s0f0np0 carries
+#   the default route; the closest GPU is NODE away). '=' makes each entry an exact device name,
+#   so mlx5_1 does not also select mlx5_10.
 # - NCCL_NET_GDR_LEVEL: GPUDirect RDMA is ready (gpu_fabric_gdr.gdr_ready) and every GPU has a
 #   NIC of NCCL_IB_HCA within PIX (GPU0-mlx5_0 PIX, GPU1-mlx5_1 PIX, GPU2-mlx5_2 PIX,
 #   GPU3-mlx5_3 PIX, GPU4-mlx5_4 PIX, GPU5-mlx5_5 PIX, GPU6-mlx5_6 PIX, GPU7-mlx5_7 PIX); NCCL

@@ -98,18 +98,14 @@ def _walk(node, where, module=None, key=None):
         for name, value in node.items():
             if name == 'module_defaults' and isinstance(value, dict):
                 for mod, args in value.items():
-                    for item in _walk(args, where, mod, None):
-                        yield item
+                    yield from _walk(args, where, mod, None)
             elif name in modules:
-                for item in _walk(value, where, name, None):
-                    yield item
+                yield from _walk(value, where, name, None)
             else:
-                for item in _walk(value, where, module, name):
-                    yield item
+                yield from _walk(value, where, module, name)
     elif isinstance(node, list):
         for value in node:
-            for item in _walk(value, where, module, key):
-                yield item
+            yield from _walk(value, where, module, key)
     elif isinstance(node, str):
         if key in CONDITIONALS:
             yield node, None, where
@@ -134,8 +130,7 @@ def uses():
         with open(path) as handle:
             text = handle.read()
         if path.endswith('.yml'):
-            for item in _walk(yaml.safe_load(text), rel):
-                yield item
+            yield from _walk(yaml.safe_load(text), rel)
         else:
             for block in BLOCK.finditer(text):
                 yield block.group(1) or block.group(2), None, rel

@@ -115,8 +115,8 @@ PARSERS = {
     'pcie_values': (_pcie_all, ('public/sysfs_pci', 'public/lspci_link', 'real/h200x4-vm'),
                     (b'16.0 GT/s PCIe', b'8 GT/s', b'16', b'Unknown speed', b'ro intel_iommu=on iommu=pt iommu.passthrough=0 -- x')),
     'roce_qos': (_roce_all, ('public/mlnx_qos', 'public/dcb'),
-                 (_roce.saved_text(_roce.qos_argv('mlnx_qos', 'eth0'), (0, 'PFC configuration:\n  priority 0 1 2 3 4 5 6 7\n'
-                                                                         '  enabled  0 0 0 1 0 0 0 0\n')).encode(),
+                 (_roce.saved_text(_roce.qos_argv('mlnx_qos', 'eth0'), (
+                     0, 'PFC configuration:\n  priority 0 1 2 3 4 5 6 7\n  enabled  0 0 0 1 0 0 0 0\n')).encode(),
                   b'dcb apptrust show dev eth0\norder dscp pcp\n')),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),

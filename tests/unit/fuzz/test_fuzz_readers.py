@@ -173,7 +173,8 @@ _PATHS = ('sys/class/infiniband/mlx5_0/ports/1/state', 'sys/class/infiniband/mlx
           'sys/class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0', 'sys/class/net/eth0/mtu', 'sys/class/net/eth0/address',
           'sys/bus/pci/devices/0000:01:00.0/class', 'sys/bus/pci/devices/0000:01:00.0/vendor',
           'sys/bus/pci/devices/0000:01:00.0/config', 'sys/bus/pci/devices/0000:01:00.0/current_link_speed',
-          'sys/bus/pci/devices/0000:01:00.0/max_link_width', 'sys/bus/pci/devices/0000:01:00.0/iommu_group/type', 'proc/modules', 'proc/sys/kernel/osrelease', 'proc/kallsyms',
+          'sys/bus/pci/devices/0000:01:00.0/max_link_width', 'sys/bus/pci/devices/0000:01:00.0/iommu_group/type',
+          'proc/modules', 'proc/sys/kernel/osrelease', 'proc/kallsyms',
           'proc/self/limits', 'proc/self/status', 'proc/net/route', 'proc/cmdline', 'etc/security/limits.conf',
           'etc/security/limits.d/90-rdma.conf', 'etc/systemd/system.conf', 'etc/modules-load.d/rdma.conf',
           'etc/modules', 'sys/devices/system/cpu/cpu0/cpufreq/scaling_governor', 'sys/kernel/mm/memory_peers/nv_mem/version')

@@ -221,8 +221,8 @@ def _ports_line(match):
     g = match.groupdict()
     line = '%2s %5d %2d 0x%016x %s %s' % (g['type'], int(g['lid']), int(g['port']), int(g['guid'], 16), g['width'], g['speed'])
     if g['pguid']:
-        return line + " - %2s %5d %2d 0x%016x ( '%s' - '%s' )" % (g['ptype'], int(g['plid']), int(g['pport']), int(g['pguid'], 16),
-                                                                 g['desc'], g['pdesc'])
+        return line + " - %2s %5d %2d 0x%016x ( '%s' - '%s' )" % (
+            g['ptype'], int(g['plid']), int(g['pport']), int(g['pguid'], 16), g['desc'], g['pdesc'])
     return line + "%36s'%s'" % ('', g['odesc'])
 
 

@@ -101,8 +101,8 @@ def test_without_gpus_or_model_every_device_by_rate():
     ib = {'devices': [{'name': 'mlx5_0', 'ports': [{'rate_gbps': 400.0}]}, {'name': 'mlx5_1', 'ports': [{'rate_gbps': 100.0}]}]}
     # No GPU: the topology cannot tell; every device is a rail.
     assert set(e['role'] for e in _rails.roles(ib, {'gpus': []}).values()) == set(['compute'])
-    gdr = {'gpus': [{'name': 'GPU0'}], 'topology': [{'gpu': 'GPU0', 'nic': 'mlx5_0', 'distance': 'PIX'},
-                                                     {'gpu': 'GPU0', 'nic': 'mlx5_1', 'distance': 'SYS'}]}
+    gdr = {'gpus': [{'name': 'GPU0'}], 'topology': [
+        {'gpu': 'GPU0', 'nic': 'mlx5_0', 'distance': 'PIX'}, {'gpu': 'GPU0', 'nic': 'mlx5_1', 'distance': 'SYS'}]}
     # No model: the rails' full rate decides, and the slower NIC near no GPU is not a rail.
     found = _rails.roles(ib, gdr)
     assert found['mlx5_0']['role'] == 'compute' and found['mlx5_1']['role'] == 'storage'

@@ -160,7 +160,7 @@ def test_netdev_names():
 def test_a_port_whose_netdev_is_no_interface_name_is_never_asked(tmp_path):
     asked = []
     devices = [{'name': 'mlx5_0', 'ports': [{'port': 1, 'link_layer': 'Ethernet', 'netdev': '../../etc', 'state': 'ACTIVE'}]}]
-    port = _roce.read_roce(SysRoot(str(tmp_path)), devices, lambda argv: asked.append(argv))[0]
+    port = _roce.read_roce(SysRoot(str(tmp_path)), devices, asked.append)[0]
     assert asked == [] and port['source'] is None and port['ecn_np'] is None
     assert port['source_reason'] == "the netdev name '../../etc' is not an interface name (holds '/'): not read"
 

@@ -123,6 +123,7 @@ def test_dcb_parsers_still_read_real_shapes():
     assert _roce.dcb_app_conflicts('dscp-prio CS3:2 CS3:3') == {24: [2, 3]}
     assert _roce.parse_dcb_ets('prio-tc 0:0 3:3 tc-tsa 0:ets 3:strict tc-bw 0:50 3:50') == ({0: 0, 3: 3}, {0: 'ets', 3: 'strict'}, {0: 50, 3: 50})
 
+
 # ---------------------------------------------------------------------------- item 6: netdev names
 
 def test_netdev_name_check_is_the_kernels():
@@ -184,8 +185,8 @@ def test_node_description_past_the_join_is_counted_unread():
     assert not any(node.get('type') == 'ca' and node.get('lid') == 2 for node in topology['nodes'].values())
     # ib_fabric_facts' status is not ok with lines unread (FABRIC_INPUT_UNREAD on the controller).
     from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts
-    facts = ib_fabric_facts.judge_status({'status': 'ok', 'unread': {'count': len(topology['unparsed']),
-                                                                      'lines': topology['unparsed']}}, {'iblinkinfo': 'used'})
+    facts = ib_fabric_facts.judge_status(
+        {'status': 'ok', 'unread': {'count': len(topology['unparsed']), 'lines': topology['unparsed']}}, {'iblinkinfo': 'used'})
     assert facts['status'] == 'partial' and 'iblinkinfo' in facts['reason']
 
 

@@ -75,7 +75,7 @@ def test_identical_tests_through_two_nodes_are_treated_the_same(h100):
     found = _diagnose.diagnose(nodes, bench)
     symptoms = by_subject(found)
     one, other = symptoms['mx-05->mx-06 rail 2 gpu'], symptoms['mx-01->mx-06 rail 2 gpu']
-    assert one['explained_by'] == other['explained_by'] is not None
+    assert one['explained_by'] is not None and one['explained_by'] == other['explained_by']
     (device,) = [f for f in found if f['code'] == 'BENCH_DEVICE_UNEXPLAINED']
     assert device['id'] == one['explained_by'] and device['at'] == [['hca', 'mx-06', 'mlx5_2']]
     assert device['evidence']['peers'] == ['mx-01', 'mx-05'] and device['explained_by'] is None
@@ -150,8 +150,8 @@ def test_a_port_flapping_through_the_benchmark_is_one_root():
 def test_a_degraded_host_link_is_one_root(h100):
     nodes = diagnosis_accuracy.fabric_nodes((), h100)
     fabric = nodes[sorted(nodes)[0]]['fabric']['topology']
-    (link,) = [l for l in fabric['links'] if 'gpu-03 mlx5_1' in (fabric['nodes'].get(l['a'].get('node'), {}).get('desc'),
-                                                                  fabric['nodes'].get((l.get('b') or {}).get('node'), {}).get('desc'))]
+    (link,) = [l for l in fabric['links'] if 'gpu-03 mlx5_1' in (
+        fabric['nodes'].get(l['a'].get('node'), {}).get('desc'), fabric['nodes'].get((l.get('b') or {}).get('node'), {}).get('desc'))]
     link.update(width='1X', lanes=1, gbps=106.25, could_be={'width': '4X', 'lane_gbps': None})
     port = [d for d in nodes['gpu-03']['ib']['devices'] if d['name'] == 'mlx5_1'][0]['ports'][0]
     port.update(rate='100 Gb/sec (1X NDR)', rate_gbps=100.0, width='1X')
@@ -185,8 +185,8 @@ def test_every_root_says_where_it_sits():
     for code, entry in F.REGISTRY.items():
         if entry.explains and not entry.scope:
             with pytest.raises(ValueError, match='at='):
-                F.finding(code, 'n1', 's', {}, 'x', **dict((k, 'v') for k in ('device', 'hca', 'link', 'port', 'peer',
-                                                                             'attribute_remedy', 'test', 'variables')))
+                F.finding(code, 'n1', 's', {}, 'x', **dict(
+                    (k, 'v') for k in ('device', 'hca', 'link', 'port', 'peer', 'attribute_remedy', 'test', 'variables')))
 
 
 def test_a_root_without_places_explains_nothing_and_a_symptom_without_path_is_explained_by_nothing():
