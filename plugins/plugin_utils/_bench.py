@@ -643,7 +643,7 @@ def report(nodes, options):
                 if entry['bw_ratio'] < bw_ratio:
                     entry['verdict'] = 'low'
                     entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
-                        entry['bw_avg_gbps'], 100 * entry['bw_ratio'], expected,
+                        entry['bw_avg_gbps'], 100 * entry['bw_ratio'], float(expected),
                         'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
             elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
                 entry['verdict'] = 'low'

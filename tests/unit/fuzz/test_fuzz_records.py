@@ -25,7 +25,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective,
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from tests.unit.conftest import fixture_text
 from tests.unit.fuzz import _mutate
-from tests.unit.fuzz.test_fuzz_readers import scratch  # noqa: F401 pylint: disable=unused-import (a fixture: tmpfs when there is one)
+# A fixture (tmpfs when there is one), used as an argument.
+from tests.unit.fuzz.test_fuzz_readers import scratch  # noqa: F401 pylint: disable=unused-import
 from tests.unit.plugins.plugin_utils import test__bench as bench_cases
 
 PER_FUNCTION = 2000
