@@ -204,7 +204,10 @@ def gdr_findings(host, gdr, ib=None, role_of=None):
                               'have_mm_kobj_exported': ofed.get('have_mm_kobj_exported'), 'dmabuf_possible': dmabuf,
                               'nccl_path': path_now},
                              '%s; NCCL will use %s' % (' -> '.join(verdict['chain']), _PATH_WORDS[path_now]),
-                             severity=None if verdict['blocking'] else 'warning', remedy=verdict['remedy']))
+                             severity=None if verdict['blocking'] else 'warning', remedy=verdict['remedy'],
+                             # Where dma-buf stands in, GPU memory still goes straight to the NIC: the missing
+                             # peer-memory path is no test's cause, so it sits on the node's peer-memory set-up alone.
+                             at=[('node', host)] if verdict['blocking'] else [('peer_memory', host)]))
     for pair in gdr.get('topology') or []:
         gpu = next((g for g in gdr.get('gpus') or [] if g['name'] == pair['gpu']), {})
         if gpu.get('nearest_nic') != pair['nic']:
@@ -688,8 +691,8 @@ def link_causes(findings):
     without places explains nothing and a symptom without a path is explained by nothing (fail
     closed): a symptom is never pinned on a device it did not touch. Where several roots are on
     the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
-    the GDR chain, not a slow port), then the lowest layer, then a root whose own place is on the
-    path before a node-wide one, then the order given. A symptom
+    the GDR chain, not a slow port), then a root whose own place is on the path before a node-wide
+    one, then the lowest layer, then the order given. A symptom
     explained by something that is itself explained points at that root.
     """
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
@@ -706,10 +709,10 @@ def link_causes(findings):
         for position, root in roots.get(symptom['code'], ()):
             if root is symptom or not F.explains(root['code'], symptom) or not F.on_path(root['at'], symptom['path']):
                 continue
-            # A root whose own place is on the path before a node-wide one of the same layer (a port that is
-            # down before the node's missing HCA, for a test through that port).
+            # A root whose own place is on the path before a node-wide one, whatever their layers (a port that
+            # is down, or an HCA's PCIe link trained low, before the node's missing HCA, for a test through it).
             exact = any(place[0] != 'node' and list(place) in symptom['path'] for place in root['at'])
-            rank = (not F.named(root['code'], symptom), order.get(root['layer'], len(order)), not exact, position)
+            rank = (not F.named(root['code'], symptom), not exact, order.get(root['layer'], len(order)), position)
             if best is None or rank < best[0]:
                 best = (rank, root)
         if best:
