@@ -523,7 +523,8 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     list of places, a place a tuple: ('node', host), ('hca', host, hca), ('gpu', host, gpu),
     ('gpu_nic', host, gpu, hca), ('hca_host', host, hca) (an HCA's way to host memory: the PCIe
     bridges above it, on host-memory tests' paths only), ('services', host) (the node's services:
-    on no benchmark path), ('peer_memory', host) (a peer-memory path dma-buf stands in for: on no path), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
+    on no benchmark path), ('peer_memory', host) (a peer-memory path that dma-buf stands in for:
+    on no path), ('gpus', host) (the GPUs' own interconnect), ('link', end, end)
     (a fabric link, its two 'guid/port' ends sorted), ('fabric',) (the subnet). A root explains a
     symptom only where one of its places is on the symptom's path (on_path). Where the rule gives
     none, the code's scope does (SCOPES); a code that explains others and has neither is refused:
