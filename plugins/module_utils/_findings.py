@@ -585,6 +585,9 @@ def named(root, symptom):
     ``root``: a code."""
     if root in REGISTRY and REGISTRY[root].gpu_memory:
         return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED)
+    if root in (HOST_LOST, HOST_TASK_FAILED) and _failure_kind(symptom) in ('node_lost', 'peer_lost'):
+        # The pair's own failure says a node of it stopped answering: that node's loss, not a device on the way.
+        return True
     if root == COLLECTIVE_GPUS_NOT_P2P:
         # The run's own log says how its GPUs talked: that, not a node-wide setting, is why it was slow.
         return symptom.get('code') in (COLLECTIVE_NODE_SLOW, COLLECTIVE_BUSBW_LOW, COLLECTIVE_CULPRIT)

@@ -256,6 +256,38 @@ def _is_pipe(fd):
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+def _group_members(pgid, leader):
+    """PIDs of the group ``pgid`` that still run (not zombies), the leader left out; None without /proc."""
+    try:
+        names = os.listdir('/proc')
+    except OSError:
+        return None
+    members = []
+    for name in names:
+        if not name.isdigit() or int(name) == leader:
+            continue
+        try:
+            with open('/proc/%s/stat' % name, 'rb') as handle:
+                stat = handle.read(4096).decode('ascii', 'replace')
+        except OSError:
+            continue
+        # Fields after the command's closing parenthesis: state, ppid, pgrp (proc(5)).
+        fields = stat[stat.rfind(')') + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ('Z', 'X'):
+            members.append(int(name))
+    return members
+
+
+def _wait_group_gone(pgid, leader, deadline, step=0.01):
+    """After SIGKILL, until the group's other processes have exited (the kernel delivers the signal at
+    once, the exit takes a moment): a caller that returns finds none of them left."""
+    while time.time() < deadline:
+        members = _group_members(pgid, leader)
+        if not members:
+            return
+        time.sleep(step)
+
+
 def kill_live():
     """SIGKILL to every process group still running (the controller is gone)."""
     for pgid in list(_LIVE):
@@ -317,6 +349,7 @@ class Launched(object):
         # Stragglers of the group, and a leader that ignored TERM. The leader is not
         # reaped yet, so the group id cannot have been reused.
         self._signal_group(signal.SIGKILL)
+        _wait_group_gone(self.proc.pid, self.proc.pid, time.time() + 2.0)
         self.rc = self.proc.wait()
         _LIVE.discard(self.proc.pid)
         self.ended = time.time()
