@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import netdev_name_problem  # noqa: F401 (one check for every name read)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._paths import NotRegular, open_regular_to_write
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
@@ -464,21 +464,8 @@ def parse_saved(text, argv=None):
 
 def _read_bounded(path, limit):
     """Bytes of the regular file ``path`` (no symlink followed at its last component), or
-    ValueError when it is no regular file or longer than ``limit``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError('not a regular file')
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
-            if not chunk:
-                return b''.join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-        raise ValueError('larger than %d bytes: no output of mlnx_qos or dcb' % limit)
-    finally:
-        os.close(fd)
+    ValueError when it is no regular file or longer than ``limit`` (_paths.read_regular)."""
+    return _paths.read_regular(path, limit)
 
 
 class SavedOutputs(object):

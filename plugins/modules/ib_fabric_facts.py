@@ -128,12 +128,11 @@ ansible_facts:
 
 import math
 import os
-import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag, _paths, _process
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._argv import check_args
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
@@ -145,26 +144,12 @@ MAX_UNICAST_LID = 0xBFFF
 # A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
 # switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
 LOG_LIMIT = 64 << 20
-_LOG_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
 
 
 def read_log(path):
     """Bytes of the saved output ``path``: a regular file (no symlink, opened non-blocking so that a
     FIFO does not wait for a writer), at most LOG_LIMIT bytes. Raises OSError or ValueError."""
-    fd = os.open(path, _LOG_FLAGS)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError('not a regular file')
-        chunks, size = [], 0
-        while size <= LOG_LIMIT:
-            chunk = os.read(fd, min(1 << 20, LOG_LIMIT + 1 - size))
-            if not chunk:
-                return b''.join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-        raise ValueError('larger than %d MiB' % (LOG_LIMIT >> 20))
-    finally:
-        os.close(fd)
+    return _paths.read_regular(path, LOG_LIMIT)
 
 
 def local_ports(sysroot):

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _roce
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from ansible_collections.hpc.gpu_fabric.plugins.modules import roce_qos_facts
@@ -122,8 +122,8 @@ def test_only_bounded_regular_files_are_read(node, tmp_path):
     os.mkfifo(os.path.join(str(tmp_path), NETDEV + '.dcb_pfc.txt'))
     port = read(node, [str(tmp_path)])[0][NETDEV]
     assert port['source'] is None
-    assert '%s not read: larger than %d bytes' % (big, _roce.SAVED_MAX_BYTES) in port['source_reason']
-    assert 'dcb_pfc.txt not read: not a regular file' in port['source_reason']
+    assert '%s not read: larger than %s' % (big, _paths.size_text(_roce.SAVED_MAX_BYTES)) in port['source_reason']
+    assert 'dcb_pfc.txt not read: a FIFO, not a regular file' in port['source_reason']
     # A symlink (to a good output) is not followed.
     target = write(tmp_path / 'elsewhere', 'out.txt', fixture('mlnx_qos', 'netarbiter_cx_pfc_prio3_dscp_trust.txt'))
     links = tmp_path / 'links'
