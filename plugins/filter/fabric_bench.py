@@ -79,11 +79,23 @@ def bench_report(hostvars, hosts, options=None):
     return report
 
 
+def bench_console(bench, limit=20, where='bench.json'):
+    """A short human summary of bench_report's result: counts, then the worst pairs as plain lines."""
+    if not isinstance(bench, dict):
+        raise AnsibleFilterError('bench_console: expected the result of bench_report, not %s' % type(bench).__name__)
+    try:
+        limit = int(limit)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError('bench_console: limit must be a whole number, not %r' % (limit,))
+    return _bench.console_lines(bench, limit, str(where))
+
+
 class FilterModule(object):
 
     def filters(self):
         return {
             'bench_report': bench_report,
+            'bench_console': bench_console,
             'bench_fleet_plan': bench_fleet_plan,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,

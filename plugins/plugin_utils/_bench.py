@@ -697,3 +697,59 @@ def report(nodes, options):
     if unreadable:
         result['records_unreadable'] = unreadable
     return result
+
+
+def _pair_badness(entry):
+    """Worst first: a failed test, then a low one by how far below its bound (the lowest ratio)."""
+    ratios = [entry.get(name) for name in ('bw_ratio', 'gpu_vs_host') if isinstance(entry.get(name), (int, float))]
+    if entry.get('verdict') == 'low' and not ratios and entry.get('lat_typical_us'):
+        ratios = [-entry['lat_typical_us']]        # latency: the slowest first
+    return (0 if entry.get('verdict') == 'failed' else 1, min(ratios) if ratios else 0.0,
+            _rails.natural_key(entry.get('server')), _rails.natural_key(entry.get('client')),
+            _rails.natural_key(entry.get('rail')), text(entry.get('memory')) or '')
+
+
+def pair_line(entry):
+    """One pair test as a person reads it: 'n1 mlx5_0 -> n2 mlx5_0, host memory 300.0 of 400 Gb/s (low)'."""
+    line = '%s %s -> %s %s, %s memory' % (entry.get('server'), entry.get('server_hca') or 'rail %s' % entry.get('rail'),
+                                         entry.get('client'), entry.get('client_hca') or 'rail %s' % entry.get('rail'),
+                                         entry.get('memory'))
+    bandwidth, expected = number(entry.get('bw_avg_gbps')), number(entry.get('rail_nominal_gbps') or entry.get('port_rate_gbps'))
+    if entry.get('verdict') == 'failed':
+        reason = text((sequence(entry.get('reasons')) or [None])[0]) or 'no reason given'
+        return '%s, failed (%s)' % (line, reason if len(reason) <= 160 else reason[:157] + '...')
+    if bandwidth is not None:
+        line += ' %.1f%s Gb/s' % (bandwidth, ' of %g' % expected if expected else '')
+        if isinstance(entry.get('gpu_vs_host'), (int, float)) and entry.get('bw_ratio', 1) >= entry['gpu_vs_host']:
+            line += ', %.0f %% of host memory' % (100 * entry['gpu_vs_host'])
+    elif number(entry.get('lat_typical_us')) is not None:
+        line += ' %.2f us typical latency' % number(entry['lat_typical_us'])
+    if entry.get('degraded_ports'):
+        line += ', through a degraded port'
+    return '%s (%s)' % (line, entry.get('verdict'))
+
+
+def console_lines(bench, limit=20, where='bench.json'):
+    """What the console shows of a benchmark (playbooks/benchmark.yml): the counts, what was not
+    tested and why, then the worst pairs one plain line each, at most ``limit`` of them; the rest
+    is in ``where``. A list of strings, joined into one message by the playbook."""
+    bench = mapping(bench)
+    limit = max(0, int(limit))
+    if bench.get('skipped'):
+        lines = ['pair benchmark not run: %s' % bench['skipped']]
+    else:
+        counts = mapping(bench.get('verdicts'))
+        order = [v for v in ('ok', 'low', 'failed') if v in counts] + sorted(v for v in counts if v not in ('ok', 'low', 'failed'))
+        lines = ['%s: %d pair test(s), %s' % (bench.get('test') or 'pair benchmark', sum(counts.values()),
+                                              ', '.join('%d %s' % (counts[v], v) for v in order) or 'none judged')]
+    for host in sorted(mapping(bench.get('excluded')), key=_rails.natural_key):
+        lines.append('left out %s (%s)' % (host, bench['excluded'][host]))
+    for host in sorted(mapping(bench.get('records_unreadable')), key=_rails.natural_key):
+        lines.append('records of %s unreadable (%s)' % (host, bench['records_unreadable'][host]))
+    bad = sorted((p for p in mappings(bench.get('pairs')) if p.get('verdict') != 'ok'), key=_pair_badness)
+    if bad and limit:
+        lines.append('%d pair test(s) not healthy, the worst first' % len(bad))
+        lines.extend(pair_line(entry) for entry in bad[:limit])
+    if len(bad) > limit:
+        lines.append('... and %d more not healthy, every pair in %s' % (len(bad) - limit, where))
+    return lines
