@@ -40,8 +40,15 @@ Python allocations (tracemalloc peak) are printed too, at the cost of a slower s
 connection is made: set_fact only), each host's plan and the path of its records file put in
 hostvars as the role puts them (--keep-raw: its steps, raw result and records themselves, as the
 role kept them before perftest_collect), then the "Judge the pairs" play of playbooks/benchmark.yml
-and playbooks/report.yml as they are. Printed: wall time, the largest process's peak RSS
-(RUSAGE_CHILDREN) and the slowest tasks.
+and playbooks/report.yml as they are. Printed: wall time (seconds); setup_seconds, from the start of
+ansible-playbook to the last node's result of the input set-up play (the synthetic node results in
+hostvars: in a real run, the nodes' work); controller_seconds, from there to the last file written
+in the output directory (bench.json, the report's files): the controller's own time, timed by the
+task callback tests/bench/callbacks/gf_task_times.py and the files' mtimes (both time.time()'s
+clock); direct_seconds, the same stages called directly (judge to report_rest, when they ran in
+the same invocation) and controller_vs_direct; the largest process's peak RSS (RUSAGE_CHILDREN)
+and the slowest tasks. Targets: controller_seconds under 60 s (180 s for a full mesh) and
+peak_rss_mib under 2 GiB (within_target); within 2x of the direct stages (within_2x).
 
 Prints one JSON line per (case, stage). Usage (from the checkout, collection importable):
   python -m tests.bench.controller_scale [--cases 64:ring 1024:random 256:full ...] [--ansible] [--tracemalloc]
@@ -64,6 +71,10 @@ import zlib
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET_S = 60.0
 TARGET_MIB = 2048.0
+# --ansible: the controller's own time (controller_seconds) for a full mesh, whose pairs are N^2.
+TARGET_FULL_S = 180.0
+# What the direct stages are to the controller's time in ansible-playbook (controller_seconds).
+CONTROLLER_STAGES = ('judge', 'diagnose', 'report_json', 'report_html', 'report_rest')
 PROFILE = 'nvidia_h100_8x_ndr'
 DEFAULT_CASES = ('64:ring', '64:random', '64:full', '256:ring', '256:random', '256:full', '1024:ring', '1024:random')
 STAGES = ('synth_facts', 'plan', 'synth_nodes', 'records', 'judge', 'diagnose', 'report_json', 'report_html', 'report_rest')
@@ -386,8 +397,9 @@ class FilterModule(object):
 # facts as ib_link_facts/gdr_facts return them. -e gf_keep_raw=true: as the role did before
 # perftest_collect, the steps, the raw sequence result (registered by async_status, all nodes at
 # once) and the records themselves.
+NODE_PLAY_NAME = 'Synthetic benchmark results, as the fabric_bench role leaves them'
 NODE_PLAY = '''
-- name: Synthetic benchmark results, as the fabric_bench role leaves them
+- name: %s
   hosts: gpu_nodes
   gather_facts: false
   tasks:
@@ -425,11 +437,26 @@ NODE_PLAY = '''
         __fabric_bench_steps: []
         __fabric_bench_done: {}
       when: gf_keep_raw | default(false) | bool
-'''
+''' % NODE_PLAY_NAME
 
 
-def ansible_case(count, mode, timeout=900, keep_raw=False):
-    """ansible-playbook over N hosts with the case's data in hostvars, then the judge and report plays."""
+def _controller_times(row, times, out, started):
+    """setup_seconds and controller_seconds of a run: the input set-up play's last host result (the
+    task callback's times) and the last file written in ``out``, both on time.time()'s clock."""
+    with open(times) as handle:
+        tasks = [json.loads(line) for line in handle if line.strip()]
+    row['slowest_tasks'] = [(t['task'], round(t['s'], 1)) for t in sorted(tasks, key=lambda t: -t['s'])[:5]]
+    setup_end = max([t['last_result'] for t in tasks if t.get('play') == NODE_PLAY_NAME and t.get('last_result')] or [None])
+    written = [os.path.getmtime(os.path.join(top, name)) for top, _dirs, names in os.walk(out) for name in names]
+    if setup_end is None or not written:
+        row['error'] = row.get('error') or 'no input set-up result or no file written: controller_seconds not measured'
+        return
+    row.update(setup_seconds=round(setup_end - started, 1), controller_seconds=round(max(written) - setup_end, 1))
+
+
+def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
+    """ansible-playbook over N hosts with the case's data in hostvars, then the judge and report plays.
+    ``direct``: the seconds of the same stages called directly (CONTROLLER_STAGES), when measured."""
     import yaml
     with tempfile.TemporaryDirectory(prefix='gf-scale-ansible-') as work:
         for stage in ('synth_facts', 'plan', 'synth_nodes', 'records'):
@@ -471,9 +498,10 @@ def ansible_case(count, mode, timeout=900, keep_raw=False):
                 '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', 'gf_keep_raw=%s' % keep_raw]
         row = {'nodes': count, 'rails': RAILS, 'mode': mode, 'stage': 'ansible', 'input': False, 'keep_raw': keep_raw,
                'hostvars_json_mib': round(hostvars_bytes / 2.0 ** 20, 1)}
-        script = ('import resource, subprocess, sys, json, time; t = time.perf_counter(); '
+        script = ('import resource, subprocess, sys, json, time; w = time.time(); t = time.perf_counter(); '
                   'p = subprocess.run(sys.argv[1:], capture_output=True, text=True); '
-                  'print(json.dumps({"rc": p.returncode, "seconds": time.perf_counter() - t, "tail": (p.stdout + p.stderr)[-600:], '
+                  'print(json.dumps({"rc": p.returncode, "seconds": time.perf_counter() - t, "started": w, '
+                  '"tail": (p.stdout + p.stderr)[-600:], "console_lines": len(p.stdout.splitlines()), '
                   '"peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}))')
         try:
             done = subprocess.run([sys.executable, '-c', script] + argv, cwd=REPO, capture_output=True, text=True,
@@ -482,7 +510,8 @@ def ansible_case(count, mode, timeout=900, keep_raw=False):
             row.update(error='ran past %d s' % timeout)
             return row
         measured = json.loads(done.stdout)
-        row.update(seconds=round(measured['seconds'], 1), peak_rss_mib=round(measured['peak_rss_mib'], 1))
+        row.update(seconds=round(measured['seconds'], 1), peak_rss_mib=round(measured['peak_rss_mib'], 1),
+                   console_lines=measured['console_lines'])
         if measured['rc']:
             row['error'] = measured['tail']
         written = os.path.join(work, 'out', 'report.json')
@@ -496,10 +525,16 @@ def ansible_case(count, mode, timeout=900, keep_raw=False):
         else:
             row['error'] = row.get('error') or 'no report.json written'
         if os.path.exists(times):
-            with open(times) as handle:
-                tasks = [json.loads(line) for line in handle if line.strip()]
-            row['slowest_tasks'] = [(t['task'], round(t['s'], 1)) for t in sorted(tasks, key=lambda t: -t['s'])[:5]]
-        row['within_target'] = not row.get('error') and row['seconds'] < TARGET_S and row['peak_rss_mib'] < TARGET_MIB
+            _controller_times(row, times, os.path.join(work, 'out'), measured['started'])
+        else:
+            row['error'] = row.get('error') or 'no task times written: controller_seconds not measured'
+        if direct is not None:
+            row.update(direct_seconds=round(direct, 1))
+            if 'controller_seconds' in row:
+                row.update(controller_vs_direct=round(row['controller_seconds'] / max(direct, 0.001), 1),
+                           within_2x=row['controller_seconds'] <= 2 * direct)
+        limit = TARGET_FULL_S if mode == 'full' else TARGET_S
+        row['within_target'] = (not row.get('error') and row['controller_seconds'] < limit and row['peak_rss_mib'] < TARGET_MIB)
         return row
 
 
@@ -526,7 +561,9 @@ def main(argv=None):
         count, mode = case.split(':')
         rows = [] if args.ansible_only else list(measure_case(int(count), mode, args.tracemalloc, args.timeout, args.keep))
         if args.ansible or args.ansible_only:
-            rows.append(ansible_case(int(count), mode, args.timeout, args.keep_raw))
+            direct = [r['seconds'] for r in rows if r['stage'] in CONTROLLER_STAGES and 'seconds' in r]
+            rows.append(ansible_case(int(count), mode, args.timeout, args.keep_raw,
+                                     sum(direct) if len(direct) == len(CONTROLLER_STAGES) else None))
         for row in rows:
             missed += bool(row.get('error')) or row.get('within_target') is False
             print(json.dumps(row), flush=True)

@@ -2,10 +2,14 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Wall time of every task of a run, for tests/bench/mesh_speed.py (not shipped with the collection).
+"""Wall time of every task of a run, for tests/bench/mesh_speed.py and controller_scale.py (not shipped
+with the collection).
 
-Writes JSON lines {"task": name, "s": seconds} to $GF_TASK_TIMES: a task's time runs from its start
-to the next task's start (or the end of the run), which is what the run's wall time is made of.
+Writes JSON lines {"task": name, "s": seconds, "play": name, "start": epoch, "last_result": epoch or
+null} to $GF_TASK_TIMES: a task's time runs from its start to the next task's start (or the end of
+the run), which is what the run's wall time is made of; "start" is when the task started and
+"last_result" when its last host's result came in (time.time(), the clock file modification times
+are on: controller_scale.py compares them with the report files' mtimes).
 """
 
 from __future__ import annotations
@@ -33,13 +37,26 @@ class CallbackModule(CallbackBase):
     def __init__(self):
         super().__init__()
         self._start = time.perf_counter()
-        self._current = ('(start of the run)', self._start)
+        self._play = None
+        self._last_result = None
+        self._current = ('(start of the run)', self._start, time.time(), None)
         self._rows = []
 
     def _mark(self, name):
-        now = time.perf_counter()
-        self._rows.append({'task': self._current[0], 's': round(now - self._current[1], 3)})
-        self._current = (name, now)
+        now, wall = time.perf_counter(), time.time()
+        task, began, began_wall, play = self._current
+        self._rows.append({'task': task, 's': round(now - began, 3), 'play': play, 'start': began_wall,
+                           'last_result': self._last_result})
+        self._current = (name, now, wall, self._play)
+        self._last_result = None
+
+    def _result(self, *args, **kwargs):
+        self._last_result = time.time()
+
+    v2_runner_on_ok = v2_runner_on_failed = v2_runner_on_skipped = v2_runner_on_unreachable = _result
+
+    def v2_playbook_on_play_start(self, play):
+        self._play = play.get_name()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._mark(task.get_name())
