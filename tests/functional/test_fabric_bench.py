@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -103,6 +104,12 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
         far = [pairs[('gpu', frozenset((peer, 'n2')))] for peer in ('n1', 'n3')]
         assert all(p['verdict'] == 'low' and p['gpu_vs_host'] < 0.9 for p in far), far
     assert bench['matrix']['host']['0']
+    # The console: the counts, then the pairs that are not healthy one plain line each (bench_console),
+    # no Python repr of the pairs and their reasons.
+    counts = ', '.join('%d %s' % (bench['verdicts'][v], v) for v in ('ok', 'low', 'failed') if v in bench['verdicts'])
+    assert 'ib_write_bw: %d pair test(s), %s\n' % (len(bench['pairs']), counts) in result.stdout, result.stdout[-3000:]
+    assert re.search(r'\n +hang mlx5_\d+ -> n\d mlx5_\d+, host memory, failed \((timeout|exchange_failed): ', result.stdout)
+    assert "'reasons'" not in result.stdout and "[['" not in result.stdout
     if engine == 'sequence':
         # Each node's records went into a file beside the report (the raw results never into hostvars),
         # and the judging read them back; the job files on the nodes were removed once read.
