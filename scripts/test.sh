@@ -44,6 +44,14 @@ trap 'rm -rf "$base"' EXIT
 # reused, and a run that leaked ~300,000 inodes into /tmp filled a disk there.
 export TMPDIR=$base/tmp
 mkdir -p "$TMPDIR"
+# Ansible's own files too, which default below the home directory and stayed there: ANSIBLE_HOME
+# (~/.ansible) holds ansible-core's local temp files, SSH control sockets and galaxy cache, and
+# molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
+# ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
+# temp files and async job files in ~/.ansible/tmp and ~/.ansible_async.
+export ANSIBLE_HOME=$base/ansible
+export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp ANSIBLE_ASYNC_DIR=$ANSIBLE_HOME/async
+mkdir -p "$ANSIBLE_HOME"
 # The copy is importable as ansible_collections.hpc.gpu_fabric, and its tests as tests.*.
 export PYTHONPATH=$base:$tree
 export ANSIBLE_COLLECTIONS_PATH=$base
@@ -83,12 +91,23 @@ step_functional() {
     (cd "$tree" && GF_ARTIFACTS_DIR=${GF_ARTIFACTS_DIR:-$REPO/out/artifacts} python -m pytest -q -p no:cacheprovider -rs \
         -n "$workers" --durations=15 tests/functional)
 }
+# The netns lab (its rendered roots, SSH keys and the nodes' sshd logs) lives in
+# GF_MOLECULE_NETNS_DIR (molecule/netns/molecule.yml), here in the run's temp dir, and its
+# destroy removes it: one that leaves it, or a node's namespace, behind fails the step.
 step_molecule() {
-    local scenario scenarios
+    local scenario scenarios lab=$base/molecule-netns left
     scenarios=${GF_MOLECULE_SCENARIOS:-$( ((EUID == 0)) && echo netns || echo localhost)}
     for scenario in $scenarios; do
-        (cd "$tree" && molecule test -s "$scenario") || return 1
+        (cd "$tree" && GF_MOLECULE_NETNS_DIR=$lab molecule test -s "$scenario") || return 1
     done
+    if [[ -e $lab ]]; then
+        gf_log "error: the netns scenario's destroy left its lab directory behind: $lab"
+        return 1
+    fi
+    if [[ " $scenarios " == *" netns "* ]]; then
+        left=$(ip netns list 2>/dev/null | awk '/^gf-node[0-9]/ { printf "%s ", $1 }')
+        [[ -z $left ]] || { gf_log "error: the netns scenario's destroy left network namespaces behind: $left"; return 1; }
+    fi
 }
 
 # The promise of meta/runtime.yml (requires_ansible: '>=2.16.0'): the oldest ansible-core it
