@@ -23,13 +23,21 @@ def _node_ib_hca(hv):
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_report: hosts must be a list of inventory names')
-    nodes, unreachable, stages, failures = {}, [], {}, {}
+    nodes, unreachable, stages, failures = {}, {}, {}, {}
     for host in hosts:
         hv = hostvars[host] if host in hostvars else {}
         facts = hv.get('ansible_facts') or {}
-        # Tasks that failed on the node and were rescued (validate.yml, benchmark.yml).
-        if hv.get('gpu_fabric_failures'):
-            failures[host] = list(hv['gpu_fabric_failures'])
+        # Tasks that failed on the node and were rescued (configure.yml, validate.yml, benchmark.yml); one marked
+        # unreachable is the connection check of a node that did not answer, its message the connection's error.
+        records = [r if isinstance(r, dict) else {'msg': str(r)} for r in hv.get('gpu_fabric_failures') or []]
+        no_answer = [r for r in records if r.get('unreachable') is True]
+        if no_answer and 'gpu_fabric_ib' not in facts and 'gpu_fabric_gdr' not in facts:
+            records = [r for r in records if r.get('unreachable') is not True]
+            unreachable[host] = no_answer[0].get('msg')
+        if records:
+            failures[host] = records
+        if host in unreachable:
+            continue
         if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts or host in failures:
             nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
             if 'gpu_fabric_ib_fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
@@ -43,7 +51,7 @@ def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=Non
             # The stages each node got through (set at the end of each stage's play on the nodes).
             stages[host] = list(hv.get('gpu_fabric_stages') or [])
         else:
-            unreachable.append(host)
+            unreachable[host] = None   # no facts and no record: left the run without a word (or marked offline)
     if not any(stages.values()):
         stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
     findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)

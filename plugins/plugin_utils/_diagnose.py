@@ -939,9 +939,12 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
                                     'the host pattern (gpu_fabric_hosts, --limit) matched no inventory host'
                                     if not nodes and not unreachable else
                                     'every node was unreachable or failed (%s)' % ', '.join(sorted(set(nodes) | set(unreachable or []))[:20]))))
+    # ``unreachable``: the hosts, or {host: why} where the run kept the connection's error (validate.yml's check).
     for host in sorted(unreachable or []):
-        findings.append(finding(F.HOST_UNREACHABLE, host, 'node', {},
-                                'no facts came back from %s (unreachable, or its facts tasks failed)' % host))
+        why = unreachable.get(host) if isinstance(unreachable, dict) else None
+        findings.append(finding(F.HOST_UNREACHABLE, host, 'node', {'msg': why} if why else {},
+                                'no facts came back from %s: it did not answer (%s)' % (host, why) if why else
+                                'no facts came back from %s (unreachable, or its facts tasks failed)' % host, at=[('node', host)]))
     complete_paths(findings, judged, bench, collective, roles)
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
     findings.sort(key=lambda f: (order.get(f['layer'], 9), f['host'] or '', f['code'], f['subject'] or ''))

@@ -212,7 +212,9 @@ def junit(report):
             mine = [f for f in concerning if f['layer'] == check and f['severity'] in ('error', 'warning')]
             body = ''
             if host != 'fleet' and report['hosts'][host]['status'] == 'unreachable':
-                body = '<error message="host unreachable">no facts came back from %s</error>' % escape(host)
+                # Why, where the run kept it (HOST_UNREACHABLE's cause names the connection's error).
+                why = [f['cause'] for f in concerning if f['code'] == 'HOST_UNREACHABLE'] or ['no facts came back from %s' % host]
+                body = '<error message="host unreachable">%s</error>' % escape(why[0])
             elif mine:
                 text = '\n'.join('%s %s %s: %s' % (f['severity'], f['code'], f['subject'] or '', f['cause']) for f in mine)
                 body = '<failure message=%s>%s</failure>' % (quoteattr('%d finding(s): %s' % (

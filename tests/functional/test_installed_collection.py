@@ -7,8 +7,9 @@ hpc.gpu_fabric.validate_fabric runs from the installed copy, not from this tree.
 
 Built from the tree this test lives in (under scripts/test.sh, the copy of the files git
 knows; from a checkout, galaxy.yml's build_ignore keeps .venv, out/ and the like out). The
-run is on this machine for real: without a GPU or an RDMA device it writes its report and
-ends with exit status 2, the report's finding being HOST_NOTHING_TO_CHECK (fail closed).
+run is on this machine for real: without a GPU or an RDMA device it writes its report (to
+./fabric-report of the directory it runs in, not inside the installed copy) and ends with exit
+status 2, the report's finding being HOST_NOTHING_TO_CHECK (fail closed).
 """
 
 from __future__ import annotations
@@ -33,12 +34,18 @@ def _env(collections_path):
     return env
 
 
+def _files(top):
+    """Every path below top but Python's bytecode caches."""
+    return set(os.path.relpath(os.path.join(base, name), top) for base, dirs, files in os.walk(top)
+               for name in dirs + files if '__pycache__' not in os.path.join(base, name))
+
+
 def run(cmd, cwd, env):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_built_tarball_installs_and_validate_fabric_runs_from_it(tmp_path):
-    build, install, work, out = (str(tmp_path / name) for name in ('build', 'install', 'work', 'out'))
+    build, install, work = (str(tmp_path / name) for name in ('build', 'install', 'work'))
     os.mkdir(work)
     env = _env(install)
 
@@ -62,12 +69,20 @@ def test_built_tarball_installs_and_validate_fabric_runs_from_it(tmp_path):
     # The only hpc.gpu_fabric Ansible sees is the installed one.
     assert list(json.loads(listed.stdout)) == [os.path.dirname(os.path.dirname(root))], listed.stdout
 
+    # Without gpu_fabric_output_dir: ./fabric-report, where the user runs - nothing inside the installed copy
+    # (Python's bytecode caches aside).
+    before = _files(install)
     played = run([os.path.join(BIN, 'ansible-playbook'), 'hpc.gpu_fabric.validate_fabric', '-i', 'localhost,', '-c', 'local',
-                  '-e', 'ansible_python_interpreter=' + sys.executable, '-e', 'gpu_fabric_output_dir=' + out], work, env)
+                  '-e', 'ansible_python_interpreter=' + sys.executable], work, env)
     assert played.returncode == 2, played.stdout[-3000:] + played.stderr[-3000:]
+    out = os.path.join(work, 'fabric-report')
     with open(os.path.join(out, 'report.json')) as handle:
         report = json.load(handle)
     assert [(f['code'], f['host']) for f in report['findings'] if f['severity'] == 'error'] == \
         [('HOST_NOTHING_TO_CHECK', 'localhost')], report['findings']
     assert {'report.html', 'report.md', 'junit.xml', 'gpu_fabric.prom'} <= set(os.listdir(out))
-    assert not os.path.exists(os.path.join(work, 'ansible.cfg'))
+    # report.md links the HTML by its absolute path, in the user's directory.
+    with open(os.path.join(out, 'report.md')) as handle:
+        assert 'Full report: %s/report.html' % os.path.realpath(out) in handle.read()
+    assert _files(install) == before, sorted(_files(install) ^ before)
+    assert sorted(os.listdir(work)) == ['fabric-report']
