@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
 
 
 def _ratios(healthy, warn):
@@ -49,22 +50,24 @@ def collective_expected(hostvars, hosts, hcas=None):
     return _collective.expected_busbw(nodes, hcas or None)
 
 
-def culprit_search_start(nodes, reference=None, prior=None, pairs=None):
-    if not isinstance(nodes, (list, tuple)):
+def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, string_types) for n in nodes):
         raise AnsibleFilterError('culprit_search_start: the nodes must be a list of inventory names')
-    if pairs is not None and not isinstance(pairs, (list, tuple, dict)):
+    if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
         raise AnsibleFilterError('culprit_search_start: pairs must be a fabric_bench report or a list of [node, node]')
-    return _group_search.search_start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs))
+    if strategy not in _culprit_search.STRATEGIES:
+        raise AnsibleFilterError('culprit_search_start: strategy must be one of %s' % ', '.join(_culprit_search.STRATEGIES))
+    return _culprit_search.start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs), strategy)
 
 
 def culprit_search_next(state):
-    return _group_search.search_next(state)
+    return _culprit_search.next_round(state)
 
 
-def culprit_search_update(state, runs, verdicts):
+def culprit_search_update(state, runs, verdicts, seconds=None):
     if len(runs or []) != len(verdicts or []):
         raise AnsibleFilterError('culprit_search_update: one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
-    return _group_search.search_update(state, runs, verdicts)
+    return _culprit_search.update(state, runs, verdicts, seconds)
 
 
 def culprit_search_verdicts(started, finished):
@@ -78,11 +81,7 @@ def culprit_search_verdicts(started, finished):
         launch = launch if isinstance(launch, dict) else {}
         job = launch.get('ansible_job_id')
         result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
-        verdict = _collective.normalize(result)['verdict']
-        if verdict.get('status') == 'skipped' or (job and not result.get('finished') and not result.get('failed')):
-            verdict = {'status': 'failed', 'reasons': ['not run: %s' % '; '.join(verdict.get('reasons') or ['unfinished'])],
-                       'ratio': None}
-        verdicts.append(verdict)
+        verdicts.append(_culprit_search.verdict_of(dict(result, ansible_job_id=job) if job else result))
     return verdicts
 
 

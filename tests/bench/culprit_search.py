@@ -10,7 +10,11 @@ their noise margin is what the functional tests check on the simulator). For N i
 1024} nodes and k in {0, 1, 2, 5, 10} bad nodes (k <= N), TRIALS random placements each, plus
 pair-fault cases (one bad pair, with 0, 1 or 2 bad nodes beside it), three strategies:
 
-  group     - plugins/module_utils/_group_search.py (adaptive group testing, k unknown);
+  rounds    - plugins/plugin_utils/_culprit_search.py, the default: the fewest rounds (every node
+              in every round; bad groups split eight ways, small ones node by node beside a
+              healthy reference, pairs by halving both sides at once);
+  runs      - plugins/module_utils/_group_search.py (Hwang's adaptive group testing, k unknown):
+              the fewest runs, for clusters where node time is billed;
   halving   - the search this replaced (halve every bad group, test both halves; a group of
               two or three nodes node by node with a cleared reference; pairs of suspects when
               every half is bad), kept here as the baseline;
@@ -20,7 +24,8 @@ The fleet run that finds the fleet bad is not counted (every strategy starts aft
 k = 0 it is healthy and no search runs). One JSON line per (N, k, strategy, pair faults):
 nodes, bad, pairs, strategy, trials, mean_runs, max_runs, mean_rounds, max_rounds,
 false_culprits (healthy nodes named, summed over the trials), misses (bad nodes, and bad
-pairs, not named), bound (k x ceil(log2(N / k)) + 2k, _group_search.runs_bound).
+pairs, not named), bound (k x ceil(log2(N / k)) + 2k, _group_search.runs_bound), runs_limit (3 x
+the bound, a bad pair's two nodes counted among k), default (true on the default strategy's rows).
 
 Usage: python -m tests.bench.culprit_search [--trials N] [--nodes N ...]   (from the checkout)
 """
@@ -41,6 +46,7 @@ try:
 except ImportError:     # run from the checkout without PYTHONPATH: the checkout's own link to itself
     sys.path.insert(0, os.path.join(REPO, '.collections'))
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
 
 NODES = (16, 64, 232, 1024)
 BAD = (0, 1, 2, 5, 10)
@@ -121,13 +127,15 @@ def one_by_one(nodes, run):
     return {'culprits': culprits, 'pairs': [], 'runs': len(nodes), 'rounds': len(nodes)}
 
 
-def group(nodes, run):
-    state = _group_search.search(nodes, run)
-    return {'culprits': state['culprits'], 'pairs': [p['nodes'] for p in state['pairs']], 'runs': len(state['runs']),
-            'rounds': state['rounds']}
+def _strategy(name):
+    def search(nodes, run):
+        state = _culprit_search.search(nodes, run, strategy=name)
+        return {'culprits': state['culprits'], 'pairs': [p['nodes'] for p in state['pairs']], 'runs': len(state['runs']),
+                'rounds': state['rounds']}
+    return search
 
 
-STRATEGIES = (('group', group), ('halving', halving), ('one_by_one', one_by_one))
+STRATEGIES = (('rounds', _strategy('rounds')), ('runs', _strategy('runs')), ('halving', halving), ('one_by_one', one_by_one))
 
 
 def measure(count, bad_count, pair_count, strategy, trials, seed=0):
@@ -153,7 +161,10 @@ def measure(count, bad_count, pair_count, strategy, trials, seed=0):
     return {'nodes': count, 'bad': bad_count, 'pairs': pair_count, 'strategy': name, 'trials': trials,
             'mean_runs': round(sum(runs) / float(trials), 2), 'max_runs': max(runs),
             'mean_rounds': round(sum(rounds) / float(trials), 2), 'max_rounds': max(rounds),
-            'false_culprits': false, 'misses': misses, 'bound': _group_search.runs_bound(count, bad_count)}
+            'false_culprits': false, 'misses': misses, 'bound': _group_search.runs_bound(count, bad_count),
+            # The runs the default strategy may spend: 3 x the bound, with a pair's two nodes counted as bad.
+            'runs_limit': 3 * _group_search.runs_bound(count, bad_count + 2 * pair_count),
+            'default': name == _culprit_search.DEFAULT_STRATEGY}
 
 
 def main(argv=None):

@@ -1,0 +1,544 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The culprit search in the fewest rounds: which nodes (and which pairs of nodes) drag a
+fleet-wide collective down, when the time a user waits is what counts.
+
+The runs of a round run at once on disjoint nodes, so a search takes its number of rounds times
+one run (one to three minutes for an nccl-tests sweep); during a validation the nodes are
+reserved anyway. So every node works in every round:
+
+- a group known to hold a fault (the fleet, at first) is split into ARITY parts that all run in
+  the next round (no half is cleared or blamed by inference, so nothing waits for a
+  confirmation); a group of SINGLES_AT nodes or fewer runs node by node, each node beside a
+  healthy reference node (one that ran healthy in a group the node was not in). A bad node
+  among N is named in ceil(log_ARITY(N / SINGLES_AT)) + 1 rounds: 3 for 232 or 1,024 nodes.
+  Until some node is known healthy, the parts have two nodes or more (a collective over one
+  node measures its own GPUs, not the fabric);
+- a bad group whose parts all ran healthy holds no bad node: two of its nodes are bad only
+  together (a pair fault). It is halved, both halves run; a bad half holds the pair; two healthy
+  halves mean one node of the pair in each, and each side is halved again, the two "diagonal"
+  unions running at once (X1+Y1, X2+Y2; both healthy: X1+Y2 or X2+Y1, which are disjoint and
+  run together next). Each round halves the sides, so a pair among N is named in about
+  log2(N) + 1 rounds: with runs over disjoint nodes and a fault seen only when both nodes are in
+  one run, a pair of nodes cannot be cornered faster than halving (only the diagonal of a
+  split can run at once). A pair the pairwise benchmark found bad is named at once;
+- once nothing is left to split, every cleared node runs together once (a pair between two
+  groups that each ran healthy shows there), and in the same round each named node runs again
+  beside a second reference: bad only beside its first reference, the two are a pair, not a bad
+  node.
+
+The cost in runs stays within 3 x (k x ceil(log2(N / k)) + 2k) for k bad nodes among N
+(tests/bench/culprit_search.py). Where node time is billed, strategy 'runs'
+(module_utils/_group_search.py, Hwang's generalized binary splitting) needs about a third of the
+runs and several times the rounds.
+
+Verdicts come from _collective.judge: this module only asks whether a run was bad
+(_group_search.bad). The state is a plain dict; next_round plans a round, update folds its
+verdicts in, search drives both for tests and benchmarks. Both strategies share this interface:
+start() picks one, the other functions follow the state's 'strategy'.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
+
+STRATEGIES = ('rounds', 'runs')
+DEFAULT_STRATEGY = 'rounds'
+
+# Parts a bad group is split into per round, and the size at which a group runs node by node.
+# 8 and 8: 3 rounds to a bad node among 1,024 (1,024 -> 128 -> 16 -> 2 -> 1 would be 4 with
+# halving parts), and for one bad node among 1,024, 8 + 8 + 16 runs and the last round's 2,
+# inside 3 x (ceil(log2 1024) + 2) = 36 (tests/bench/culprit_search.py prints both).
+ARITY = 8
+SINGLES_AT = 16
+# The candidate crosses one pair's search keeps before it runs them whole (_cap_crosses): 2 x 4
+# runs a round at most, in about log2(N) + 2 rounds (tests/bench/culprit_search.py).
+CROSS_CAP = 4
+
+
+def _log2(value):
+    return int(math.ceil(math.log(max(value, 1), 2)))
+
+
+def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATEGY):
+    """The state of a search over ``nodes``, whose run together was not healthy.
+
+    ``reference``: a node known to be good, outside ``nodes`` (optional). ``prior``: nodes the
+    facts blame, or the findings that blame them (_group_search.blamed): named without a run.
+    ``pairs``: pairs of nodes the pairwise benchmark found bad ([[a, b], ...]), named at once
+    when a group is bad although each of its parts is healthy. ``strategy``: 'rounds' (this
+    module, the default) or 'runs' (_group_search).
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError('strategy must be one of %s, not %r' % (', '.join(STRATEGIES), strategy))
+    if strategy == 'runs':
+        state = _group_search.search_start(nodes, reference, prior, pairs)
+        state.update(strategy='runs', seconds=0.0)
+        return state
+    nodes = list(dict.fromkeys(nodes))
+    blamed = set(_group_search.blamed(prior))
+    blamed = [n for n in nodes if n in blamed]
+    rest = [n for n in nodes if n not in blamed]
+    known = sorted(sorted(p) for p in (pairs or []) if len(set(p)) == 2 and set(p) <= set(nodes))
+    state = {'strategy': 'rounds', 'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {},
+             'pairs': [], 'unresolved': [], 'notes': [], 'items': [], 'runs': [], 'rounds': 0, 'seconds': 0.0,
+             'known_pairs': known, 'first_reference': {}, 'confirmed': [], 'verified': False, 'done': False,
+             # The role's loop bound: each round halves a pair's sides at least (2 log2 N covers a
+             # pair and bad nodes beside it, with room).
+             'max_rounds': 2 * _log2(len(nodes)) + 8}
+    for node in blamed:
+        state['culprits'].append(node)
+        state['basis'][node] = 'facts'
+    if len(nodes) < 2:
+        state['unresolved'] = list(rest)
+        state['done'] = True
+    elif blamed:
+        # The others run alone first: healthy, the blamed nodes explain the fleet's run.
+        if len(rest) >= 2 or (rest and reference):
+            state['items'].append({'kind': 'trial', 'group': rest})
+        else:
+            state['unresolved'] = list(rest)
+            state['notes'].append('%s could not run without the nodes the facts blame (no reference node)' % ', '.join(rest)
+                                  if rest else 'every node is blamed by its facts')
+            state['done'] = True
+    else:
+        state['items'].append({'kind': 'bad', 'group': rest})
+    return state
+
+
+# ---------------------------------------------------------------------------- planning a round
+
+def _chunks(group, count):
+    """``group`` in ``count`` parts of sizes that differ by one at most, in its order."""
+    count = max(1, min(count, len(group)))
+    size, extra = divmod(len(group), count)
+    parts, at = [], 0
+    for index in range(count):
+        end = at + size + (1 if index < extra else 0)
+        parts.append(group[at:end])
+        at = end
+    return parts
+
+
+def _halves(group):
+    middle = (len(group) + 1) // 2
+    return group[:middle], group[middle:]
+
+
+class _Planner(object):
+    """One round's runs over disjoint nodes; references drawn from the healthy nodes free this round."""
+
+    def __init__(self, state):
+        self.state = state
+        self.busy = set()
+        self.runs = []
+        refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
+        self.free = [n for n in refs if n not in _pair_nodes(state)]
+
+    def references(self, count, avoid=()):
+        """``count`` free healthy nodes (none of ``avoid``), or None when there are fewer."""
+        avoid = set(avoid)
+        picked = [n for n in self.free if n not in self.busy and n not in avoid][:count]
+        if len(picked) < count:
+            return None
+        self.busy.update(picked)
+        return picked
+
+    def add(self, group, item, step, ref=None):
+        hosts = list(group) + ([ref] if ref else [])
+        self.busy.update(hosts)
+        self.runs.append({'group': list(group), 'hosts': hosts, 'task': item, 'step': step})
+
+
+def _plan_bad(planner, index, item):
+    group = item['group']
+    if len(group) <= SINGLES_AT:
+        refs = planner.references(len(group), avoid=item.get('used') or ())
+        if refs:
+            for node, ref in zip(group, refs):
+                planner.add([node], index, 'single', ref)
+            return
+        if len(group) < 4:
+            return  # waits for a healthy node to run beside (as a part of its own it would run as it did)
+        # No healthy node yet: parts of two (three where one would be left alone).
+        parts = _chunks(group, len(group) // 2)
+    else:
+        parts = _chunks(group, ARITY)
+    for part in parts:
+        if len(part) == 1:
+            ref = planner.references(1, avoid=group)
+            if ref:
+                planner.add(part, index, 'single', ref[0])
+            continue
+        planner.add(part, index, 'split')
+
+
+def _plan_pair(planner, index, item):
+    if item['kind'] == 'within':
+        for half in _halves(item['group']):
+            if len(half) >= 2:
+                planner.add(half, index, 'halves')
+        return
+    x, y = item['x'], item['y']
+    if item.get('whole') or (len(x) == 1 and len(y) == 1):
+        planner.add(x + y, index, 'confirm_pair' if len(x) == len(y) == 1 else 'cross_whole')
+        return
+    (x1, x2), (y1, y2) = _halves(x), _halves(y)
+    for a, b in ((x1, y1), (x2, y2)):
+        if a and b:
+            planner.add(a + b, index, 'cross')
+
+
+def _plan_final(planner):
+    """Every named node beside a second reference; every cleared node not needed for that, together."""
+    state = planner.state
+    for node in state['culprits']:
+        if state['basis'].get(node) != 'runs' or node in state['confirmed']:
+            continue
+        first = state['first_reference'].get(node)
+        ref = planner.references(1, avoid=[first] if first else [])
+        if ref:
+            planner.add([node], None, 'confirm', ref[0])
+    if not state['verified']:
+        eligible = [n for n in state['cleared'] if n not in _pair_nodes(state)]
+        group = [n for n in eligible if n not in planner.busy]
+        if len(group) >= 2:
+            # Beside the confirmations, the nodes they leave free: a pair among those shows a round
+            # earlier, and a further round runs every healthy node together.
+            planner.add(group, None, 'verify' if len(group) == len(eligible) else 'verify_part')
+
+
+def next_round(state):
+    """The runs of the next round: [{'group': [suspects], 'hosts': [hosts to run on], 'task': i,
+    'step': ...}], over disjoint hosts. Empty when the search is done."""
+    if state.get('strategy') == 'runs':
+        return _group_search.search_next(state)
+    if state['done']:
+        return []
+    planner = _Planner(state)
+    for index, item in enumerate(state['items']):
+        if item['kind'] == 'trial':
+            group = item['group']
+            ref = planner.references(1) if len(group) == 1 else None
+            if len(group) >= 2 or ref:
+                planner.add(group, index, 'trial', ref[0] if ref else None)
+        elif item['kind'] == 'bad':
+            _plan_bad(planner, index, item)
+        else:
+            _plan_pair(planner, index, item)
+    if not state['items']:
+        _plan_final(planner)
+    return planner.runs
+
+
+# ---------------------------------------------------------------------------- folding the verdicts
+
+def _pair_nodes(state):
+    return set(n for pair in state['pairs'] for n in pair['nodes'])
+
+
+def _clear(state, nodes):
+    state['cleared'].extend(n for n in nodes if n not in state['cleared'] and n != state.get('reference')
+                            and n not in state['culprits'])
+
+
+def _name_pair(state, nodes, basis):
+    nodes = sorted(nodes)
+    if nodes not in [p['nodes'] for p in state['pairs']]:
+        state['pairs'].append({'nodes': nodes, 'basis': basis})
+        state['verified'] = False
+
+
+def _known_pair(state, group):
+    for pair in state['known_pairs']:
+        if set(pair) <= set(group) and pair not in [p['nodes'] for p in state['pairs']]:
+            return pair
+    return None
+
+
+def _pair_within(state, group):
+    """A bad group none of whose nodes is bad alone: a pair inside it."""
+    known = _known_pair(state, group)
+    if known:
+        _name_pair(state, known, 'pairwise benchmark')
+        return []
+    if len(group) == 2:
+        _name_pair(state, group, 'runs')
+        return []
+    return [{'kind': 'within', 'group': list(group)}]
+
+
+def _fold_item(state, item, results, new):
+    kind = item['kind']
+    if kind == 'trial':
+        run, failed = results[0]
+        if failed:
+            new.append({'kind': 'bad', 'group': list(item['group'])})
+        else:
+            _clear(state, item['group'])
+            state['verified'] = True
+        return
+    if kind == 'bad':
+        bad_parts = []
+        for run, failed in results:
+            if not failed:
+                _clear(state, run['group'])
+            elif run['step'] == 'single':
+                node, ref = run['group'][0], run['hosts'][-1]
+                if node not in state['culprits']:
+                    state['culprits'].append(node)
+                    state['basis'][node] = 'runs'
+                    state['first_reference'][node] = ref
+            else:
+                bad_parts.append(run['group'])
+        tested = set(n for run, _failed in results for n in run['group'])
+        untested = [n for n in item['group'] if n not in tested]
+        anything_bad = any(failed for _run, failed in results)
+        new.extend({'kind': 'bad', 'group': part} for part in bad_parts)
+        if untested:
+            # Parts that found no reference this round run next round: the fault is theirs when
+            # every tested part was healthy, else they are only not cleared yet ('maybe').
+            new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False)})
+        elif not anything_bad and not item.get('maybe'):
+            # Every part healthy: no node of the group is bad alone, two are bad together.
+            new.extend(_pair_within(state, item['group']))
+        return
+    if kind == 'within':
+        bad_halves = [run['group'] for run, failed in results if failed]
+        for half in bad_halves:
+            new.extend(_pair_within(state, half))
+        if not bad_halves:
+            x, y = _halves(item['group'])
+            state['origins'] = state.get('origins', 0) + 1
+            new.append({'kind': 'cross', 'x': x, 'y': y, 'origin': state['origins']})
+        return
+    # cross: one node of the pair in x, the other in y.
+    if item.get('whole') or (len(item['x']) == 1 and len(item['y']) == 1):
+        run, failed = results[0]
+        if failed and len(run['group']) == 2:
+            _name_pair(state, run['group'], 'runs')
+            state.setdefault('found_origins', []).append(item.get('origin'))
+        elif failed:
+            new.append({'kind': 'cross', 'x': item['x'], 'y': item['y'], 'origin': item.get('origin'), 'hit': True})
+        elif not item.get('whole'):
+            state['notes'].append('%s and %s were the only pair left to explain a bad run, and ran healthy together: '
+                                  'not reproduced' % tuple(run['group']))
+        return
+    (x1, x2), (y1, y2) = _halves(item['x']), _halves(item['y'])
+    hit = False
+    for run, failed in results:
+        if not failed:
+            continue
+        hit = True
+        side_x = [n for n in run['group'] if n in item['x']]
+        side_y = [n for n in run['group'] if n in item['y']]
+        if len(side_x) == 1 and len(side_y) == 1:
+            _name_pair(state, run['group'], 'runs')
+            state.setdefault('found_origins', []).append(item.get('origin'))
+        else:
+            new.append({'kind': 'cross', 'x': side_x, 'y': side_y, 'origin': item.get('origin'), 'hit': True})
+    if not hit:
+        new.extend({'kind': 'cross', 'x': a, 'y': b, 'origin': item.get('origin')} for a, b in ((x1, y2), (x2, y1)) if a and b)
+
+
+def _fold_final(state, runs, failed_of):
+    for run in runs:
+        failed = failed_of[id(run)]
+        if run['step'] == 'confirm':
+            node, ref = run['group'][0], run['hosts'][-1]
+            if failed:
+                state['confirmed'].append(node)
+            else:
+                # Bad beside its first reference only: the two are bad together, neither alone.
+                first = state['first_reference'].get(node)
+                state['culprits'].remove(node)
+                state['basis'].pop(node, None)
+                _clear(state, [node, ref])
+                if first:
+                    _name_pair(state, [node, first], 'runs')
+        elif run['step'] in ('verify', 'verify_part'):
+            if failed:
+                state['items'].extend(_pair_within(state, run['group']))
+                if not state['items'] and not state['pairs']:
+                    state['notes'].append('the cleared nodes ran bad together: not explained')
+                    state['verified'] = True
+            elif run['step'] == 'verify':
+                state['verified'] = True
+    if not any(run['step'] in ('verify', 'verify_part') for run in runs) and not state['items']:
+        # Fewer than two cleared nodes: nothing left to run together.
+        state['verified'] = True
+
+
+def update(state, runs, verdicts, seconds=None):
+    """Fold the verdicts of next_round's runs into the state (a new dict). ``seconds``: how long
+    the round took (what the user waited), added to the state's 'seconds'."""
+    if state.get('strategy') == 'runs':
+        new = _group_search.search_update(state, runs, verdicts)
+        new['seconds'] = _seconds(state, seconds)
+        return new
+    state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
+                 pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
+                 runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
+                 first_reference=dict(state['first_reference']))
+    if state['done']:
+        return state
+    state['rounds'] += 1 if runs else 0
+    state['seconds'] = _seconds(state, seconds)
+    verdicts = list(verdicts or []) + [None] * (len(runs) - len(verdicts or []))
+    failed_of = {}
+    for run, verdict in zip(runs, verdicts):
+        failed_of[id(run)] = _group_search.bad(verdict)
+        state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'step': run['step'], 'round': state['rounds'],
+                              'status': (verdict or {}).get('status'), 'ratio': (verdict or {}).get('ratio')})
+    items, new = state['items'], []
+    by_item = {}
+    for run in runs:
+        if run.get('task') is not None:
+            by_item.setdefault(run['task'], []).append((run, failed_of[id(run)]))
+    if items:
+        for index, item in enumerate(items):
+            if index in by_item:
+                _fold_item(state, item, by_item[index], new)
+            elif runs:
+                new.append(item)    # nothing of it could run this round (no reference free): next round
+        if not runs:
+            _give_up(state, items)
+            new = []
+        _lost_pairs(state, items, new)
+        state['items'] = _cap_crosses(state, _prune_crosses(state, new))
+    else:
+        _fold_final(state, runs, failed_of)
+    state['done'] = not state['items'] and state['verified'] and all(
+        n in state['confirmed'] for n in state['culprits'] if state['basis'].get(n) == 'runs' and _second_reference(state, n))
+    if not state['done'] and not state['items'] and not runs:
+        state['done'] = True
+    if state['rounds'] >= state['max_rounds'] and not state['done']:
+        _give_up(state, state['items'])
+        state['notes'].append('the search stopped after %d rounds' % state['rounds'])
+        state['items'] = []
+        state['done'] = True
+    return state
+
+
+def _prune_crosses(state, items):
+    """The crosses of one pair search hold one pair: once a run found it (named, or a cross ran
+    bad), the crosses of the same search that ran healthy are dropped."""
+    found = set(state.pop('found_origins', None) or [])
+    hit = set(i.get('origin') for i in items if i.get('hit'))
+    kept = []
+    for item in items:
+        if item['kind'] == 'cross':
+            origin = item.get('origin')
+            if origin in found or (origin in hit and not item.get('hit')):
+                continue
+            item.pop('hit', None)
+        kept.append(item)
+    return kept
+
+
+def _cap_crosses(state, items):
+    """One pair's search keeps at most CROSS_CAP candidate crosses: each no-hit round doubles
+    them (and the runs of the next round). Beyond, each runs whole once (one round, no halving):
+    the bad one is the pair's, the others are dropped."""
+    by_origin = {}
+    for item in items:
+        if item['kind'] == 'cross' and not item.get('whole'):
+            by_origin.setdefault(item.get('origin'), []).append(item)
+    for crosses in by_origin.values():
+        if len(crosses) > CROSS_CAP:
+            for item in crosses:
+                item['whole'] = True
+    return items
+
+
+def _lost_pairs(state, items, new):
+    """A pair search whose crosses all ran whole and healthy: the bad run it started from is not reproduced."""
+    ran = set(i.get('origin') for i in items if i['kind'] == 'cross' and i.get('whole'))
+    alive = set(i.get('origin') for i in new if i['kind'] == 'cross')
+    for origin in sorted(o for o in ran - alive if o is not None):
+        state['notes'].append('a pair search (%d) lost its pair: every candidate ran healthy, the bad run it started '
+                              'from is not reproduced' % origin)
+
+
+def _second_reference(state, node):
+    """Is there a healthy node other than ``node``'s first reference to confirm it with?"""
+    first = state['first_reference'].get(node)
+    refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
+    return any(n != first for n in refs if n not in _pair_nodes(state))
+
+
+def _give_up(state, items):
+    left = []
+    for item in items:
+        for key in ('group', 'x', 'y'):
+            left.extend(n for n in item.get(key) or [] if n not in left)
+    left = [n for n in left if n not in state['cleared'] and n not in state['unresolved']]
+    state['unresolved'].extend(left)
+    if left:
+        state['notes'].append('no healthy node to run %s with: give a reference node' % ', '.join(left))
+
+
+def _seconds(state, seconds):
+    try:
+        seconds = float(seconds) if seconds is not None else 0.0
+    except (TypeError, ValueError):
+        seconds = 0.0
+    return round(float(state.get('seconds') or 0.0) + (seconds if math.isfinite(seconds) and seconds > 0 else 0.0), 3)
+
+
+# ---------------------------------------------------------------------------- what people read
+
+def summary(state):
+    """What a report needs: culprits (with their basis), pairs, unresolved, runs, rounds, seconds."""
+    return {'culprits': list(state['culprits']), 'basis': dict(state['basis']), 'pairs': list(state['pairs']),
+            'unresolved': list(state['unresolved']), 'runs': len(state['runs']), 'rounds': state['rounds'],
+            'seconds': state.get('seconds') or 0.0, 'strategy': state.get('strategy', 'runs'), 'notes': list(state['notes'])}
+
+
+_STEPS = {'trial': 'without the nodes the facts blame', 'split': 'parts of bad groups', 'single': 'nodes beside a healthy one',
+          'halves': 'halves (pair search)', 'cross': 'pair search', 'confirm_pair': 'a pair alone', 'confirm': 'named nodes again',
+          'verify': 'the healthy nodes together', 'pool': 'untested nodes', 'final': 'the rest together', 'pair': 'pair search',
+          'pairs': 'suspects in pairs'}
+
+
+def round_line(state):
+    """One line a person reads about the last round: its runs, what they found, what is left."""
+    last = [r for r in state['runs'] if r['round'] == state['rounds']]
+    if not last:
+        return 'culprit search: no run%s' % (' (%s)' % '; '.join(state['notes']) if state['notes'] else '')
+    steps = {}
+    for run in last:
+        steps[run['step']] = steps.get(run['step'], 0) + 1
+    bad = len([r for r in last if r['status'] not in ('ok', None, 'unknown')])
+    found = [n for n in state['culprits'] if state['basis'].get(n) == 'runs']
+    line = 'round %d: %d run(s) over %d node(s) (%s), %d bad' % (
+        state['rounds'], len(last), len(set(h for r in last for h in r['hosts'])),
+        ', '.join('%d %s' % (count, _STEPS.get(step, step)) for step, count in sorted(steps.items())), bad)
+    line += '; named so far: %s' % (', '.join(found + ['-'.join(p['nodes']) for p in state['pairs']]) or 'none')
+    if state['done']:
+        line += '; done after %d run(s)' % len(state['runs'])
+    return line
+
+
+def search(nodes, run, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATEGY):
+    """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
+    state = start(nodes, reference, prior, pairs, strategy)
+    while not state['done']:
+        runs = next_round(state)
+        state = update(state, runs, [run(r['hosts']) for r in runs])
+    return state
+
+
+def verdict_of(result):
+    """The verdict of one run from what its job returned (a collective_bench result, or the
+    failure of a run that did not start or did not finish): not started, not finished and
+    skipped runs are failed, never cleared."""
+    result = result if isinstance(result, dict) else {'failed': True, 'msg': 'no result'}
+    verdict = _collective.normalize(result)['verdict']
+    if verdict.get('status') == 'skipped' or (result.get('ansible_job_id') and not result.get('finished') and not result.get('failed')):
+        verdict = {'status': 'failed', 'reasons': ['not run: %s' % '; '.join(verdict.get('reasons') or ['unfinished'])], 'ratio': None}
+    return verdict
