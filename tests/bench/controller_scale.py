@@ -46,7 +46,9 @@ hostvars: in a real run, the nodes' work); controller_seconds, from there to the
 in the output directory (bench.json, the report's files): the controller's own time, timed by the
 task callback tests/bench/callbacks/gf_task_times.py and the files' mtimes (both time.time()'s
 clock); direct_seconds, the same stages called directly (judge to report_rest, when they ran in
-the same invocation) and controller_vs_direct; the largest process's peak RSS (RUSAGE_CHILDREN)
+the same invocation) and controller_vs_direct; setup_cpu_seconds and controller_cpu_seconds, the CPU
+time of ansible-playbook and its workers over the same spans (not inflated by other processes on the
+machine's cores, as wall time is); the largest process's peak RSS (RUSAGE_CHILDREN)
 and the slowest tasks. Targets: controller_seconds under 60 s (180 s for a full mesh) and
 peak_rss_mib under 2 GiB (within_target); within 2x of the direct stages (within_2x).
 
@@ -446,12 +448,20 @@ def _controller_times(row, times, out, started):
     with open(times) as handle:
         tasks = [json.loads(line) for line in handle if line.strip()]
     row['slowest_tasks'] = [(t['task'], round(t['s'], 1)) for t in sorted(tasks, key=lambda t: -t['s'])[:5]]
-    setup_end = max([t['last_result'] for t in tasks if t.get('play') == NODE_PLAY_NAME and t.get('last_result')] or [None])
+    setup = max([t for t in tasks if t.get('play') == NODE_PLAY_NAME and t.get('last_result')] or [None],
+                key=lambda t: t['last_result'] if t else 0)
     written = [os.path.getmtime(os.path.join(top, name)) for top, _dirs, names in os.walk(out) for name in names]
-    if setup_end is None or not written:
+    if setup is None or not written:
         row['error'] = row.get('error') or 'no input set-up result or no file written: controller_seconds not measured'
         return
-    row.update(setup_seconds=round(setup_end - started, 1), controller_seconds=round(max(written) - setup_end, 1))
+    row.update(setup_seconds=round(setup['last_result'] - started, 1), controller_seconds=round(max(written) - setup['last_result'], 1))
+    # CPU time over the same span, to the result of the task that wrote the last file: what a
+    # busy machine (other processes on its cores) does not inflate as it does wall time.
+    writer = min([t for t in tasks if t.get('last_result') and t['last_result'] >= max(written) - 0.01] or [None],
+                 key=lambda t: t['last_result'] if t else 0)
+    if writer and writer.get('cpu_at_last_result') is not None and setup.get('cpu_at_last_result') is not None:
+        row.update(setup_cpu_seconds=round(setup['cpu_at_last_result'], 1),
+                   controller_cpu_seconds=round(writer['cpu_at_last_result'] - setup['cpu_at_last_result'], 1))
 
 
 def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):

@@ -6,16 +6,19 @@
 with the collection).
 
 Writes JSON lines {"task": name, "s": seconds, "play": name, "start": epoch, "last_result": epoch or
-null} to $GF_TASK_TIMES: a task's time runs from its start to the next task's start (or the end of
+null, "cpu_at_last_result": seconds or null} to $GF_TASK_TIMES: a task's time runs from its start to the next task's start (or the end of
 the run), which is what the run's wall time is made of; "start" is when the task started and
 "last_result" when its last host's result came in (time.time(), the clock file modification times
-are on: controller_scale.py compares them with the report files' mtimes).
+are on: controller_scale.py compares them with the report files' mtimes); cpu_at_last_result is the
+CPU time (user and system) of ansible-playbook and its finished workers then - which a busy machine
+does not inflate as it does wall time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 
 from ansible.plugins.callback import CallbackBase
@@ -38,7 +41,7 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self._start = time.perf_counter()
         self._play = None
-        self._last_result = None
+        self._last_result = self._cpu = None
         self._current = ('(start of the run)', self._start, time.time(), None)
         self._rows = []
 
@@ -46,12 +49,15 @@ class CallbackModule(CallbackBase):
         now, wall = time.perf_counter(), time.time()
         task, began, began_wall, play = self._current
         self._rows.append({'task': task, 's': round(now - began, 3), 'play': play, 'start': began_wall,
-                           'last_result': self._last_result})
+                           'last_result': self._last_result, 'cpu_at_last_result': self._cpu})
         self._current = (name, now, wall, self._play)
-        self._last_result = None
+        self._last_result = self._cpu = None
 
     def _result(self, *args, **kwargs):
         self._last_result = time.time()
+        # Workers are waited for (reaped) once their result is in: RUSAGE_CHILDREN counts them.
+        self._cpu = sum(usage.ru_utime + usage.ru_stime for usage in (resource.getrusage(resource.RUSAGE_SELF),
+                                                                       resource.getrusage(resource.RUSAGE_CHILDREN)))
 
     v2_runner_on_ok = v2_runner_on_failed = v2_runner_on_skipped = v2_runner_on_unreachable = _result
 
