@@ -51,7 +51,7 @@ def collective_expected(hostvars, hosts, hcas=None):
 
 
 def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):
-    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, string_types) for n in nodes):
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes):
         raise AnsibleFilterError('culprit_search_start: the nodes must be a list of inventory names')
     if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
         raise AnsibleFilterError('culprit_search_start: pairs must be a fabric_bench report or a list of [node, node]')

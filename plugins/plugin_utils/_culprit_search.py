@@ -139,6 +139,9 @@ class _Planner(object):
         refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
         self.free = [n for n in refs if n not in _pair_nodes(state)]
 
+    def available(self):
+        return len([n for n in self.free if n not in self.busy])
+
     def references(self, count, avoid=()):
         """``count`` free healthy nodes (none of ``avoid``), or None when there are fewer."""
         avoid = set(avoid)
@@ -157,8 +160,9 @@ class _Planner(object):
 def _plan_bad(planner, index, item):
     group = item['group']
     if len(group) <= SINGLES_AT:
-        refs = planner.references(len(group), avoid=item.get('used') or ())
+        refs = planner.references(min(len(group), planner.available()))
         if refs:
+            # As many nodes as there are healthy nodes free; the others run next round.
             for node, ref in zip(group, refs):
                 planner.add([node], index, 'single', ref)
             return
@@ -302,10 +306,12 @@ def _fold_item(state, item, results, new):
         if untested:
             # Parts that found no reference this round run next round: the fault is theirs when
             # every tested part was healthy, else they are only not cleared yet ('maybe').
-            new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False)})
+            new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False),
+                        'entire': item.get('entire') or item['group']})
         elif not anything_bad and not item.get('maybe'):
-            # Every part healthy: no node of the group is bad alone, two are bad together.
-            new.extend(_pair_within(state, item['group']))
+            # Every part healthy: no node of the group is bad alone, two are bad together (of the
+            # whole group, where its parts ran over several rounds).
+            new.extend(_pair_within(state, item.get('entire') or item['group']))
         return
     if kind == 'within':
         bad_halves = [run['group'] for run, failed in results if failed]
@@ -324,9 +330,6 @@ def _fold_item(state, item, results, new):
             state.setdefault('found_origins', []).append(item.get('origin'))
         elif failed:
             new.append({'kind': 'cross', 'x': item['x'], 'y': item['y'], 'origin': item.get('origin'), 'hit': True})
-        elif not item.get('whole'):
-            state['notes'].append('%s and %s were the only pair left to explain a bad run, and ran healthy together: '
-                                  'not reproduced' % tuple(run['group']))
         return
     (x1, x2), (y1, y2) = _halves(item['x']), _halves(item['y'])
     hit = False
@@ -387,7 +390,7 @@ def update(state, runs, verdicts, seconds=None):
     if state['done']:
         return state
     state['rounds'] += 1 if runs else 0
-    state['seconds'] = _seconds(state, seconds)
+    state['seconds'] = _seconds(state, seconds if runs else None)
     verdicts = list(verdicts or []) + [None] * (len(runs) - len(verdicts or []))
     failed_of = {}
     for run, verdict in zip(runs, verdicts):
@@ -456,12 +459,12 @@ def _cap_crosses(state, items):
 
 
 def _lost_pairs(state, items, new):
-    """A pair search whose crosses all ran whole and healthy: the bad run it started from is not reproduced."""
-    ran = set(i.get('origin') for i in items if i['kind'] == 'cross' and i.get('whole'))
-    alive = set(i.get('origin') for i in new if i['kind'] == 'cross')
+    """A pair search whose candidates all ran healthy: the bad run it started from is not reproduced."""
+    ran = set(i.get('origin') for i in items if i['kind'] == 'cross')
+    alive = set(i.get('origin') for i in new if i['kind'] == 'cross') | set(state.get('found_origins') or [])
     for origin in sorted(o for o in ran - alive if o is not None):
-        state['notes'].append('a pair search (%d) lost its pair: every candidate ran healthy, the bad run it started '
-                              'from is not reproduced' % origin)
+        state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
+                              'from is not reproduced')
 
 
 def _second_reference(state, node):
@@ -499,10 +502,12 @@ def summary(state):
             'seconds': state.get('seconds') or 0.0, 'strategy': state.get('strategy', 'runs'), 'notes': list(state['notes'])}
 
 
-_STEPS = {'trial': 'without the nodes the facts blame', 'split': 'parts of bad groups', 'single': 'nodes beside a healthy one',
-          'halves': 'halves (pair search)', 'cross': 'pair search', 'confirm_pair': 'a pair alone', 'confirm': 'named nodes again',
-          'verify': 'the healthy nodes together', 'pool': 'untested nodes', 'final': 'the rest together', 'pair': 'pair search',
-          'pairs': 'suspects in pairs'}
+_STEPS = {'trial': 'run(s) without the nodes the facts blame', 'split': 'part(s) of bad groups',
+          'single': 'node(s) beside a healthy one', 'halves': 'half/halves of a pair search', 'cross': 'pair search run(s)',
+          'cross_whole': 'candidate side(s) of a pair search, whole', 'confirm_pair': 'candidate pair(s) alone',
+          'confirm': 'named node(s) beside a second reference', 'verify': 'run of every healthy node together',
+          'verify_part': 'run of the healthy nodes left free', 'pool': 'group(s) of untested nodes',
+          'final': 'run of the rest together', 'pair': 'pair search run(s)', 'pairs': 'pair(s) of suspects'}
 
 
 def round_line(state):
@@ -542,3 +547,30 @@ def verdict_of(result):
     if verdict.get('status') == 'skipped' or (result.get('ansible_job_id') and not result.get('finished') and not result.get('failed')):
         verdict = {'status': 'failed', 'reasons': ['not run: %s' % '; '.join(verdict.get('reasons') or ['unfinished'])], 'ratio': None}
     return verdict
+
+
+def _duration(seconds):
+    seconds = int(round(float(seconds or 0)))
+    if seconds < 60:
+        return '%d s' % seconds
+    if seconds < 3600:
+        return '%d min %02d s' % divmod(seconds, 60)
+    return '%d h %02d min' % (seconds // 3600, seconds % 3600 // 60)
+
+
+def report_line(search):
+    """The search in one sentence for report.md and report.html (None: no search ran): what it
+    named and what it cost the user, its rounds, runs and the time they took."""
+    runs = search.get('runs') if isinstance(search, dict) else None
+    if isinstance(runs, list):
+        runs = len(runs)
+    if not isinstance(runs, int) or isinstance(runs, bool):
+        return None
+    def names(items):
+        return ', '.join('%s' % n for n in items) or 'none'
+    pairs = ['-'.join('%s' % n for n in p.get('nodes') or []) for p in search.get('pairs') or [] if isinstance(p, dict)]
+    return ('Culprit search (strategy %s): %d round(s), %d run(s), %s. Named: %s; pairs bad only together: %s; unresolved: %s.%s'
+            % (search.get('strategy') or 'runs', int(search.get('rounds') or 0), runs,
+               _duration(search.get('seconds')), names(search.get('culprits') or []), names(pairs),
+               names(search.get('unresolved') or []),
+               (' Notes: %s.' % '; '.join('%s' % n for n in search['notes'])) if search.get('notes') else ''))

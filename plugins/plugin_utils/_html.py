@@ -23,6 +23,7 @@ import math
 import statistics
 from html import escape
 
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._diagnose import LAYERS
 
 LAYER_TITLES = {'ib': 'InfiniBand / RoCE links', 'ib_gpu': 'GPU <-> NIC (GPUDirect RDMA)', 'host': 'Host',
@@ -543,13 +544,10 @@ def _collective(collective):
         out.append('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
                    % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))
     search = collective.get('search') or {}
-    if search.get('culprits') or search.get('unresolved') or search.get('pairs'):
-        out.append('<p>Culprit search: culprits %s; unresolved %s.</p>' % (
-            _e(', '.join(search.get('culprits') or []) or 'none'), _e(', '.join(search.get('unresolved') or []) or 'none')))
-        # Group testing (_group_search.py): pairs bad only together, and the cost in runs and rounds.
-        out.append('<p>Bad pairs: %s; %d run(s) in %s round(s).</p>' % (
-            _e(', '.join('-'.join(p.get('nodes') or []) for p in search.get('pairs') or [] if isinstance(p, dict)) or 'none'),
-            len(search.get('runs') or []), _e(str(search.get('rounds', '?')))))
+    line = _culprit_search.report_line(search)
+    if line:
+        # What it named, and what it cost the user: rounds, runs, the time they took.
+        out.append('<p>%s</p>' % _e(line))
     out.append('</section>')
     return ''.join(out)
 

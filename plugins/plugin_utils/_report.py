@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fabric
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _fabric
 
 SCHEMA = 'hpc.gpu_fabric/report'
 SCHEMA_VERSION = 1
@@ -186,6 +186,9 @@ def markdown(report, html_path=None):
     if fabric:
         lines += ['', '## Fabric links and switch ports', '']
         lines += ['- %s %s: %s' % (_md_code(f['code']), _md(f['subject'] or ''), _md(f['cause'])) for f in fabric[:50]]
+    search = _culprit_search.report_line(((report.get('collective') or {}).get('search')))
+    if search:
+        lines += ['', '## Culprit search', '', _md(search)]
     if report.get('drift'):
         d = report['drift']
         lines += ['', '## Drift since %s' % _md(d['baseline_generated_at']), '',

@@ -65,6 +65,13 @@ def test_three_bad_nodes_and_a_bad_pair_invisible_in_facts(tmp_path):
     # Rounds of disjoint runs, started together: runs of one round overlapped in time, and no
     # node was in two runs at once.
     assert search['rounds'] < len(runs)
+    # The default strategy (fewest rounds), one readable console line per round, the time they took.
+    assert search['strategy'] == 'rounds' and search['seconds'] > 0
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith('culprit search round')]
+    assert len(lines) == search['rounds'], result.stdout[-4000:]
+    assert lines[0].startswith('culprit search round 1: ') and 'done after %d run(s)' % len(runs) in lines[-1], lines
+    assert 'RETRYING' not in result.stdout and 'search.yml' not in result.stdout
+    sys.stdout.write('\n'.join(lines) + '\n')
     with open(log) as handle:
         spans = [json.loads(line) for line in handle]
     search_spans = spans[1:]    # the first is the fleet run
