@@ -46,7 +46,7 @@ hostvars: in a real run, the nodes' work); controller_seconds, from there to the
 in the output directory (bench.json, the report's files): the controller's own time, timed by the
 task callback tests/bench/callbacks/gf_task_times.py and the files' mtimes (both time.time()'s
 clock); direct_seconds, the same stages called directly (judge to report_rest, when they ran in
-the same invocation) and controller_vs_direct; setup_cpu_seconds and controller_cpu_seconds, the CPU
+the same invocation, direct_cpu_seconds their CPU time) and controller_vs_direct; setup_cpu_seconds and controller_cpu_seconds, the CPU
 time of ansible-playbook and its workers over the same spans (not inflated by other processes on the
 machine's cores, as wall time is); the largest process's peak RSS (RUSAGE_CHILDREN)
 and the slowest tasks. Targets: controller_seconds under 60 s (180 s for a full mesh) and
@@ -338,11 +338,11 @@ def run_stage(stage, work, count, mode, trace=False):
     if trace:
         import tracemalloc
         tracemalloc.start()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = run()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = _mib_rss()
-    result = {'seconds': round(seconds, 3), 'input_rss_mib': round(loaded, 1), 'peak_rss_mib': round(peak, 1),
+    result = {'seconds': round(seconds, 3), 'cpu_seconds': round(cpu, 3), 'input_rss_mib': round(loaded, 1), 'peak_rss_mib': round(peak, 1),
               'stage_mib': round(max(0.0, peak - loaded), 1)}
     if trace:
         result['tracemalloc_peak_mib'] = round(tracemalloc.get_traced_memory()[1] / 2.0 ** 20, 1)
@@ -466,7 +466,7 @@ def _controller_times(row, times, out, started):
 
 def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
     """ansible-playbook over N hosts with the case's data in hostvars, then the judge and report plays.
-    ``direct``: the seconds of the same stages called directly (CONTROLLER_STAGES), when measured."""
+    ``direct``: the wall and CPU seconds of the same stages called directly (CONTROLLER_STAGES), when measured."""
     import yaml
     with tempfile.TemporaryDirectory(prefix='gf-scale-ansible-') as work:
         for stage in ('synth_facts', 'plan', 'synth_nodes', 'records'):
@@ -539,10 +539,13 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
         else:
             row['error'] = row.get('error') or 'no task times written: controller_seconds not measured'
         if direct is not None:
-            row.update(direct_seconds=round(direct, 1))
+            direct, direct_cpu = direct
+            row.update(direct_seconds=round(direct, 1), direct_cpu_seconds=round(direct_cpu, 1))
             if 'controller_seconds' in row:
                 row.update(controller_vs_direct=round(row['controller_seconds'] / max(direct, 0.001), 1),
                            within_2x=row['controller_seconds'] <= 2 * direct)
+            if 'controller_cpu_seconds' in row:
+                row['controller_cpu_vs_direct_cpu'] = round(row['controller_cpu_seconds'] / max(direct_cpu, 0.001), 1)
         limit = TARGET_FULL_S if mode == 'full' else TARGET_S
         row['within_target'] = (not row.get('error') and row['controller_seconds'] < limit and row['peak_rss_mib'] < TARGET_MIB)
         return row
@@ -571,9 +574,9 @@ def main(argv=None):
         count, mode = case.split(':')
         rows = [] if args.ansible_only else list(measure_case(int(count), mode, args.tracemalloc, args.timeout, args.keep))
         if args.ansible or args.ansible_only:
-            direct = [r['seconds'] for r in rows if r['stage'] in CONTROLLER_STAGES and 'seconds' in r]
+            direct = [(r['seconds'], r['cpu_seconds']) for r in rows if r['stage'] in CONTROLLER_STAGES and 'seconds' in r]
             rows.append(ansible_case(int(count), mode, args.timeout, args.keep_raw,
-                                     sum(direct) if len(direct) == len(CONTROLLER_STAGES) else None))
+                                     [sum(column) for column in zip(*direct)] if len(direct) == len(CONTROLLER_STAGES) else None))
         for row in rows:
             missed += bool(row.get('error')) or row.get('within_target') is False
             print(json.dumps(row), flush=True)
