@@ -137,7 +137,10 @@ class _Planner(object):
         self.busy = set()
         self.runs = []
         refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
-        self.free = [n for n in refs if n not in _pair_nodes(state)]
+        # Healthy nodes a pair search still runs are no reference: they are in its runs this round.
+        searched = set(n for i in state['items'] if i['kind'] in ('within', 'cross') for key in ('group', 'x', 'y')
+                       for n in i.get(key) or [])
+        self.free = [n for n in refs if n not in _pair_nodes(state) and n not in searched]
 
     def available(self):
         return len([n for n in self.free if n not in self.busy])
@@ -236,6 +239,13 @@ def next_round(state):
             _plan_pair(planner, index, item)
     if not state['items']:
         _plan_final(planner)
+    elif not state.get('early_done') and not any(i['kind'] in ('within', 'cross') for i in state['items']):
+        # Once, while bad nodes are searched: the healthy nodes this round leaves free run together.
+        # A pair bad only together among them is searched from the next round on, beside the rest,
+        # instead of after it (the final run of every healthy node together is still to come).
+        free = [n for n in planner.free if n not in planner.busy]
+        if len(free) >= 2:
+            planner.add(free, None, 'verify_early')
     return planner.runs
 
 
@@ -408,6 +418,11 @@ def update(state, runs, verdicts, seconds=None):
                 _fold_item(state, item, by_item[index], new)
             elif runs:
                 new.append(item)    # nothing of it could run this round (no reference free): next round
+        for run in runs:
+            if run['step'] == 'verify_early':
+                state['early_done'] = True
+                if failed_of[id(run)]:
+                    new.extend(_pair_within(state, run['group']))
         if not runs:
             _give_up(state, items)
             new = []
@@ -506,7 +521,7 @@ _STEPS = {'trial': 'run(s) without the nodes the facts blame', 'split': 'part(s)
           'single': 'node(s) beside a healthy one', 'halves': 'half/halves of a pair search', 'cross': 'pair search run(s)',
           'cross_whole': 'candidate side(s) of a pair search, whole', 'confirm_pair': 'candidate pair(s) alone',
           'confirm': 'named node(s) beside a second reference', 'verify': 'run of every healthy node together',
-          'verify_part': 'run of the healthy nodes left free', 'pool': 'group(s) of untested nodes',
+          'verify_part': 'run of the healthy nodes left free', 'verify_early': 'run of the healthy nodes left free', 'pool': 'group(s) of untested nodes',
           'final': 'run of the rest together', 'pair': 'pair search run(s)', 'pairs': 'pair(s) of suspects'}
 
 
@@ -566,6 +581,7 @@ def report_line(search):
         runs = len(runs)
     if not isinstance(runs, int) or isinstance(runs, bool):
         return None
+
     def names(items):
         return ', '.join('%s' % n for n in items) or 'none'
     pairs = ['-'.join('%s' % n for n in p.get('nodes') or []) for p in search.get('pairs') or [] if isinstance(p, dict)]

@@ -106,7 +106,7 @@ def test_a_pair_search_halves_both_sides_in_about_log2_rounds():
         assert [p['nodes'] for p in state['pairs']] == bad_pairs and state['culprits'] == []
         # The eight-way split, the halves, log2(128) halvings of the sides, a candidate pair alone, the final run.
         assert state['rounds'] <= 8 + 4, state['runs']
-        assert all(r['step'] in ('split', 'halves', 'cross', 'cross_whole', 'confirm_pair', 'verify') for r in state['runs'])
+        assert all(r['step'] in ('split', 'verify_early', 'halves', 'cross', 'cross_whole', 'confirm_pair', 'verify') for r in state['runs'])
 
 
 def test_a_node_bad_only_beside_its_first_reference_is_a_pair_not_a_culprit():
