@@ -287,7 +287,8 @@ HOST_IOMMU_TRANSLATED = _register(
     explains=('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
               ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)), gpu_memory=True)
 HOST_UNREACHABLE = _register(
-    'HOST_UNREACHABLE', 'host', 'error', 'no facts came back; nothing on the node was checked',
+    'HOST_UNREACHABLE', 'host', 'error', 'no facts came back (evidence.msg: the connection\'s error, where the run kept it); '
+    'nothing on the node was checked',
     'check that the node is up and reachable over SSH; nothing on it was checked')
 # A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
 HOST_LOST = _register(

@@ -13,6 +13,9 @@ description:
   - Playbook C(hpc.gpu_fabric.offline) analyses node snapshots taken by C(hpc.gpu_fabric.capture). A node the
     capture could not reach has no snapshot; this task makes the run treat it as the live run did - Ansible leaves
     it out of every later play, the recap counts it unreachable, and the report names it (C(HOST_UNREACHABLE)).
+  - Playbook C(hpc.gpu_fabric.validate) uses it too. A node that did not answer is kept in the run (rescued, its
+    connection's error kept for the report) until a play that localhost shares with it, where this task counts it
+    unreachable; a play whose every host is unreachable would end the playbook before the report.
   - Runs on the controller through its action plugin; it never connects to the host.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
