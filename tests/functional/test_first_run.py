@@ -196,3 +196,39 @@ def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbid
     assert hosts['nodeA']['verdict']['status'] == 'ok' and hosts['nodeA']['verdict']['expected_gbs'] == 370.8
     assert hosts['nodeB']['verdict']['status'] == 'low' and hosts['nodeB']['peer_ratio'] < 0.05
     assert report['collective']['nodes']['slow'] == ['nodeB']
+
+
+def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
+    """The split host of the test above, plus nodeC whose facts fail (its root is not there). On the
+    GPU machine such a node failed the collective's set-up on every node, and the healthy nodes'
+    results were lost; it is left out of the benchmark, named by the task that failed."""
+    import yaml
+    dest = str(tmp_path)
+    split = os.path.join(REPO, 'tests', 'fixtures', 'real', 'h200x4-split')
+    spec = {'nodes': [
+        {'name': 'nodeA', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeA.txt')},
+         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '0,1', 'NCCL_NVLS_ENABLE': '0'}}},
+        {'name': 'nodeB', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeB.txt')},
+         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '2,3', 'NCCL_P2P_DISABLE': '1', 'NCCL_SHM_DISABLE': '1',
+                                            'NCCL_NVLS_ENABLE': '0'}}}]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
+    path = os.path.join(dest, 'inventory.yml')
+    with open(path) as handle:
+        inventory = yaml.safe_load(handle)
+    inventory['all']['children']['gpu_nodes']['hosts']['nodeC'] = {
+        'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+        'gpu_fabric_root': os.path.join(dest, 'no-such-root')}
+    with open(path, 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    out = os.path.join(dest, 'out')
+    result = run_playbook(path, out, '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_benchmark=true',
+                          '-e', 'fabric_collective_launcher=local', '-e', 'fabric_collective_ranks_per_node=2')
+    assert result.returncode == 2, result.stdout[-4000:]
+    report = report_of(out)
+    failed = [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED']
+    assert [(f['host'], f['evidence']['stage']) for f in failed] == [('nodeC', 'validate')], failed
+    hosts = report['collective']['nodes']['hosts']
+    assert sorted(hosts) == ['nodeA', 'nodeB'], hosts
+    assert hosts['nodeA']['verdict']['status'] == 'ok' and hosts['nodeB']['verdict']['status'] == 'low'
+    root = [f for f in report['findings'] if f['code'] == 'COLLECTIVE_GPUS_NOT_P2P']
+    assert [f['host'] for f in root] == ['nodeB'] and root[0]['explained_by'] is None
