@@ -40,17 +40,22 @@ Python allocations (tracemalloc peak) are printed too, at the cost of a slower s
 connection is made: set_fact only), each host's plan and the path of its records file put in
 hostvars as the role puts them (--keep-raw: its steps, raw result and records themselves, as the
 role kept them before perftest_collect), then the "Judge the pairs" play of playbooks/benchmark.yml
-and playbooks/report.yml as they are. Printed: wall time (seconds); setup_seconds, from the start of
-ansible-playbook to the last node's result of the input set-up play (the synthetic node results in
-hostvars: in a real run, the nodes' work); controller_seconds, from there to the last file written
-in the output directory (bench.json, the report's files): the controller's own time, timed by the
-task callback tests/bench/callbacks/gf_task_times.py and the files' mtimes (both time.time()'s
-clock); direct_seconds, the same stages called directly (judge to report_rest, when they ran in
-the same invocation, direct_cpu_seconds their CPU time) and controller_vs_direct; setup_cpu_seconds and controller_cpu_seconds, the CPU
-time of ansible-playbook and its workers over the same spans (not inflated by other processes on the
-machine's cores, as wall time is); the largest process's peak RSS (RUSAGE_CHILDREN)
-and the slowest tasks. Targets: controller_seconds under 60 s (180 s for a full mesh) and
-peak_rss_mib under 2 GiB (within_target); within 2x of the direct stages (within_2x).
+and playbooks/report.yml as they are. Printed:
+  seconds               - ansible-playbook's wall time;
+  setup_seconds         - from its start to the last node's result of the input set-up play (the
+                          synthetic results put in hostvars: in a real run, the nodes' own work);
+  controller_seconds    - from there to the last file written in the output directory (bench.json,
+                          the report's files): the controller's own time. Timed by the task callback
+                          tests/bench/callbacks/gf_task_times.py and the files' mtimes (one clock);
+  setup_cpu_seconds, controller_cpu_seconds - the CPU time of ansible-playbook and its workers over
+                          the same spans: other processes on the machine's cores inflate wall time,
+                          much less CPU time;
+  direct_seconds, direct_cpu_seconds - the same stages called directly (judge to report_rest, when
+                          they ran in the same invocation), controller_vs_direct and
+                          controller_cpu_vs_direct_cpu the ratios;
+  peak_rss_mib          - the largest process's peak RSS (RUSAGE_CHILDREN); slowest_tasks.
+Targets: controller_seconds under 60 s (180 s for a full mesh) and peak_rss_mib under 2 GiB
+(within_target); within 2x of the direct stages (within_2x).
 
 Prints one JSON line per (case, stage). Usage (from the checkout, collection importable):
   python -m tests.bench.controller_scale [--cases 64:ring 1024:random 256:full ...] [--ansible] [--tracemalloc]
