@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 
-from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import check_destination, write_atomic
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
 
 def _mode(value):
@@ -54,21 +51,6 @@ def _check_name(name):
     return text
 
 
-def _diff(name, before, after, existed, larger=False):
-    diff = {'before_header': name if existed else '%s (absent)' % name, 'after_header': name}
-    limit = C.MAX_FILE_SIZE_FOR_DIFF
-    if larger or (before is not None and len(before) > limit):
-        diff['dst_larger'] = limit
-    elif len(after) > limit:
-        diff['src_larger'] = limit
-    elif b'\0' in (before or b'') or b'\0' in after:
-        diff['dst_binary' if b'\0' in (before or b'') else 'src_binary'] = 1
-    else:
-        diff['before'] = to_text(before or b'', errors='surrogate_or_strict')
-        diff['after'] = to_text(after, errors='surrogate_or_strict')
-    return diff
-
-
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -88,8 +70,6 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode)
         # On the controller: a relative directory is relative to where ansible-playbook runs.
         dest = os.path.abspath(os.path.expanduser(to_text(dest)))
-        if os.path.exists(dest) and not os.path.isdir(dest):
-            raise AnsibleActionFail('dest %s exists and is not a directory' % dest)
 
         planned = []
         for name in sorted(files):
@@ -101,49 +81,14 @@ class ActionModule(ActionBase):
                                         % (name, type(content).__name__))
             planned.append((_check_name(name), to_bytes(content, errors='surrogate_or_strict')))
 
-        created_dir = False
-        if not os.path.isdir(dest):
-            created_dir = True
-            if not check:
-                try:
-                    os.makedirs(dest, 0o755)
-                except OSError as exc:
-                    raise AnsibleActionFail('cannot create %s: %s' % (dest, exc.strerror or exc))
-
-        report, diffs, failures = [], [], []
-        for name, data in planned:
-            path = os.path.join(dest, name)
-            before, before_mode, larger = None, None, False
-            try:
-                # A FIFO there would block the read of the old content, /dev/zero never end it, and
-                # the rename would replace the device or pipe itself: refused before anything.
-                check_destination(path)
-                # The old content is compared (and shown in a diff) only up to a cap: a larger old
-                # file simply differs.
-                before = _paths.read_regular(path, max(len(data), C.MAX_FILE_SIZE_FOR_DIFF), follow=True)
-                before_mode = stat.S_IMODE(os.stat(path).st_mode)
-            except FileNotFoundError:
-                pass
-            except _paths.TooLarge:
-                larger, before_mode = True, stat.S_IMODE(os.stat(path).st_mode)
-            except (OSError, ValueError) as exc:
-                failures.append('%s: %s' % (path, getattr(exc, 'strerror', None) or exc))
-                continue
-            changed = larger or before != data or before_mode != mode
-            if changed and self._task.diff and (larger or before != data):
-                diffs.append(_diff(path, before, data, before is not None or larger, larger))
-            if changed and not check:
-                try:
-                    write_atomic(path, data, mode)
-                except OSError as exc:
-                    # The others are still written: one unwritable file loses no other output.
-                    failures.append('%s: %s' % (path, exc.strerror or exc))
-                    continue
-            report.append({'name': name, 'path': path, 'size': len(data), 'changed': changed})
-
-        result.update(dest=dest, files=report, changed=created_dir or any(f['changed'] for f in report))
-        if diffs:
-            result['diff'] = diffs
+        try:
+            written = write_files(dest, planned, mode, check, bool(self._task.diff))
+        except OutputError as exc:
+            raise AnsibleActionFail(str(exc))
+        result.update(dest=dest, files=written['files'], changed=written['changed'])
+        if written['diff']:
+            result['diff'] = written['diff']
+        failures = written['failures']
         if failures:
             result.update(failed=True, msg='could not write %d of %d file(s): %s' % (
                 len(failures), len(planned), '; '.join(failures)))

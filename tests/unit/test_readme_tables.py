@@ -35,13 +35,13 @@ READ = re.compile(r'(?<![\w.])(gpu_fabric_[a-z0-9_]+)\s*(?:\|\s*default\(|is\s+(
 READ_PY = re.compile(r"(?:\.get\(|\[)\s*'(gpu_fabric_[a-z0-9_]+)'")
 # -e name=value in an example or a message.
 SET_ON_COMMAND_LINE = re.compile(r'-e\s+((?:gpu_fabric|%s)_[a-z0-9_]+)=' % '|'.join(ROLE_PREFIXES))
-# What the playbooks keep about a run in hostvars (set_fact / add_host), read with default() by the
+# What the playbooks keep about a run in hostvars (set_fact / add_host / register), read with default() by the
 # next stage: never a user's to set. Each must really be assigned in a playbook (checked below).
 RUN_STATE = {
     'gpu_fabric_stages': 'the stages a node got through (validate.yml, benchmark.yml)',
     'gpu_fabric_failures': "the rescued tasks' failures of a node",
     'gpu_fabric_bench': "the benchmark's verdicts (benchmark.yml, offline.yml)",
-    'gpu_fabric_report': 'report.json as a fact of localhost (report.yml)',
+    'gpu_fabric_report': "the report action's result on localhost (report.yml: summary, what the exit policy matched, not_checked)",
     'gpu_fabric_offline_lost': 'a node offline.yml found in capture.json as not captured',
 }
 
@@ -155,7 +155,8 @@ def test_every_module_is_in_the_readme():
 def test_run_state_is_assigned_by_the_playbooks_not_by_users():
     text = ''.join(_read(path) for path in _ansible_files())
     for name in set(RUN_STATE) & set(read_variables()):
-        assert re.search(r'^\s+%s:' % name, text, re.M), '%s is no longer assigned by a playbook: is it a user variable now?' % name
+        assert re.search(r'^\s+(?:%s:|register: %s$)' % (name, name), text, re.M), \
+            '%s is no longer assigned by a playbook: is it a user variable now?' % name
 
 
 def test_every_variable_the_playbooks_read_is_in_the_readme():

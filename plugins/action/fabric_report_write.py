@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The report stage in one task (documentation: plugins/modules/fabric_report_write.py).
+
+Why an action: as tasks, the report was a set_fact of the whole report.json (templated again by
+every task that named it: 11 times over 9 filter calls, report.md rendered twice), a drift
+set_fact, five rendered contents handed to fabric_output, a policy set_fact and two fail tasks.
+Here the nodes' hostvars are read once, the diagnosis, the drift and every rendering run in the
+task's worker (plugin_utils/_report_stage.py, the code the filters of plugins/filter/report.py
+call too), the files are written as fabric_output writes them (plugin_utils/_files.py), and the
+report never becomes an Ansible variable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.six import string_types
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
+
+display = Display()
+
+
+def _text(args, name):
+    """An optional text argument: None, '' (unset, as `default('')` passes it) or a string."""
+    value = args.get(name)
+    if value is None or value == '':
+        return None
+    if not isinstance(value, string_types):
+        raise AnsibleActionFail('%s must be a string, got %s' % (name, type(value).__name__))
+    return to_text(value)
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(('hosts', 'dest', 'baseline', 'regression_pct', 'exit_policy'))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        hosts, dest = args.get('hosts'), args.get('dest')
+        if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, string_types) for h in hosts):
+            raise AnsibleActionFail('hosts must be a list of inventory names, got %r' % (hosts,))
+        if not dest or not isinstance(dest, string_types):
+            raise AnsibleActionFail('dest (the directory to write the report into) is required')
+        baseline, policy = _text(args, 'baseline'), _text(args, 'exit_policy')
+        try:
+            pct = _report_stage.regression_pct(args.get('regression_pct', 10))
+        except ValueError as exc:
+            raise AnsibleActionFail(str(exc))
+        # On the controller: a relative directory is relative to where ansible-playbook runs.
+        dest = os.path.abspath(os.path.expanduser(to_text(dest)))
+        html_path = os.path.join(dest, 'report.html')
+
+        # The run's state: the nodes' hostvars, the benchmark's verdicts (a variable of the
+        # controller), the collective's result (kept on the first node).
+        hostvars = task_vars.get('hostvars') or {}
+        now = datetime.datetime.now(datetime.timezone.utc)
+        report = _report_stage.from_hostvars(hostvars, list(hosts), task_vars.get('gpu_fabric_bench') or None,
+                                             _report_stage.collective_of(hostvars, hosts) or None,
+                                             # As the report always had it: ISO 8601, UTC, no offset.
+                                             now.replace(tzinfo=None).isoformat())
+        problems = []
+        if baseline:
+            # A baseline that cannot be used still leaves this run's report written; the run fails.
+            try:
+                report = _report_stage.with_drift(report, _report_stage.read_baseline(os.path.expanduser(baseline)), pct)
+            except ValueError as exc:
+                problems.append(str(exc))
+
+        files = _report_stage.render(report, html_path, time.time())
+        planned = [(name, to_bytes(files[name], errors='surrogate_or_strict')) for name in _report_stage.FILES]
+        try:
+            written = write_files(dest, planned, 0o644, bool(self._task.check_mode), bool(self._task.diff))
+        except OutputError as exc:
+            written = {'files': [], 'changed': False, 'diff': [], 'failures': [str(exc)]}
+        if written['failures']:
+            problems.insert(0, 'could not write %d of %d file(s): %s' % (
+                len(written['failures']), len(planned), '; '.join(written['failures'])))
+
+        lines = _report_stage.console_lines(report, html_path)
+        for line in lines:
+            display.display(line)
+        try:
+            matched, reasons = _report_stage.verdict(report, policy)
+        except ValueError as exc:
+            matched, reasons = None, [str(exc)]
+        problems += reasons
+
+        result.update(dest=dest, files=written['files'], changed=written['changed'], summary=report['summary'],
+                      matched=_report_stage.matched_ids(matched) if matched else [],
+                      not_checked=_report_stage.not_checked(report))
+        if written['diff']:
+            result['diff'] = written['diff']
+        if problems:
+            result.update(failed=True, msg='; '.join(problems))
+        else:
+            result['msg'] = lines[0]
+        return result

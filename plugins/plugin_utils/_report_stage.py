@@ -1,0 +1,203 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The report stage, from hostvars to the files and the run's verdict: what the action
+fabric_report_write (playbooks/report.yml) runs, and the filters of plugins/filter/report.py
+call, one code path for both.
+
+- from_hostvars: the nodes' facts, stage marks, rescued failures and unreachable marks -> report.json's content;
+- read_baseline, with_drift: the drift against a baseline report.json, read bounded, as a regular file;
+- render: every file of the report (report.json, report.html, report.md, junit.xml, gpu_fabric.prom);
+- verdict: why the run fails (the exit policy matched, nothing was validated), or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ansible.module_utils.common.json import AnsibleJSONEncoder
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _rails
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
+
+# report.json is indented up to 100,000 pair tests (a full mesh of 112 nodes x 8 rails x 2 memories,
+# ~90 MB); beyond, one line: a 256-node full mesh is 473 MB indented and took 2.4 GB more memory to
+# write (the indenting encoder is pure Python), 230 MB compact (tests/bench/controller_scale.py).
+INDENT_MAX_PAIRS = 100000
+# A baseline is a report.json of an earlier run; one larger than this is no report of ours.
+BASELINE_LIMIT = 1 << 30
+# Findings that say a node's checks did not all run: a task failed, it did not answer, it left the run.
+NOT_CHECKED = (F.HOST_TASK_FAILED, F.HOST_UNREACHABLE, F.HOST_LOST)
+FILES = ('report.json', 'report.html', 'report.md', 'junit.xml', 'gpu_fabric.prom')
+# How many ids a failure message names; report.md lists them all.
+MATCHED_SHOWN = 20
+
+
+def _node_ib_hca(hv):
+    """NCCL_IB_HCA of a node's settings: the collective's environment (fabric_collective_env), else
+    what role nccl_conf writes (nccl_conf_overrides); None where neither names it. Role fabric_bench
+    passes the same two to bench_node_plan, so the rails it tests are the ones judged here."""
+    return _rails.settings_ib_hca(*[hv.get(name) if hasattr(hv, 'get') else None
+                                    for name in ('fabric_collective_env', 'nccl_conf_overrides')])
+
+
+def first_node(hostvars, hosts):
+    """The first of ``hosts`` in the inventory: the fabric_collective role keeps the collective's
+    result on it (and offline.yml on the first node of its group)."""
+    return next((host for host in hosts if host in hostvars), None)
+
+
+def collective_of(hostvars, hosts):
+    first = first_node(hostvars, hosts)
+    return hostvars[first].get('fabric_collective_result') if first is not None else None
+
+
+def from_hostvars(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
+    """report.json's content for the nodes ``hosts`` (inventory names, in inventory order) from
+    ``hostvars`` (Ansible's, or any {host: {variable: value}})."""
+    nodes, unreachable, stages, failures = {}, {}, {}, {}
+    for host in hosts:
+        hv = hostvars[host] if host in hostvars else {}
+        facts = hv.get('ansible_facts') or {}
+        # Tasks that failed on the node and were rescued (configure.yml, validate.yml, benchmark.yml); one marked
+        # unreachable is the connection check of a node that did not answer, its message the connection's error.
+        records = [r if isinstance(r, dict) else {'msg': str(r)} for r in hv.get('gpu_fabric_failures') or []]
+        no_answer = [r for r in records if r.get('unreachable') is True]
+        if no_answer and 'gpu_fabric_ib' not in facts and 'gpu_fabric_gdr' not in facts:
+            records = [r for r in records if r.get('unreachable') is not True]
+            unreachable[host] = no_answer[0].get('msg')
+        if records:
+            failures[host] = records
+        if host in unreachable:
+            continue
+        if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts or host in failures:
+            nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
+            if 'gpu_fabric_ib_fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
+                nodes[host]['fabric'] = facts['gpu_fabric_ib_fabric']
+            if 'gpu_fabric_roce' in facts:   # RoCE lossless facts (roce_qos_facts)
+                nodes[host]['roce'] = facts['gpu_fabric_roce']
+            # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py).
+            ib_hca = _node_ib_hca(hv)
+            if ib_hca:
+                nodes[host]['nccl_ib_hca'] = ib_hca
+            # The stages each node got through (set at the end of each stage's play on the nodes).
+            stages[host] = list(hv.get('gpu_fabric_stages') or [])
+        else:
+            unreachable[host] = None   # no facts and no record: left the run without a word (or marked offline)
+    if not any(stages.values()):
+        stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
+    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)
+    # What NCCL should be told on each node, from the same facts (role nccl_conf writes it) and the
+    # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
+    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'), role_of=_rails.node_roles(node)))
+                for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
+    return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
+
+
+def regression_pct(value):
+    """How far a measured value may fall, in %: a number from 0 to 100 (every ``-e key=value`` arrives
+    as a string, and float() takes 'nan' and 'inf'). ValueError saying why."""
+    try:
+        pct = float(value)
+    except (TypeError, ValueError):
+        raise ValueError('regression_pct must be a number from 0 to 100, got %r' % (value,))
+    if isinstance(value, bool) or not math.isfinite(pct) or not 0 <= pct <= 100:
+        raise ValueError('regression_pct must be a number from 0 to 100, got %r' % (value,))
+    return pct
+
+
+def with_drift(report, baseline, pct=10.0):
+    """``report`` with its drift against the report ``baseline`` (a mapping). ValueError saying why."""
+    return dict(report, drift=_report.drift(report, baseline, float(pct)))
+
+
+def read_baseline(path):
+    """The baseline report.json at ``path``: a regular file (followed through symlinks), at most
+    BASELINE_LIMIT bytes, a JSON object. ValueError saying why."""
+    try:
+        data = _paths.read_regular(path, BASELINE_LIMIT, follow=True)
+    except _paths.TooLarge:
+        raise ValueError('baseline %s is larger than %s: not a report.json' % (path, _paths.size_text(BASELINE_LIMIT)))
+    except (OSError, ValueError) as exc:
+        raise ValueError('baseline %s cannot be read: %s' % (path, getattr(exc, 'strerror', None) or exc))
+    try:
+        baseline = json.loads(data.decode('utf-8'))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError('baseline %s is not JSON: %s' % (path, exc))
+    if not isinstance(baseline, dict):
+        raise ValueError('baseline %s is not a report.json (a JSON %s)' % (path, type(baseline).__name__))
+    return baseline
+
+
+def report_json(report):
+    """report.json's text: indented, or one line beyond INDENT_MAX_PAIRS pair tests."""
+    if len(((report.get('bench') or {}).get('pairs')) or []) > INDENT_MAX_PAIRS:
+        return json.dumps(report, cls=AnsibleJSONEncoder, sort_keys=True) + '\n'
+    return json.dumps(report, cls=AnsibleJSONEncoder, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
+def render(report, html_path=None, timestamp=None):
+    """{file name: text} of every file of the report; ``html_path``: where report.md says report.html
+    is; ``timestamp``: the Prometheus textfile's time (seconds since the epoch)."""
+    return {'report.json': report_json(report), 'report.html': _html.render(report),
+            'report.md': _report.markdown(report, html_path), 'junit.xml': _report.junit(report),
+            'gpu_fabric.prom': _report.prometheus(report, timestamp)}
+
+
+def _one_line(text, limit=200):
+    text = ' '.join(('%s' % (text,)).split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def console_lines(report, html_path=None, roots_shown=10):
+    """A short summary for the console: the counts, the root causes (one line each, the first
+    ``roots_shown``), where the full report is."""
+    summary = report['summary']
+    lines = ['%d host(s): %d ok, %d with errors, %d unreachable; %d error(s), %d warning(s), %d root cause(s).'
+             % (summary['hosts'], summary['hosts_ok'], summary['hosts_failed'], summary['hosts_unreachable'],
+                summary['errors'], summary['warnings'], summary['roots'])]
+    roots = [f for f in report['findings'] if f['explained_by'] is None and f['severity'] != 'info']
+    for item in roots[:roots_shown]:
+        lines.append(_one_line('%s %s on %s: %s' % (item['severity'], item['code'], item['host'] or 'the fleet', item['cause'])))
+    if len(roots) > roots_shown:
+        lines.append('... and %d more root cause(s) in report.md' % (len(roots) - roots_shown))
+    if html_path:
+        lines.append('Full report: %s' % html_path)
+    return lines
+
+
+def not_checked(report):
+    """The hosts whose checks did not all run (NOT_CHECKED findings), in report order."""
+    seen = []
+    for item in report['findings']:
+        if item['code'] in NOT_CHECKED and item.get('host') and item['host'] not in seen:
+            seen.append(item['host'])
+    return seen
+
+
+def matched_ids(matched):
+    """What the exit policy matched, as the ids of the findings (other values as they are)."""
+    items = matched if isinstance(matched, list) else [matched]
+    return [item['id'] if isinstance(item, dict) and 'id' in item else item for item in items]
+
+
+def verdict(report, expression=None):
+    """(matched, reasons): what the exit policy (a JMESPath expression over report.json; None or '':
+    the default, any root-cause error) matched, and why the run fails - the policy matched, or no
+    node was validated, which fails the run whatever the policy. No reason: the run passes.
+    ValueError for an expression that is not JMESPath."""
+    matched = _report.policy(report, expression or _report.DEFAULT_POLICY)
+    reasons, ids = [], []
+    if matched:
+        ids = matched_ids(matched)
+        shown = ids[:MATCHED_SHOWN]
+        reasons.append('exit policy %s matched: %s%s' % (
+            expression or '(default: any root-cause error)', shown,
+            ' and %d more (report.md lists them)' % (len(ids) - len(shown)) if len(ids) > len(shown) else ''))
+    nothing = [f for f in report['findings'] if f['code'] == F.RUN_NOTHING_VALIDATED]
+    if nothing and nothing[0]['id'] not in ids:   # said once: the policy's match names it already
+        reasons.append(nothing[0]['cause'])
+    return matched, reasons
