@@ -9,12 +9,21 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import to_nice_json
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what each HCA is for
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose  # the one judge of a port
+
 
 def _port_line(device, port):
     rate = '%g Gb/s' % port['rate_gbps'] if port.get('rate_gbps') is not None else 'rate unknown'
     return '%s/%s %s %s/%s %s %s' % (device['name'], port.get('port'), port.get('link_layer') or '?',
                                      port.get('state') or '?', port.get('phys_state') or '?', rate,
                                      port.get('width') or '')
+
+
+def _problem(item):
+    counters = (item.get('evidence') or {}).get('counters') if item['code'] == 'IB_ERROR_COUNTERS' else None
+    return '%s %s%s' % (item['code'], item['cause'], ' (%s)' % ', '.join('%s=%s' % kv for kv in sorted(counters.items()))
+                        if counters else '')
 
 
 def node_summary(host, ib, gdr):
@@ -31,24 +40,17 @@ def node_summary(host, ib, gdr):
         host, len((ib or {}).get('devices', [])), len(active), len(ports), len(gpus),
         ' (%s)' % ', '.join(vendors) if vendors else '',
         'ready' if ready else ('NOT ready' if ready is False else 'unknown')))
-    top = {}
-    for _device, port in active:
-        if port.get('rate_gbps') is not None:
-            top[port.get('link_layer')] = max(top.get(port.get('link_layer'), 0), port['rate_gbps'])
+    # The port's findings as the diagnosis judges them (_diagnose.ib_findings: down, slower than its
+    # peers of one model and role, error counters, no RoCE v2 GID), not a second judgement here;
+    # what is only info there (a storage card's uncabled port) is marked '-', not '!'.
+    judged = {}
+    for item in _diagnose.ib_findings(host, ib, _rails.roles(ib, gdr)) if ib else []:
+        judged.setdefault(item['subject'], []).append(item)
     for device, port in ports:
-        problems = []
-        if port.get('state') != 'ACTIVE':
-            problems.append('not ACTIVE')
-        elif port.get('rate_gbps') is not None and port['rate_gbps'] < top.get(port.get('link_layer'), 0):
-            problems.append('slower than the node\'s other %s ports (%g Gb/s)' % (port.get('link_layer'), top[port.get('link_layer')]))
-        if port.get('counters_saturated'):
-            problems.append('saturated counters: %s' % ', '.join(port['counters_saturated']))
-        errors = dict((k, v) for k, v in (port.get('counters') or {}).items()
-                      if k in ('symbol_error', 'port_rcv_errors', 'link_downed', 'link_error_recovery') and v)
-        if errors:
-            problems.append('errors: %s' % ', '.join('%s=%d' % kv for kv in sorted(errors.items())))
-        if problems:
-            lines.append('  ! %s: %s' % (_port_line(device, port), '; '.join(problems)))
+        found = judged.get('%s/%s' % (device['name'], port.get('port'))) or []
+        if found:
+            lines.append('  %s %s: %s' % ('!' if any(f['severity'] != 'info' for f in found) else '-', _port_line(device, port),
+                                          '; '.join(_problem(f) for f in found)))
     for reason in (gdr or {}).get('reasons', []):
         lines.append('  ! %s' % reason)
     for note in (gdr or {}).get('notes', []):

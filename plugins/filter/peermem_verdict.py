@@ -41,7 +41,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _gdr
 
 
 def _options(gdr):
@@ -78,13 +78,14 @@ def peermem_verdict(gdr):
     if not blocking:
         verdict['message'] = 'peer-memory path present for %s' % ', '.join(sorted(paths))
         return verdict
-    # Several vendors on one node: the deepest root first.
+    # Several vendors on one node: the deepest root first. The node says what blocks; the
+    # registry names its finding code (the diagnosis' GDR_* finding of the same root).
     order = list(_gdr.PEER_OUTCOMES)
-    first = min(blocking, key=lambda vendor: (verdicts[vendor]['outcome'] != 'not_applicable', order.index(verdicts[vendor]['code'])))
+    first = min(blocking, key=lambda vendor: (verdicts[vendor]['outcome'] != 'not_applicable', order.index(verdicts[vendor]['blocker'])))
     root = verdicts[first]
-    vendors = [v for v in blocking if (verdicts[v]['code'], verdicts[v]['outcome']) == (root['code'], root['outcome'])]
+    vendors = [v for v in blocking if (verdicts[v]['blocker'], verdicts[v]['outcome']) == (root['blocker'], root['outcome'])]
     chain = ' -> '.join(root['chain'])
-    verdict.update(outcome=root['outcome'], vendors=vendors, code=root['code'], chain=root['chain'])
+    verdict.update(outcome=root['outcome'], vendors=vendors, code=_findings.PEER_BLOCKER_CODES[root['blocker']], chain=root['chain'])
     if root['outcome'] == 'not_applicable':
         verdict['message'] = 'no MLNX OFED: the inbox RDMA stack has no peer-memory clients; use the dma-buf path'
     elif root['outcome'] == 'module':

@@ -5,8 +5,7 @@
 """The registry of finding codes: the one place that says, per code, its layer, its severity,
 what it explains, what fixes it and what it means.
 
-The rules (plugins/plugin_utils/_diagnose.py, _fleet.py; the peer-memory verdict in
-_gdr.py) make findings through ``finding()``, which refuses a code not registered here and
+The rules (plugins/plugin_utils/_diagnose.py, _fleet.py, ...) make findings through ``finding()``, which refuses a code not registered here and
 takes the layer, the severity and the remedy from here; ``link_causes`` reads EXPLAINS; the
 codes table of docs/report.md is ``markdown_rows()`` (tests/unit/plugins/module_utils/test__findings.py
 compares them).
@@ -225,6 +224,15 @@ GDR_MEMORY_PEERS_MISSING = _register(
     'GDR_MEMORY_PEERS_MISSING', 'ib_gpu', 'error', 'module loaded, no memory_peers client',
     'check the kernel log of the peer-memory module; reload it (role ofed_peermem)',
     other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
+# What blocks a peer-memory path as a node says it (_gdr.peer_verdict's ``blocker``, deepest root
+# first as _gdr.PEER_OUTCOMES) -> the root's code. The controller names the finding: this module
+# is imported by no module, so the registry never travels to a node.
+PEER_BLOCKER_CODES = OrderedDict((
+    ('mm_kobj_not_exported', GDR_MM_KOBJ_NOT_EXPORTED),
+    ('ofed_stale_build', GDR_OFED_STALE_BUILD),
+    ('peermem_not_loaded', GDR_PEERMEM_NOT_LOADED),
+    ('memory_peers_missing', GDR_MEMORY_PEERS_MISSING),
+))
 GDR_ACS_REDIRECT = _register(
     'GDR_ACS_REDIRECT', 'ib_gpu', 'error', 'ACS redirects P2P on a GPU↔NIC path',
     'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)',

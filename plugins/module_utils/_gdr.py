@@ -21,7 +21,7 @@ import zlib
 
 from collections import OrderedDict
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _pci, _pcie
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _pcie
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
@@ -363,20 +363,22 @@ def dmabuf_stands_in(vendor, dmabuf):
     return bool((dmabuf or {}).get('possible')) and vendor in DMABUF_VENDORS
 
 
-# The peer-memory verdicts, deepest root first (peer_verdict): code -> what peermem_verdict answers.
+# What blocks a peer-memory path, deepest root first (peer_verdict's ``blocker``) -> what the
+# peermem_verdict filter answers. A node says what blocks; the controller names the finding
+# (module_utils/_findings.py PEER_BLOCKER_CODES), so the registry never travels to a node.
 PEER_OUTCOMES = OrderedDict((
-    (_findings.GDR_MM_KOBJ_NOT_EXPORTED, 'kernel'),
-    (_findings.GDR_OFED_STALE_BUILD, 'rebuild'),
-    (_findings.GDR_PEERMEM_NOT_LOADED, 'module'),
-    (_findings.GDR_MEMORY_PEERS_MISSING, 'unknown'),
+    ('mm_kobj_not_exported', 'kernel'),
+    ('ofed_stale_build', 'rebuild'),
+    ('peermem_not_loaded', 'module'),
+    ('memory_peers_missing', 'unknown'),
 ))
 
 
 def peer_verdict(vendor, path, kernel, ofed, dmabuf=None):
     """Why a vendor's peer-memory path is missing: the one decision that the facts' chain and
-    reasons, the diagnosis (GDR_* code and remedy) and the peermem_verdict filter all read.
+    reasons, the diagnosis (its GDR_* finding: _findings.PEER_BLOCKER_CODES) and the peermem_verdict filter all read.
 
-    None when the path is there. Otherwise {code, outcome, chain (the causes, deepest first,
+    None when the path is there. Otherwise {blocker (a PEER_OUTCOMES kind), outcome, chain (the causes, deepest first,
     ending in what the library does), remedy (the registry's remedy variant, or None), blocking
     (False where dma-buf stands in)}. The order follows the causality, deepest root first:
       1. no MLNX OFED: the inbox stack has no peer-memory client API (ib_register_peer_memory_client
@@ -403,15 +405,15 @@ def peer_verdict(vendor, path, kernel, ofed, dmabuf=None):
     remedy, outcome = None, None
     module_suffices = bool(PEER_PATHS.get(vendor, {}).get('module_version_files'))
     if ofed.get('version') is None and ofed.get('config_header') is None:
-        code = _findings.GDR_MEMORY_PEERS_MISSING if path.get('module_loaded') else _findings.GDR_PEERMEM_NOT_LOADED
+        blocker = 'memory_peers_missing' if path.get('module_loaded') else 'peermem_not_loaded'
         remedy, outcome = 'no_ofed', 'not_applicable'
         chain = ['no MLNX OFED is installed: the inbox RDMA stack has no peer-memory client API%s' % also,
                  'so %s does not exist' % want, consequence]
     elif not path.get('module_loaded') and module_suffices:
-        code = _findings.GDR_PEERMEM_NOT_LOADED
+        blocker = 'peermem_not_loaded'
         chain = [unloaded, 'so %s does not exist' % want, consequence]
     elif kernel.get('mm_kobj_exported') is False:
-        code = _findings.GDR_MM_KOBJ_NOT_EXPORTED
+        blocker = 'mm_kobj_not_exported'
         built = ('was built without HAVE_MM_KOBJ_EXPORTED (%s)' % ofed.get('config_header')
                  if ofed.get('have_mm_kobj_exported') is False else 'cannot define HAVE_MM_KOBJ_EXPORTED')
         chain = ['kernel %s does not export mm_kobj (no __ksymtab_mm_kobj, %s)%s'
@@ -419,7 +421,7 @@ def peer_verdict(vendor, path, kernel, ofed, dmabuf=None):
                  'so MLNX OFED %s %s' % (ofed.get('version') or '(version unknown)', built),
                  'so ib_core never creates /sys/kernel/mm/memory_peers and %s does not exist' % want, consequence]
     elif ofed.get('have_mm_kobj_exported') is False:
-        code = _findings.GDR_OFED_STALE_BUILD
+        blocker = 'ofed_stale_build'
         if kernel.get('mm_kobj_exported') is None:
             outcome = 'unknown'
             first = ('MLNX OFED %s was built without HAVE_MM_KOBJ_EXPORTED (%s) and whether kernel %s exports mm_kobj is '
@@ -431,14 +433,14 @@ def peer_verdict(vendor, path, kernel, ofed, dmabuf=None):
                      % (kernel.get('release'), ofed.get('version') or '(version unknown)', ofed.get('config_header')))
         chain = [first + also, 'so %s does not exist' % want, consequence]
     elif not path.get('module_loaded'):
-        code = _findings.GDR_PEERMEM_NOT_LOADED
+        blocker = 'peermem_not_loaded'
         chain = [unloaded, 'so %s does not exist' % want, consequence]
     else:
-        code = _findings.GDR_MEMORY_PEERS_MISSING
+        blocker = 'memory_peers_missing'
         chain = ['module %s is loaded and OFED supports memory_peers, but client %s has not registered '
                  '(see the kernel log of %s)' % (path['module_loaded'], path.get('client'), path['module_loaded']),
                  'so %s does not exist' % want, consequence]
-    return {'code': code, 'outcome': outcome or PEER_OUTCOMES[code], 'chain': chain, 'remedy': remedy,
+    return {'blocker': blocker, 'outcome': outcome or PEER_OUTCOMES[blocker], 'chain': chain, 'remedy': remedy,
             'blocking': not dmabuf_stands_in(vendor, dmabuf)}
 
 

@@ -40,6 +40,7 @@ import os
 import re
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process  # tool_runner's bounded runs
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import netdev_name_problem  # noqa: F401 (one check for every name read)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._paths import NotRegular, open_regular_to_write
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
@@ -402,8 +403,6 @@ def tool_runner(find, timeout=20):
     """``run(argv)`` for read_roce/apply: argv[0] looked up with ``find`` (the module's
     get_bin_path: None when not installed), run bounded by ``timeout`` seconds in the C locale
     (_process.run), answering (rc, stdout); a run past the timeout answers rc 124."""
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
-
     def run(argv):
         binary = find(argv[0])
         if binary is None:

@@ -24,7 +24,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # wh
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fabric import fabric_findings  # fabric beyond the node
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fabric import fabric_findings, routes as fabric_routes  # fabric beyond the node
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._roce_rules import roce_findings  # RoCE lossless
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._pcie_rules import iommu_findings, pcie_findings  # PCIe links, IOMMU
 
@@ -194,11 +194,12 @@ def gdr_findings(host, gdr, ib=None, role_of=None):
         return found
     path_now = gpu_net_path(gdr)
     for vendor, path in sorted(((gdr.get('peer_memory') or {}).get('paths') or {}).items()):
-        # Which root, in which words, and whether dma-buf stands in: the facts' own decision.
+        # Which root, in which words, and whether dma-buf stands in: the facts' own decision; its
+        # code the registry's (the node names what blocks, never a finding code).
         verdict = peer_verdict(vendor, path, kernel, ofed, gdr.get('dmabuf'))
         if verdict is None:
             continue
-        found.append(finding(verdict['code'], host, vendor,
+        found.append(finding(F.PEER_BLOCKER_CODES[verdict['blocker']], host, vendor,
                              {'client': path.get('client'), 'module_loaded': path.get('module_loaded'),
                               'mm_kobj_exported': kernel.get('mm_kobj_exported'),
                               'have_mm_kobj_exported': ofed.get('have_mm_kobj_exported'), 'dmabuf_possible': dmabuf,
@@ -764,7 +765,7 @@ def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
     HCAs of a node left out of the mesh, the devices a culprit's collective ran through, every node
     of a run that did not run. ``roles``: {host: _rails.roles()} where the caller has them."""
     roles = roles or {}
-    routes = _fabric_routes(nodes)
+    routes = fabric_routes(nodes)
     transport = (((collective or {}).get('fleet') or {}).get('transport')) or {}
     used = [str(name).split(':', 1)[0] for name in transport.get('hcas') or []]
     for item in findings:
@@ -781,11 +782,6 @@ def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
         elif code in (F.BENCH_NOT_RUN, F.COLLECTIVE_NOT_RUN) and not host:
             item['path'] = F.places([tuple(p) for p in item.get('path') or [('run',)]] + [('node', h) for h in sorted(nodes)])
     return findings
-
-
-def _fabric_routes(nodes):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fabric
-    return _fabric.routes(nodes) if hasattr(_fabric, 'routes') else {}
 
 
 # Which place a device finding names first when two cover the same tests: the most specific.
@@ -916,12 +912,14 @@ def diagnose(nodes, bench=None, collective=None, unreachable=None, stages=None, 
     for host in sorted(judged):
         findings.extend(ib_findings(host, judged[host].get('ib'), roles[host]))
         findings.extend(roce_findings(host, judged[host].get('roce'), roles[host]))   # RoCE lossless
+    for host in sorted(judged):
+        findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib'), roles[host]))
     findings.extend(mtu_findings(judged, roles))
-    findings.extend(fleet_findings(judged, roles=roles))
+    # The fleet rule is given the findings so far: it does not name again what they name (and runs no rule itself).
+    findings.extend(fleet_findings(judged, findings, roles=roles))
     findings.extend(bench_findings(bench) if bench else [])
     findings.extend(fabric_findings(judged, bench))   # fabric beyond the node
     for host in sorted(judged):
-        findings.extend(gdr_findings(host, judged[host].get('gdr'), judged[host].get('ib'), roles[host]))
         findings.extend(host_findings(host, judged[host].get('gdr')))
         findings.extend(pcie_findings(host, judged[host].get('gdr'), judged[host].get('ib')))   # PCIe links
         findings.extend(iommu_findings(host, judged[host].get('gdr')))   # IOMMU mode

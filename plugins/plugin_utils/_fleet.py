@@ -37,9 +37,19 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _nccl_env
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules  # qos_signature, qos_text
 
 # One node against another names no culprit: with two nodes (or a tie) either may be the odd one.
 MIN_MAJORITY = 3
+# What the rules before this one found (fleet_findings' ``findings``, _diagnose.diagnose), by code:
+# a port's own findings (_diagnose.ib_findings), of which a port down or slower is that port's
+# (OWNED_PORT_CODES); the node's GPUDirect RDMA findings (_diagnose.gdr_findings); the fleet's
+# MTU rule (_diagnose.mtu_findings). This rule reads them, it never runs them.
+PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED, _findings.IB_ERROR_COUNTERS, _findings.ROCE_NO_V2_GID)
+OWNED_PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED)
+GDR_CODES = ((_findings.HOST_NOTHING_TO_CHECK, _findings.GDR_NO_RDMA_NIC) + tuple(_findings.PEER_BLOCKER_CODES.values())
+             + (_findings.GDR_ACS_REDIRECT, _findings.GPU_NIC_FAR, _findings.GDR_NOT_READY))
+MTU_CODES = (_findings.MTU_MISMATCH,)
 # Per-node findings of _diagnose.gdr_findings that already say a node has no RDMA device at all.
 NO_RDMA_CODES = (_findings.GDR_NO_RDMA_NIC, _findings.HOST_NOTHING_TO_CHECK)
 # NCCL settings compared (_nccl_env.recommend): how many ports NCCL_IB_HCA lists (the names
@@ -214,7 +224,6 @@ def roce_qos(host, node, ctx):
     # RoCE lossless settings (_roce_rules.qos_signature): trust, PFC, ToS, CNP, ECN,
     # less what a ROCE_* finding of the node names; this sees a node set up consistently but
     # unlike its peers (PFC on priority 4 where the switches and peers use 3).
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
     return _roce_rules.qos_signature(node['roce'], ctx['roles'][host]) if node.get('roce') is not None else None
 
 
@@ -329,7 +338,6 @@ def _show_rails(value):
 
 
 def _show_qos(value):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
     return _roce_rules.qos_text(value)
 
 
@@ -375,20 +383,22 @@ ATTRIBUTES = (
 )
 
 
-def _context(nodes, nccl, roles=None):
-    """What other rules already report, per host."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+def _context(nodes, findings, nccl, roles=None):
+    """What other rules already report, per host (``findings``: theirs, PORT_CODES, GDR_CODES, MTU_CODES)."""
     roles = dict((host, (roles or {}).get(host) if (roles or {}).get(host) is not None else _rails.node_roles(node))
                  for host, node in nodes.items())
     ctx = {'codes': {}, 'gdr_codes': {}, 'owned_ports': {}, 'named': set(), 'hca_count': {}, 'roles': roles,
-           'mtu_hosts': set(f['host'] for f in _diagnose.mtu_findings(nodes, roles)), 'nccl': nccl or {}}
-    for host, node in nodes.items():
-        ib_found = [f for f in _diagnose.ib_findings(host, node.get('ib'), roles[host]) if f['severity'] != 'info']
-        gdr_found = [f for f in _diagnose.gdr_findings(host, node.get('gdr'), node.get('ib'), roles[host])
-                     if f['severity'] != 'info']
+           'mtu_hosts': set(f['host'] for f in findings or () if f['code'] in MTU_CODES), 'nccl': nccl or {}}
+    above_info = {}
+    for item in findings or ():
+        if item['severity'] != 'info' and item.get('host') in nodes:
+            above_info.setdefault(item['host'], []).append(item)
+    for host in nodes:
+        ib_found = [f for f in above_info.get(host, ()) if f['code'] in PORT_CODES]
+        gdr_found = [f for f in above_info.get(host, ()) if f['code'] in GDR_CODES]
         ctx['gdr_codes'][host] = set(f['code'] for f in gdr_found)
         ctx['codes'][host] = set(f['code'] for f in ib_found) | ctx['gdr_codes'][host]
-        ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED))
+        ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in OWNED_PORT_CODES)
     if nccl is None:
         ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), role_of=roles[host]))
                            for host, node in nodes.items())
@@ -451,10 +461,12 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
                     layer=layer, attribute_remedy=remedy)]
 
 
-def fleet_findings(nodes, nccl=None, roles=None):
+def fleet_findings(nodes, findings=(), nccl=None, roles=None):
     """Findings of nodes that differ from most nodes of their kind.
 
-    ``nodes``: {host: {'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr}}; ``nccl``: {host:
+    ``nodes``: {host: {'ib': gpu_fabric_ib, 'gdr': gpu_fabric_gdr}}; ``findings``: the findings so
+    far (_diagnose.diagnose gives those of ib_findings, gdr_findings and mtu_findings: a
+    difference they name is not named again; none given, none is known); ``nccl``: {host:
     _nccl_env.recommend(...)} and ``roles``: {host: _rails.roles(...)} where the caller has them
     (computed here otherwise)."""
     finding = _findings.finding
@@ -464,7 +476,7 @@ def fleet_findings(nodes, nccl=None, roles=None):
     kinds = dict((kind, hosts) for kind, hosts in kinds.items() if len(hosts) >= 2)
     if not kinds:
         return []
-    ctx = _context(nodes, nccl, roles)
+    ctx = _context(nodes, findings, nccl, roles)
     found = []
     for spec in ATTRIBUTES:
         for kind in sorted(kinds):

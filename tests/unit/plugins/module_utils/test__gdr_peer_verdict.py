@@ -12,7 +12,7 @@ import itertools
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.peermem_verdict import peermem_verdict
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 
 MODULE = {'nvidia': 'nvidia_peermem', 'metax': 'metax', 'amd': 'amdgpu'}
@@ -58,9 +58,18 @@ def test_facts_finding_and_filter_agree(vendor, loaded, exported, flag, register
     assert path['chain'] == verdict['chain']
     assert gdr['reasons'] == ['%s GPUs: %s' % (vendor, chain)]
     (finding,) = found
-    assert finding['code'] == verdict['code'] and finding['cause'].startswith(chain + '; NCCL will use')
-    assert (answer['outcome'], answer['code'], answer['chain'], answer['vendors']) == (verdict['outcome'], verdict['code'],
+    # The node says what blocks (a kind, no finding code); the controller's registry names the code.
+    assert verdict['blocker'] in _gdr.PEER_OUTCOMES and 'code' not in verdict
+    code = _findings.PEER_BLOCKER_CODES[verdict['blocker']]
+    assert finding['code'] == code and finding['cause'].startswith(chain + '; NCCL will use')
+    assert (answer['outcome'], answer['code'], answer['chain'], answer['vendors']) == (verdict['outcome'], code,
                                                                                        verdict['chain'], [vendor])
+
+
+def test_every_blocker_kind_has_its_code_in_the_same_order():
+    assert list(_findings.PEER_BLOCKER_CODES) == list(_gdr.PEER_OUTCOMES)
+    assert list(_findings.PEER_BLOCKER_CODES.values()) == ['GDR_MM_KOBJ_NOT_EXPORTED', 'GDR_OFED_STALE_BUILD',
+                                                          'GDR_PEERMEM_NOT_LOADED', 'GDR_MEMORY_PEERS_MISSING']
 
 
 @pytest.mark.parametrize('flag', (True, False, None))

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 import subprocess
 import sys
 
 import pytest
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import roce_active_mtu
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _fleet
 from tests.sim import node_facts
@@ -30,8 +33,17 @@ def sim(tmp_path_factory):
     return facts
 
 
+def fleet(nodes, **kwargs):
+    """_fleet.fleet_findings as _diagnose.diagnose calls it: given the findings so far (of the rules
+    whose findings it reads: ib_findings, gdr_findings, mtu_findings)."""
+    roles = dict((host, _rails.node_roles(node)) for host, node in nodes.items())
+    so_far = [f for host in sorted(nodes) for f in _diagnose.ib_findings(host, nodes[host].get('ib'), roles[host])
+              + _diagnose.gdr_findings(host, nodes[host].get('gdr'), nodes[host].get('ib'), roles[host])]
+    return _fleet.fleet_findings(nodes, so_far + _diagnose.mtu_findings(nodes, roles), **kwargs)
+
+
 def fleet_codes(nodes, **kwargs):
-    return sorted((f['code'], f['host'], f['subject'], f['severity']) for f in _fleet.fleet_findings(nodes, **kwargs))
+    return sorted((f['code'], f['host'], f['subject'], f['severity']) for f in fleet(nodes, **kwargs))
 
 
 def test_a_node_with_an_hca_that_did_not_enumerate_is_no_longer_ok(sim):
@@ -58,7 +70,7 @@ def test_missing_storage_nic_is_one_finding_not_one_per_attribute_it_takes_along
     nodes = {'h1': sim('nvidia_h100_8x_ndr'), 'h2': sim('nvidia_h100_8x_ndr'),
              'h3': sim('nvidia_h100_8x_ndr', 'hca_missing', targets=['mlx5_8'])}
     assert fleet_codes(nodes) == [('FLEET_DIFFERS', 'h3', 'other_hcas', 'warning')]
-    found = _fleet.fleet_findings(nodes)
+    found = fleet(nodes)
     assert found[0]['evidence']['value'] == [] and found[0]['evidence']['most_nodes'] == ['management MT41692 Ethernet 200 Gb/s']
     assert 'did not enumerate' not in found[0]['remedy'] and 'lspci' in found[0]['remedy']
 
@@ -66,7 +78,7 @@ def test_missing_storage_nic_is_one_finding_not_one_per_attribute_it_takes_along
 def test_older_firmware_against_the_peers(sim):
     nodes = dict(('h%d' % i, sim('nvidia_h100_8x_ndr')) for i in range(1, 4))
     nodes['h4'] = sim('nvidia_h100_8x_ndr', 'fw_mismatch')
-    found = _fleet.fleet_findings(nodes)
+    found = fleet(nodes)
     assert [(f['code'], f['host'], f['subject'], f['severity']) for f in found] == [('FLEET_DIFFERS', 'h4', 'firmware', 'warning')]
     assert found[0]['evidence']['value'] == ['MT4129 28.39.1000', 'MT41692/management 32.38.3056']
     assert found[0]['evidence']['most_nodes'] == ['MT4129 28.41.1000', 'MT41692/management 32.38.3056']
@@ -75,7 +87,7 @@ def test_older_firmware_against_the_peers(sim):
 
 def test_two_nodes_that_differ_name_both_values_and_no_culprit(sim):
     nodes = {'h1': sim('nvidia_h100_8x_ndr'), 'h2': sim('nvidia_h100_8x_ndr', 'fw_mismatch')}
-    found = _fleet.fleet_findings(nodes)
+    found = fleet(nodes)
     assert [(f['code'], f['host'], f['subject'], f['severity']) for f in found] == \
         [('FLEET_SPLIT', None, 'firmware (GPU nvidia 0x2330)', 'warning')]
     assert found[0]['evidence']['values'] == [
@@ -89,7 +101,7 @@ def test_two_nodes_that_differ_name_both_values_and_no_culprit(sim):
 def test_different_kinds_are_not_compared(sim):
     nodes = {'h100': sim('nvidia_h100_8x_ndr', 'hca_missing'), 'metax': sim('metax_c500_cx7'),
              'amd': sim('amd_mi300x_roce'), 'vm': sim('no_rdma_vm')}
-    assert _fleet.fleet_findings(nodes) == []
+    assert fleet(nodes) == []
     assert _fleet.node_kind(nodes['metax']) == 'GPU metax 0x4001'
     assert _fleet.node_kind(nodes['vm']) == 'no GPU, no HCA'
     # Three nodes of one kind beside them: only that kind is judged.
@@ -100,7 +112,7 @@ def test_different_kinds_are_not_compared(sim):
 @pytest.mark.parametrize('profile', ['nvidia_h100_8x_ndr', 'metax_c500_cx7', 'amd_mi300x_roce', 'homelab_cx4',
                                      'no_rdma_vm', 'h200x2_no_rdma'])
 def test_identical_nodes_have_nothing_to_report(sim, profile):
-    assert _fleet.fleet_findings(dict(('n%d' % i, sim(profile)) for i in range(3))) == []
+    assert fleet(dict(('n%d' % i, sim(profile)) for i in range(3))) == []
 
 
 @pytest.mark.parametrize('fault', ['port_down', 'port_polling', 'rate_degraded_1x', 'roce_no_v2_gid', 'peermem_not_loaded',
@@ -108,9 +120,9 @@ def test_identical_nodes_have_nothing_to_report(sim, profile):
 def test_what_another_rule_reports_is_not_reported_again(sim, fault):
     profile = 'amd_mi300x_roce' if fault == 'roce_no_v2_gid' else 'nvidia_h100_8x_ndr'
     nodes = {'h1': sim(profile), 'h2': sim(profile), 'h3': sim(profile, fault)}
-    assert _fleet.fleet_findings(nodes) == []
+    assert fleet(nodes) == []
     # Nor as a split between two nodes.
-    assert _fleet.fleet_findings({'h1': nodes['h1'], 'h3': nodes['h3']}) == []
+    assert fleet({'h1': nodes['h1'], 'h3': nodes['h3']}) == []
 
 
 # ---------------------------------------------------------------------------- hand-made nodes
@@ -181,7 +193,7 @@ def test_roce_netdev_mtu_and_gid_index():
     nodes = {'a': roce(), 'b': roce(), 'c': roce(mtu=4200), 'd': roce(gid=1)}
     # 4200 still carries a 4096-byte RDMA MTU: MTU_MISMATCH cannot see it, the comparison does.
     assert fleet_codes(nodes) == [('FLEET_DIFFERS', 'c', 'roce_mtu', 'warning'), ('FLEET_DIFFERS', 'd', 'gid_index', 'warning')]
-    found = dict((f['subject'], f) for f in _fleet.fleet_findings(nodes))
+    found = dict((f['subject'], f) for f in fleet(nodes))
     assert found['roce_mtu']['evidence']['value'] == [4200] and found['roce_mtu']['evidence']['most_nodes'] == [9000]
     assert found['gid_index']['evidence']['value'] == ['1'] and found['gid_index']['evidence']['most_nodes'] == ['3']
     # 1500 allows only a 1024-byte RDMA MTU: that is MTU_MISMATCH's, not reported twice.
@@ -195,7 +207,7 @@ def test_nccl_settings_are_compared_where_nothing_else_explains_them():
     settings = dict((host, {'settings': {'NCCL_IB_HCA': '=mlx5_0:1,mlx5_1:1', 'NCCL_NET_GDR_LEVEL': 'PIX'}}) for host in nodes)
     assert fleet_codes(nodes, nccl=settings) == []
     settings['c']['settings']['NCCL_NET_GDR_LEVEL'] = 'SYS'
-    found = _fleet.fleet_findings(nodes, nccl=settings)
+    found = fleet(nodes, nccl=settings)
     assert [(f['code'], f['host'], f['subject']) for f in found] == [('FLEET_DIFFERS', 'c', 'nccl')]
     assert found[0]['evidence']['value'] == ['NCCL_IB_HCA 2 port(s)', 'NCCL_IB_GID_INDEX not set', 'NCCL_NET_GDR_LEVEL SYS']
     # A node with one HCA fewer gets one port fewer in NCCL_IB_HCA: that is the missing HCA, said once.
@@ -205,14 +217,14 @@ def test_nccl_settings_are_compared_where_nothing_else_explains_them():
 
 def test_majority_must_be_strict_and_a_tie_blames_no_one():
     nodes = {'a': node(), 'b': node(), 'c': node(fw='28.39.1000'), 'd': node(fw='28.39.1000')}
-    found = _fleet.fleet_findings(nodes)
+    found = fleet(nodes)
     assert [(f['code'], f['host'], f['subject']) for f in found] == [('FLEET_SPLIT', None, 'firmware (GPU nvidia 0x2330)')]
     assert found[0]['evidence']['values'] == [{'value': ['MT4129 28.39.1000'], 'hosts': ['c', 'd']},
                                               {'value': ['MT4129 28.41.1000'], 'hosts': ['a', 'b']}]
     assert 'no value is held by more than half of the 4 nodes' in found[0]['cause']
     # Three values among four nodes: still no majority.
     nodes['d'] = node(fw='28.43.1000')
-    assert [len(v['hosts']) for v in _fleet.fleet_findings(nodes)[0]['evidence']['values']] == [2, 1, 1]
+    assert [len(v['hosts']) for v in fleet(nodes)[0]['evidence']['values']] == [2, 1, 1]
     # Three against two: a majority, each of the two is named.
     nodes.update(d=node(), e=node(fw='28.43.1000'))
     assert fleet_codes(nodes) == [('FLEET_DIFFERS', 'c', 'firmware', 'warning'), ('FLEET_DIFFERS', 'e', 'firmware', 'warning')]
@@ -239,7 +251,7 @@ def test_nodes_without_gpus_are_grouped_by_hca_model_and_without_gdr_facts_apart
     assert _fleet.node_kind(bare['x']) == 'GPU unknown (no gdr facts), HCA MT4129'
     assert fleet_codes(dict(storage, **bare)) == [('FLEET_HW_MISSING', 'c', 'hca_count', 'error'),
                                                   ('FLEET_HW_MISSING', 'z', 'hca_count', 'error')]
-    assert _fleet.fleet_findings({'only': node()}) == [] and _fleet.fleet_findings({}) == []
+    assert fleet({'only': node()}) == [] and fleet({}) == []
 
 
 def test_missing_hca_explains_the_failed_pair_and_the_culprit():
@@ -259,3 +271,21 @@ def test_no_circular_import():
     for module in ('_fleet', '_diagnose'):
         subprocess.run([sys.executable, '-c', 'import ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.%s' % module],
                        check=True)
+
+
+def test_the_fleet_reads_the_findings_so_far_and_runs_no_rule():
+    # A port down is IB_PORT_DOWN's (ib_findings): given as a finding so far, the comparison leaves
+    # the node's NCCL settings (which leave the port out) to it; not given, they are a difference.
+    down = node()
+    down['ib']['devices'][0]['ports'][0].update(state='DOWN', phys_state='Polling')
+    nodes = {'a': node(), 'b': node(), 'c': down}
+    assert [(f['code'], f['host'], f['subject']) for f in _fleet.fleet_findings(nodes)] == [('FLEET_DIFFERS', 'c', 'nccl')]
+    assert fleet_codes(nodes) == []
+    # Every code those rules can give is one the fleet reads (PORT_CODES, GDR_CODES, MTU_CODES).
+    for rule, codes in ((_diagnose.ib_findings, _fleet.PORT_CODES), (_diagnose.mtu_findings, _fleet.MTU_CODES),
+                        (_diagnose.gdr_findings, _fleet.GDR_CODES)):
+        named = set(re.findall(r'\bF\.([A-Z][A-Z0-9_]+)\b', inspect.getsource(rule)))
+        if rule is _diagnose.gdr_findings:
+            named |= set(_findings.PEER_BLOCKER_CODES.values())     # _gdr.peer_verdict's blocker, named by the registry
+            named.discard('PEER_BLOCKER_CODES')
+        assert named and named <= set(codes), (rule.__name__, named - set(codes))
