@@ -69,6 +69,7 @@ import json
 import os
 import pickle
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -518,13 +519,18 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
                   'print(json.dumps({"rc": p.returncode, "seconds": time.perf_counter() - t, "started": w, '
                   '"tail": (p.stdout + p.stderr)[-600:], "console_lines": len(p.stdout.splitlines()), '
                   '"peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}))')
+        # Its own process group: past the timeout, ansible-playbook and its workers are killed too, not
+        # only the wrapper (they would run on, and load the machine, for the next case).
+        wrapper = subprocess.Popen([sys.executable, '-c', script] + argv, cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         try:
-            done = subprocess.run([sys.executable, '-c', script] + argv, cwd=REPO, capture_output=True, text=True,
-                                  env=env, timeout=timeout, check=False)
+            stdout, _stderr = wrapper.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+            wrapper.communicate()
             row.update(error='ran past %d s' % timeout)
             return row
-        measured = json.loads(done.stdout)
+        measured = json.loads(stdout)
         row.update(seconds=round(measured['seconds'], 1), peak_rss_mib=round(measured['peak_rss_mib'], 1),
                    console_lines=measured['console_lines'])
         if measured['rc']:
