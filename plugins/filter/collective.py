@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _tasks
 
 
 def _ratios(healthy, warn):
@@ -37,6 +37,14 @@ def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, w
 def collective_outcome(result):
     """A collective_bench task result with a verdict, even when the task failed before it ran."""
     return _collective.normalize(result)
+
+
+def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=None):
+    """Why role fabric_collective ran no collective ('' when it ran)."""
+    for name, value in (('the nodes', hosts), ('the vendors', vendors), ('the GPU counts', gpu_counts or [])):
+        if isinstance(value, (str, dict)) or not hasattr(value, '__iter__'):
+            raise AnsibleFilterError('collective_skipped: %s must be a list' % name)
+    return _tasks.collective_skipped(list(hosts), launcher, list(vendors), bool(check_mode), list(gpu_counts or []))
 
 
 def collective_expected(hostvars, hosts, hcas=None):
@@ -93,6 +101,7 @@ class FilterModule(object):
             'collective_expected': collective_expected,
             'collective_local_verdict': collective_local_verdict,
             'collective_outcome': collective_outcome,
+            'collective_skipped': collective_skipped,
             'culprit_search_start': culprit_search_start,
             'culprit_search_next': culprit_search_next,
             'culprit_search_update': culprit_search_update,

@@ -90,12 +90,20 @@ def bench_console(bench, limit=20, where='bench.json'):
     return _bench.console_lines(bench, limit, str(where))
 
 
+def bench_plan_line(fleet, summary, test, mode, memories, check_mode=False):
+    """The line that says what the pairwise benchmark will run, or why it will not."""
+    if not isinstance(fleet, dict) or not isinstance(summary, dict):
+        raise AnsibleFilterError('bench_plan_line: expected the fleet plan (bench_fleet_plan) and the schedule summary')
+    return _bench.plan_line(fleet, summary, test, mode, list(memories or []), bool(check_mode))
+
+
 class FilterModule(object):
 
     def filters(self):
         return {
             'bench_report': bench_report,
             'bench_console': bench_console,
+            'bench_plan_line': bench_plan_line,
             'bench_fleet_plan': bench_fleet_plan,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,

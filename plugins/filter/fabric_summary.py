@@ -11,6 +11,7 @@ from ansible.plugins.filter.core import to_nice_json
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what each HCA is for
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose  # the one judge of a port
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _tasks  # the playbooks' and roles' small helpers
 
 
 def _port_line(device, port):
@@ -80,7 +81,33 @@ def fabric_facts_files(hostvars, hosts):
     return files
 
 
+# The playbooks' and roles' helpers that would otherwise be long Jinja (plugin_utils/_tasks.py).
+def failure_record(failed, stage, task=None, unreachable=False):
+    if not isinstance(stage, str) or not stage:
+        raise AnsibleFilterError('failure_record: give the stage (validate, configure, benchmark, offline)')
+    return _tasks.failure_record(failed, stage, task, unreachable)
+
+
+def file_kind(stat):
+    if not hasattr(stat, 'get'):
+        raise AnsibleFilterError('file_kind: expected the stat of ansible.builtin.stat, not %s' % type(stat).__name__)
+    return _tasks.file_kind(dict(stat))
+
+
+def fabric_discovery(hostvars, hosts):
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('fabric_discovery: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    return _tasks.fabric_discovery([(host, (hostvars[host] if host in hostvars else {}).get('gpu_fabric_ib')) for host in hosts])
+
+
+def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):
+    if isinstance(failed, str) or not hasattr(failed, '__iter__'):
+        raise AnsibleFilterError('modules_not_loaded: expected a list of module names, not %s' % type(failed).__name__)
+    return _tasks.modules_not_loaded(list(failed), list(modprobe_results or []), kernel_log, no_ofed_hint)
+
+
 class FilterModule(object):
 
     def filters(self):
-        return {'fabric_summary': fabric_summary, 'fabric_facts_files': fabric_facts_files}
+        return {'fabric_summary': fabric_summary, 'fabric_facts_files': fabric_facts_files, 'failure_record': failure_record,
+                'file_kind': file_kind, 'fabric_discovery': fabric_discovery, 'modules_not_loaded': modules_not_loaded}

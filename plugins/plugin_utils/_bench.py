@@ -729,6 +729,23 @@ def pair_line(entry):
     return '%s (%s)' % (line, entry.get('verdict'))
 
 
+def plan_line(fleet, summary, test, mode, memories, check_mode=False):
+    """What role fabric_bench says before the rounds: the test, the mode, the rounds and their largest
+    number of concurrent tests, the nodes and memories (or why nothing runs), then the nodes left out
+    and why. ``fleet`` is fleet_plan's result, ``summary`` the schedule's (pair_schedule_summary)."""
+    fleet, summary = mapping(fleet), mapping(summary)
+    if fleet.get('skipped') is not None:
+        line = 'not run: %s' % fleet['skipped']
+    else:
+        line = '%s %s: %s round(s) of up to %s concurrent tests over %d node(s), in %s memory%s' % (
+            test, mode, summary.get('rounds'), max(summary.get('tests_per_round') or [], default=0), len(sequence(fleet.get('nodes'))),
+            ' and '.join(str(m) for m in memories), ' (check mode: no perftest is run)' if check_mode else '')
+    excluded = mapping(fleet.get('excluded'))
+    if excluded:
+        line += '; left out: %s' % '; '.join('%s: %s' % item for item in excluded.items())
+    return line
+
+
 def console_lines(bench, limit=20, where='bench.json'):
     """What the console shows of a benchmark (playbooks/benchmark.yml): the counts, what was not
     tested and why, then the worst pairs one plain line each, at most ``limit`` of them; the rest

@@ -31,7 +31,7 @@ import zlib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tasks
 
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
@@ -470,7 +470,7 @@ def unpack_snapshots(directory, out_dir):
     ``nodes`` {node: root} to analyse; ``lost`` {node: reason} that capture.json names as not
     captured (an older tarball of such a node is not used); ``failures`` {node: [message]} of
     what was wrong with a snapshot that was still analysed (members refused or changed), as
-    validate.yml keeps a rescued failure ({stage, task, msg});
+    validate.yml keeps a rescued failure (_tasks.failure_record);
     ``refused`` {node or stand-in name: message} of snapshots and names not analysed at all;
     ``captured_at``.
     """
@@ -521,8 +521,8 @@ def unpack_snapshots(directory, out_dir):
         result['nodes'][name] = root
         if notes:
             shown = '; '.join(notes[:20]) + ('; and %d more' % (len(notes) - 20) if len(notes) > 20 else '')
-            result['failures'][name] = [{'stage': 'offline', 'task': 'Unpack each snapshot into its node root',
-                                         'msg': 'snapshot %s: %d member(s) refused or changed: %s' % (entry, len(notes), shown)}]
+            result['failures'][name] = [_tasks.failure_record('snapshot %s: %d member(s) refused or changed: %s' % (entry, len(notes), shown),
+                                                              'offline', 'Unpack each snapshot into its node root')]
     return result
 
 

@@ -93,7 +93,8 @@ def plugin_names():
 
 def _ansible_files():
     """The playbooks and the roles' YAML and templates: where variables are read."""
-    patterns = ['playbooks/*.yml', 'playbooks/vars/*.yml', 'validate_fabric.yml', 'roles/*/*/*.yml', 'roles/*/templates/*.j2']
+    patterns = ['playbooks/*.yml', 'playbooks/vars/*.yml', 'playbooks/tasks/*.yml', 'validate_fabric.yml', 'roles/*/*/*.yml',
+                'roles/*/templates/*.j2']
     return sorted(path for pattern in patterns for path in glob.glob(os.path.join(REPO, pattern)))
 
 

@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What the playbooks' and roles' tasks would otherwise spell out in long Jinja: the failure record
+of a rescue, what a path is in words, which node discovers the fabric, why kernel modules did not
+load, why the collective benchmark did not run. Pure functions; the filters of
+plugins/filter/fabric_summary.py and collective.py call them (tests/unit/test_playbook_limits.py
+keeps the YAML short).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, mappings
+
+# How much of a failed task's message the report keeps.
+FAILURE_MSG_LENGTH = 2000
+
+
+def truncate(value, length, end='...', leeway=5):
+    """Jinja2's truncate filter as the playbooks used it (jinja2/filters.py do_truncate, killwords
+    false, the default leeway policy of 5): a text up to ``length + leeway`` long is kept whole,
+    a longer one is cut at the last space before ``length - len(end)`` and ends in ``end``."""
+    if len(value) <= length + leeway:
+        return value
+    return value[:length - len(end)].rsplit(' ', 1)[0] + end
+
+
+def failure_record(failed, stage, task=None, unreachable=False):
+    """The record a rescue keeps in ``gpu_fabric_failures`` (read by the report: HOST_TASK_FAILED, or
+    HOST_UNREACHABLE where ``unreachable``): {stage, task, msg, unreachable}.
+
+    ``failed`` is the failed task's result (ansible_failed_result: its msg, else its stderr, else
+    'failed', cut to FAILURE_MSG_LENGTH as the rescues cut it) or a message of the playbook's own
+    (kept whole); ``task`` the failed task (ansible_failed_task: its name) or a name."""
+    if hasattr(failed, 'keys'):
+        msg = truncate(str(failed['msg'] if 'msg' in failed else failed.get('stderr', 'failed')), FAILURE_MSG_LENGTH)
+    else:
+        msg = str(failed)
+    name = task.get('name', '') if hasattr(task, 'get') else task
+    return {'stage': str(stage), 'task': '' if name is None else str(name), 'msg': msg, 'unreachable': bool(unreachable)}
+
+
+# ansible.builtin.stat's flags, in the order a path is named by them.
+_KINDS = (('islnk', 'a symlink'), ('isdir', 'a directory'), ('isfifo', 'a FIFO'), ('ischr', 'a character device'),
+          ('isblk', 'a block device'), ('issock', 'a socket'))
+
+
+def file_kind(stat):
+    """What a path is, in words, from the ``stat`` of ansible.builtin.stat: 'absent', 'a symlink'
+    (only where the stat did not follow links), 'a directory', ... or 'not a regular file'. Said for a
+    regular file too: Ansible evaluates an assertion's fail_msg even when the assertion holds."""
+    stat = mapping(stat)
+    if not stat.get('exists'):
+        return 'absent'
+    return next((words for flag, words in _KINDS if stat.get(flag)), 'not a regular file')
+
+
+def fabric_discovery(ib_by_node):
+    """Which node discovers the fabric beyond the nodes (validate.yml, ib_fabric_facts) and the SM
+    LIDs to ask: ``ib_by_node`` [(node, gpu_fabric_ib)] in play order -> {'node': the first node with
+    an InfiniBand port, or None; 'sm_lids': every whole-number SM LID those ports name, first seen
+    first (a port that names none counts as 0, as ib_link_facts reads an unset one)}."""
+    node, lids = None, []
+    for host, ib in ib_by_node:
+        for device in mappings(mapping(ib).get('devices')):
+            for port in mappings(device.get('ports')):
+                if port.get('link_layer') != 'InfiniBand':
+                    continue
+                node = host if node is None else node
+                lid = port.get('sm_lid', 0)
+                if isinstance(lid, int) and not isinstance(lid, bool) and lid not in lids:
+                    lids.append(lid)
+    return {'node': node, 'sm_lids': lids}
+
+
+def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):
+    """Role rdma_modules' message for the modules that did not load: each with modprobe's own words
+    (or that it succeeded but the module is not in /proc/modules), the last five kernel log lines
+    that name it (as ib_umad or ib-umad), and for nvidia_peermem on a node without MLNX OFED
+    ``no_ofed_hint`` (unless modprobe did not find the module at all). ``failed`` a list of names,
+    ``modprobe_results`` the results of the modprobe loop (each with its ``item``)."""
+    results = dict((r.get('item'), r) for r in mappings(modprobe_results) if r.get('item') is not None)
+    log = str(kernel_log or '').splitlines()
+    reasons = []
+    for name in failed:
+        result = results.get(name, {})
+        why = str(result.get('stderr') or result.get('msg') or '').strip().replace('\n', ' ')
+        pattern = re.compile('%s|%s' % (re.escape(name), re.escape(name.replace('_', '-'))))
+        lines = [line for line in log if pattern.search(line)]
+        text = '%s: %s' % (name, why or 'modprobe succeeded but it is not in /proc/modules')
+        if lines:
+            text += ' (kernel log: %s)' % ' | '.join(lines[-5:])
+        if name == 'nvidia_peermem' and 'not found' not in why and no_ofed_hint:
+            text += '; ' + no_ofed_hint
+        reasons.append(text)
+    return '%d module(s) did not load: %s' % (len(failed), '; '.join(reasons))
+
+
+def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=None):
+    """Why role fabric_collective ran no collective, or '' when it ran: ``hosts`` the nodes of the
+    play, ``vendors`` the GPU vendors among them, ``gpu_counts`` the GPUs of each node (read for
+    launcher local only, where a node runs over its own GPUs)."""
+    if check_mode:
+        return 'check mode'
+    if launcher == 'local':
+        return 'no node has a GPU' if max([int(c or 0) for c in gpu_counts or []] or [0]) < 1 else ''
+    if len(vendors) > 1:
+        return ('GPUs of several vendors (%s) cannot run one collective job: run it per partition (--limit to the nodes of one vendor)'
+                % ', '.join(str(v) for v in vendors))
+    if len(hosts) < 2:
+        return 'fewer than two nodes (launcher local runs the collective on each node over its own GPUs)'
+    return ''
