@@ -106,6 +106,11 @@ class ActionModule(ActionBase):
         if written['diff']:
             result['diff'] = written['diff']
         if problems:
+            # Ansible prints a failed task's whole result: the summary lines above already said
+            # what was found and the message says why it fails; the files and the list of
+            # matched ids (hundreds on a large fleet) stay out of the console.
+            for key in ('files', 'summary', 'matched'):
+                result.pop(key, None)
             result.update(failed=True, msg='; '.join(problems))
         else:
             result['msg'] = lines[0]

@@ -99,18 +99,19 @@ dest:
   sample: /srv/fabric/out
 files:
   description: Every file written or found already right (as M(hpc.gpu_fabric.fabric_output) returns them).
-  returned: always
+  returned: when the task did not fail (a failed task's result is printed whole; the summary lines already were)
   type: list
   elements: dict
   sample: [{"name": "report.json", "path": "/srv/fabric/out/report.json", "size": 20480, "changed": true}]
 summary:
   description: C(report.json)'s summary - hosts, hosts_ok, hosts_failed, hosts_unreachable, errors, warnings, roots.
-  returned: always
+  returned: when the task did not fail
   type: dict
   sample: {"hosts": 2, "hosts_ok": 1, "hosts_failed": 1, "hosts_unreachable": 0, "errors": 1, "warnings": 0, "roots": 1}
 matched:
-  description: What the exit policy matched - the findings' ids (other values as the expression gave them).
-  returned: always
+  description: What the exit policy matched - the findings' ids (other values as the expression gave them); on failure
+    the message names the first 20.
+  returned: when the task did not fail
   type: list
   sample: ["GDR_PEERMEM_NOT_LOADED@n2/node"]
 not_checked:
