@@ -59,12 +59,18 @@ def node_summary(host, ib, gdr):
     return lines
 
 
+def _facts(hostvars, host):
+    # A node's facts under ansible_facts: their copies as top-level variables (INJECT_FACTS_AS_VARS)
+    # are deprecated from ansible-core 2.21 on and go in 2.24.
+    return (hostvars[host] if host in hostvars else {}).get('ansible_facts') or {}
+
+
 def fabric_summary(hostvars, hosts):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_summary: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
     lines = []
     for host in hosts:
-        facts = hostvars[host] if host in hostvars else {}
+        facts = _facts(hostvars, host)
         lines.extend(node_summary(host, facts.get('gpu_fabric_ib'), facts.get('gpu_fabric_gdr')))
     return lines
 
@@ -76,7 +82,7 @@ def fabric_facts_files(hostvars, hosts):
         raise AnsibleFilterError('fabric_facts_files: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
     files = {}
     for host in hosts:
-        facts = hostvars[host] if host in hostvars else {}
+        facts = _facts(hostvars, host)
         files['%s.json' % host] = to_nice_json({'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}) + '\n'
     return files
 
@@ -97,7 +103,7 @@ def file_kind(stat):
 def fabric_discovery(hostvars, hosts):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_discovery: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
-    return _tasks.fabric_discovery([(host, (hostvars[host] if host in hostvars else {}).get('gpu_fabric_ib')) for host in hosts])
+    return _tasks.fabric_discovery([(host, _facts(hostvars, host).get('gpu_fabric_ib')) for host in hosts])
 
 
 def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):

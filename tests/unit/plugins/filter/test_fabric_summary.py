@@ -15,7 +15,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 from tests.sim import node_facts
 
 
-HOSTVARS = {'n1': {'gpu_fabric_ib': {'devices': {}}, 'gpu_fabric_gdr': {'gpus': []}}, 'n2': {}}
+# As Ansible gives them: a node's facts under ansible_facts (their top-level copies are deprecated).
+HOSTVARS = {'n1': {'ansible_facts': {'gpu_fabric_ib': {'devices': {}}, 'gpu_fabric_gdr': {'gpus': []}}}, 'n2': {}}
 
 
 def test_facts_files_one_json_per_node_and_none_for_a_node_without_facts():
@@ -40,14 +41,14 @@ def test_summary_names_a_node_without_facts():
 
 def _facts(tmp_path, *faults, **kwargs):
     facts = node_facts.read(tmp_path, kwargs.pop('profile', 'nvidia_h100_8x_ndr'), faults, **kwargs)
-    return {'gpu_fabric_ib': facts['ib'], 'gpu_fabric_gdr': facts['gdr']}
+    return {'ansible_facts': {'gpu_fabric_ib': facts['ib'], 'gpu_fabric_gdr': facts['gdr']}}
 
 
 @pytest.mark.parametrize('fault, code', [('port_down', 'IB_PORT_DOWN'), ('rate_degraded_1x', 'IB_RATE_DEGRADED'),
                                          ('error_counters', 'IB_ERROR_COUNTERS')])
 def test_a_port_is_judged_by_the_diagnosis_not_a_second_time(tmp_path, fault, code):
     hostvars = {'n1': _facts(tmp_path, fault)}
-    found = [f for f in _diagnose.ib_findings('n1', hostvars['n1']['gpu_fabric_ib']) if f['code'] == code]
+    found = [f for f in _diagnose.ib_findings('n1', hostvars['n1']['ansible_facts']['gpu_fabric_ib']) if f['code'] == code]
     lines = fabric_summary(hostvars, ['n1'])
     flagged = [line for line in lines[1:] if line.startswith('  ! mlx5_')]
     assert len(found) == 1 and len(flagged) == 1

@@ -118,13 +118,15 @@ def _ib(*ports):
 def test_fabric_discovery_is_what_the_loop_found(hostvars):
     hosts = sorted(hostvars)
     old = ast.literal_eval(_jinja(OLD_DISCOVERY, hostvars=hostvars, hosts=hosts))
+    # The filter reads the facts where Ansible keeps them (ansible_facts), not their deprecated top-level copies.
+    hostvars = dict((host, {'ansible_facts': facts}) for host, facts in hostvars.items())
     assert summary_filters.fabric_discovery(hostvars, hosts) == old
     assert summary_filters.fabric_discovery(hostvars, hosts + ['gone']) == old      # a host not in hostvars has no port
 
 
 def test_fabric_discovery_names_the_first_node_with_an_infiniband_port():
-    hostvars = {'n10': {'gpu_fabric_ib': _ib({'link_layer': 'InfiniBand', 'sm_lid': 1})},
-                'n2': {'gpu_fabric_ib': _ib({'link_layer': 'InfiniBand', 'sm_lid': 4})}}
+    hostvars = {'n10': {'ansible_facts': {'gpu_fabric_ib': _ib({'link_layer': 'InfiniBand', 'sm_lid': 1})}},
+                'n2': {'ansible_facts': {'gpu_fabric_ib': _ib({'link_layer': 'InfiniBand', 'sm_lid': 4})}}}
     assert summary_filters.fabric_discovery(hostvars, ['n2', 'n10']) == {'node': 'n2', 'sm_lids': [4, 1]}
     with pytest.raises(AnsibleFilterError, match='list of inventory names'):
         summary_filters.fabric_discovery(hostvars, 'n2')
