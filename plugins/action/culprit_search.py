@@ -115,6 +115,10 @@ class ActionModule(ActionBase):
         bench = args.get('bench') or {}
         if not isinstance(names, dict) or not isinstance(bench, dict):
             raise AnsibleActionFail('names and bench must be mappings')
+        # omit inside a mapping is left as its placeholder by ansible-core before 2.19: such an
+        # argument is left out, as omit does for a task's own arguments.
+        omit = (task_vars or {}).get('omit')
+        bench = dict((key, value) for key, value in bench.items() if not (omit and value == omit))
         reserved = sorted(RESERVED & set(bench))
         if reserved:
             raise AnsibleActionFail('bench must not set %s: the search sets them per run' % ', '.join(reserved))
