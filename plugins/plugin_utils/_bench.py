@@ -711,9 +711,9 @@ def _pair_badness(entry):
 
 def pair_line(entry):
     """One pair test as a person reads it: 'n1 mlx5_0 -> n2 mlx5_0, host memory 300.0 of 400 Gb/s (low)'."""
-    line = '%s %s -> %s %s, %s memory' % (entry.get('server'), entry.get('server_hca') or 'rail %s' % entry.get('rail'),
-                                         entry.get('client'), entry.get('client_hca') or 'rail %s' % entry.get('rail'),
-                                         entry.get('memory'))
+    rail = 'rail %s' % entry.get('rail')
+    line = '%s %s -> %s %s, %s memory' % (
+        entry.get('server'), entry.get('server_hca') or rail, entry.get('client'), entry.get('client_hca') or rail, entry.get('memory'))
     bandwidth, expected = number(entry.get('bw_avg_gbps')), number(entry.get('rail_nominal_gbps') or entry.get('port_rate_gbps'))
     if entry.get('verdict') == 'failed':
         reason = text((sequence(entry.get('reasons')) or [None])[0]) or 'no reason given'

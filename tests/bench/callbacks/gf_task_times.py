@@ -56,8 +56,8 @@ class CallbackModule(CallbackBase):
     def _result(self, *args, **kwargs):
         self._last_result = time.time()
         # Workers are waited for (reaped) once their result is in: RUSAGE_CHILDREN counts them.
-        self._cpu = sum(usage.ru_utime + usage.ru_stime for usage in (resource.getrusage(resource.RUSAGE_SELF),
-                                                                       resource.getrusage(resource.RUSAGE_CHILDREN)))
+        usages = (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+        self._cpu = sum(usage.ru_utime + usage.ru_stime for usage in usages)
 
     v2_runner_on_ok = v2_runner_on_failed = v2_runner_on_skipped = v2_runner_on_unreachable = _result
 

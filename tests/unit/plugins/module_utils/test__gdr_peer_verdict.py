@@ -68,8 +68,8 @@ def test_facts_finding_and_filter_agree(vendor, loaded, exported, flag, register
 
 def test_every_blocker_kind_has_its_code_in_the_same_order():
     assert list(_findings.PEER_BLOCKER_CODES) == list(_gdr.PEER_OUTCOMES)
-    assert list(_findings.PEER_BLOCKER_CODES.values()) == ['GDR_MM_KOBJ_NOT_EXPORTED', 'GDR_OFED_STALE_BUILD',
-                                                          'GDR_PEERMEM_NOT_LOADED', 'GDR_MEMORY_PEERS_MISSING']
+    codes = ['GDR_MM_KOBJ_NOT_EXPORTED', 'GDR_OFED_STALE_BUILD', 'GDR_PEERMEM_NOT_LOADED', 'GDR_MEMORY_PEERS_MISSING']
+    assert list(_findings.PEER_BLOCKER_CODES.values()) == codes
 
 
 @pytest.mark.parametrize('flag', (True, False, None))
