@@ -103,8 +103,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
-    module.fail_json(msg='culprit_search runs on the controller through its action plugin')
+    # Only reached when the action plugin is bypassed (a copy of the module alone).
+    module = AnsibleModule(argument_spec=dict(nodes=dict(type='list', elements='str', required=True), names=dict(type='dict', default={}),
+                                              reference=dict(type='str'), prior=dict(type='list', elements='raw', default=[]),
+                                              pairs=dict(type='raw'), strategy=dict(type='str', choices=['rounds', 'runs'], default='rounds'),
+                                              bench=dict(type='dict', default={}), timeout=dict(type='float'),
+                                              delay=dict(type='float', default=1)),
+                           supports_check_mode=True)
+    module.fail_json(msg='culprit_search runs on the controller through its action plugin (hpc.gpu_fabric collection)')
 
 
 if __name__ == '__main__':

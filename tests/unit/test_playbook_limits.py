@@ -74,7 +74,7 @@ def _spans(source):
     tokens = [token for token in jinja2.Environment().lex(source) if token[1] != 'whitespace']
     for index, (lineno, kind, value) in enumerate(tokens):
         if kind in ('variable_begin', 'block_begin'):
-            keyword = next((v for _, k, v in tokens[index + 1:index + 2] if k == 'name'), '') if kind == 'block_begin' else ''
+            keyword = next((v for _line, k, v in tokens[index + 1:index + 2] if k == 'name'), '') if kind == 'block_begin' else ''
             if start is not None and depth == 0 and gap:
                 spans.append((start, end))
                 start = None
@@ -82,7 +82,7 @@ def _spans(source):
                 start = lineno
             # {% set x %}...{% endset %} is a block; {% set x = ... %} is not.
             if keyword in OPENERS or (keyword == 'set' and not any(
-                    (k, v) == ('operator', '=') for _, k, v in _until(tokens, index + 1, 'block_end'))):
+                    (k, v) == ('operator', '=') for _line, k, v in _until(tokens, index + 1, 'block_end'))):
                 depth += 1
             elif keyword.startswith('end') and depth:
                 depth -= 1
@@ -116,7 +116,7 @@ def scan(path):
                 if module:
                     found['set_fact'].append(node.start_mark.line + 1)
                     args = keys[module]
-                    if isinstance(args, yaml.MappingNode) and any(k.value == 'gpu_fabric_failures' for k, _ in args.value):
+                    if isinstance(args, yaml.MappingNode) and any(k.value == 'gpu_fabric_failures' for k, _value in args.value):
                         found['failures_set'].append(node.start_mark.line + 1)
                 if {'stage', 'msg'} <= set(keys):
                     found['records'].append(node.start_mark.line + 1)

@@ -224,7 +224,7 @@ OLD_PLAN = """{{ ('not run: ' ~ fleet.skipped) if fleet.skipped is not none else
 def test_bench_plan_line_is_what_the_role_said(fleet, summary, memory, check):
     env = jinja2.Environment()
     env.filters['dict2items'] = lambda value: [{'key': k, 'value': v} for k, v in value.items()]
-    env.filters['zip'] = lambda value, other: zip(value, other)
+    env.filters['zip'] = zip
     old = env.from_string(OLD_PLAN).render(fleet=fleet, summary=summary, test='ib_write_bw', mode='full', memory=memory, check=check)
     assert bench_filters.bench_plan_line(fleet, summary, 'ib_write_bw', 'full', memory, check) == old
     assert _bench.plan_line(fleet, summary, 'ib_write_bw', 'full', memory, check) == old
