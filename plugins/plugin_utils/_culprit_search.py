@@ -381,8 +381,8 @@ def _fold_final(state, runs, failed_of):
                     state['verified'] = True
             elif run['step'] == 'verify':
                 state['verified'] = True
-    if not any(run['step'] in ('verify', 'verify_part') for run in runs) and not state['items']:
-        # Fewer than two cleared nodes: nothing left to run together.
+    if not state['items'] and len([n for n in state['cleared'] if n not in _pair_nodes(state)]) < 2:
+        # Fewer than two healthy nodes: nothing to run together.
         state['verified'] = True
 
 
