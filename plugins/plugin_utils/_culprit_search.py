@@ -75,6 +75,9 @@ def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATE
     """
     if strategy not in STRATEGIES:
         raise ValueError('strategy must be one of %s, not %r' % (', '.join(STRATEGIES), strategy))
+    # The reference node is known healthy and runs beside suspects: never a suspect itself (it
+    # would be in two runs of one round).
+    nodes = [n for n in nodes if n != reference]
     if strategy == 'runs':
         state = _group_search.search_start(nodes, reference, prior, pairs)
         state.update(strategy='runs', seconds=0.0)

@@ -51,8 +51,12 @@ def first_node(hostvars, hosts):
 
 
 def collective_of(hostvars, hosts):
-    first = first_node(hostvars, hosts)
-    return hostvars[first].get('fabric_collective_result') if first is not None else None
+    """The collective's result: from the first of ``hosts`` that holds one (a node left out of the
+    benchmark - its facts failed - holds none, and may come first in the inventory)."""
+    for host in hosts:
+        if host in hostvars and hostvars[host].get('fabric_collective_result') is not None:
+            return hostvars[host].get('fabric_collective_result')
+    return None
 
 
 def from_hostvars(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):

@@ -199,7 +199,7 @@ def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbid
 
 
 def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
-    """The split host of the test above, plus nodeC whose facts fail (its root is not there). On the
+    """The split host of the test above, plus node0 whose facts fail (its root is not there). On the
     GPU machine such a node failed the collective's set-up on every node, and the healthy nodes'
     results were lost; it is left out of the benchmark, named by the task that failed."""
     import yaml
@@ -215,7 +215,8 @@ def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
     path = os.path.join(dest, 'inventory.yml')
     with open(path) as handle:
         inventory = yaml.safe_load(handle)
-    inventory['all']['children']['gpu_nodes']['hosts']['nodeC'] = {
+    # First in the inventory (sorted): the collective's result is kept on the nodes that ran it.
+    inventory['all']['children']['gpu_nodes']['hosts']['node0'] = {
         'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
         'gpu_fabric_root': os.path.join(dest, 'no-such-root')}
     with open(path, 'w') as handle:
@@ -226,7 +227,9 @@ def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
     assert result.returncode == 2, result.stdout[-4000:]
     report = report_of(out)
     failed = [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED']
-    assert [(f['host'], f['evidence']['stage']) for f in failed] == [('nodeC', 'validate')], failed
+    assert [(f['host'], f['evidence']['stage']) for f in failed] == [('node0', 'validate')], failed
+    with open(os.path.join(out, 'collective.json')) as handle:
+        assert sorted(json.load(handle)['nodes']['hosts']) == ['nodeA', 'nodeB']
     hosts = report['collective']['nodes']['hosts']
     assert sorted(hosts) == ['nodeA', 'nodeB'], hosts
     assert hosts['nodeA']['verdict']['status'] == 'ok' and hosts['nodeB']['verdict']['status'] == 'low'

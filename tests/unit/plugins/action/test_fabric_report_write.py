@@ -111,12 +111,15 @@ def test_nothing_validated_writes_the_report_and_fails_whatever_the_policy(tmp_p
         assert 'Connection refused' in (tmp_path / 'findings' / 'junit.xml').read_text()
 
 
-def test_the_collective_comes_from_the_first_node_and_the_bench_from_the_controller(tmp_path):
+def test_the_collective_comes_from_the_first_node_holding_it_and_the_bench_from_the_controller(tmp_path):
     collective = _offline.collective_result([{'item': '/l/x.log', 'failed': True, 'msg': 'boom'}], {})
     hostvars = {'a': dict(GOOD, fabric_collective_result=collective), 'b': GOOD}
     run({'hosts': ['absent', 'a', 'b'], 'dest': str(tmp_path)}, hostvars)
     assert report_of(tmp_path)['collective']['imported_logs'] == [{'log': '/l/x.log', 'recognised': False, 'reason': 'boom'}]
+    # The first node holding one: a node left out of the benchmark (its facts failed) holds none.
     run({'hosts': ['b', 'a'], 'dest': str(tmp_path)}, hostvars)
+    assert report_of(tmp_path)['collective']['imported_logs'][0]['reason'] == 'boom'
+    run({'hosts': ['b'], 'dest': str(tmp_path)}, hostvars)
     assert report_of(tmp_path)['collective'] is None
     with mock.patch.object(_report_stage, 'from_hostvars', wraps=_report_stage.from_hostvars) as built:
         run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench={})

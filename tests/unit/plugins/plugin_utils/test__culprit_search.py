@@ -208,3 +208,11 @@ def test_what_people_read():
         C.start(_nodes(4), strategy='fastest')
     # A bad value of seconds adds nothing rather than failing the search.
     assert C.update(C.start(_nodes(4)), [], [], seconds='nan')['seconds'] == 0.0
+
+
+def test_a_reference_node_among_the_nodes_is_never_a_suspect():
+    """-e fabric_collective_reference=n0003 with n0003 in the play: it runs beside suspects only."""
+    nodes = _nodes(24)
+    state = _drive(nodes, _fleet(['n0010']), reference='n0003')
+    assert state['culprits'] == ['n0010'] and 'n0003' not in state['nodes']
+    assert not any(r['group'] and 'n0003' in r['group'] for r in state['runs'])
