@@ -48,9 +48,13 @@ mkdir -p "$TMPDIR"
 # (~/.ansible) holds ansible-core's local temp files, SSH control sockets and galaxy cache, and
 # molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
 # ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
-# temp files and async job files in ~/.ansible/tmp and ~/.ansible_async.
+# temp files in ~/.ansible/tmp. Not ANSIBLE_ASYNC_DIR: a local-connection module inherits the
+# controller's environment, and that variable is how a module knows it runs as an async job, one
+# meant to outlive the controller (module_utils/_process.py ParentWatch): every module would then
+# outlive a killed ansible-playbook (tests/unit/plugins/module_utils/test__process_parent.py).
+# The tests that start async jobs give ansible_async_dir inside their own directory.
 export ANSIBLE_HOME=$base/ansible
-export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp ANSIBLE_ASYNC_DIR=$ANSIBLE_HOME/async
+export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
 mkdir -p "$ANSIBLE_HOME"
 # The copy is importable as ansible_collections.hpc.gpu_fabric, and its tests as tests.*.
 export PYTHONPATH=$base:$tree
