@@ -394,7 +394,7 @@ def update(state, runs, verdicts, seconds=None):
     the round took (what the user waited), added to the state's 'seconds'."""
     if state.get('strategy') == 'runs':
         new = _group_search.search_update(state, runs, verdicts)
-        new['seconds'] = _seconds(state, seconds)
+        new['seconds'] = _seconds(state, seconds if runs else None)
         return new
     state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
                  pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),

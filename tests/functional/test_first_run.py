@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 
+import yaml
+
 from tests.functional.helpers import recap
 from tests.sim import cluster
 
@@ -165,11 +167,9 @@ def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_pat
     assert all(report['hosts'][h]['status'] != 'unreachable' for h in ('n1', 'n2', 'n3'))
 
 
-def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbids_p2p(tmp_path):
-    """The real run of one 4 x H200 host split into two inventory nodes by CUDA_VISIBLE_DEVICES, the second
-    with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 (tests/fixtures/real/h200x4-split/README.md): each
-    simulated node replays its node's real output through validate_fabric.yml, launcher local, two ranks."""
-    dest = str(tmp_path)
+def _split_host(dest):
+    """Two simulated nodes replaying the real split 4 x H200 host (tests/fixtures/real/h200x4-split):
+    nodeA over GPUs 0,1; nodeB over GPUs 2,3 with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1."""
     split = os.path.join(REPO, 'tests', 'fixtures', 'real', 'h200x4-split')
     spec = {'nodes': [
         {'name': 'nodeA', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeA.txt')},
@@ -178,6 +178,14 @@ def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbid
          'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '2,3', 'NCCL_P2P_DISABLE': '1', 'NCCL_SHM_DISABLE': '1',
                                             'NCCL_NVLS_ENABLE': '0'}}}]}
     cluster.build(spec, dest, 'local', python=sys.executable)
+
+
+def test_one_host_split_in_two_nodes_names_the_transport_on_the_node_that_forbids_p2p(tmp_path):
+    """The real run of one 4 x H200 host split into two inventory nodes by CUDA_VISIBLE_DEVICES, the second
+    with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 (tests/fixtures/real/h200x4-split/README.md): each
+    simulated node replays its node's real output through validate_fabric.yml, launcher local, two ranks."""
+    dest = str(tmp_path)
+    _split_host(dest)
     out = os.path.join(dest, 'out')
     result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
                           '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=local',
@@ -202,16 +210,8 @@ def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
     """The split host of the test above, plus node0 whose facts fail (its root is not there). On the
     GPU machine such a node failed the collective's set-up on every node, and the healthy nodes'
     results were lost; it is left out of the benchmark, named by the task that failed."""
-    import yaml
     dest = str(tmp_path)
-    split = os.path.join(REPO, 'tests', 'fixtures', 'real', 'h200x4-split')
-    spec = {'nodes': [
-        {'name': 'nodeA', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeA.txt')},
-         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '0,1', 'NCCL_NVLS_ENABLE': '0'}}},
-        {'name': 'nodeB', 'profile': 'h200x2_no_rdma', 'env': {'GF_SIM_NCCL_REPLAY': os.path.join(split, 'playbook-nodeB.txt')},
-         'vars': {'fabric_collective_env': {'CUDA_VISIBLE_DEVICES': '2,3', 'NCCL_P2P_DISABLE': '1', 'NCCL_SHM_DISABLE': '1',
-                                            'NCCL_NVLS_ENABLE': '0'}}}]}
-    cluster.build(spec, dest, 'local', python=sys.executable)
+    _split_host(dest)
     path = os.path.join(dest, 'inventory.yml')
     with open(path) as handle:
         inventory = yaml.safe_load(handle)

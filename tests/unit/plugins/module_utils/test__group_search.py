@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search as G
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search as G
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import REGISTRY
 
 
@@ -149,49 +149,8 @@ def test_pairs_from_the_pairwise_benchmark_cost_no_search():
     assert len(known['runs']) < len(searched['runs'])
 
 
-def test_nodes_the_facts_blame_are_named_without_a_run_of_their_own():
-    nodes = ['mx-01', 'mx-02', 'mx-03', 'mx-04', 'mx-05', 'mx-06']
-    bad = ['mx-02', 'mx-03', 'mx-04', 'mx-05']
-    findings = [{'host': h, 'severity': 'error', 'layer': 'ib_gpu'} for h in bad] + \
-        [{'host': 'mx-01', 'severity': 'warning', 'layer': 'ib'}, {'host': 'mx-06', 'severity': 'error', 'layer': 'benchmark'}]
-    assert G.blamed(findings) == bad
-    state = _drive(nodes, _fleet(bad), prior=findings)
-    assert sorted(state['culprits']) == bad and set(state['basis'].values()) == {'facts'}
-    assert [r['hosts'] for r in state['runs']] == [['mx-01', 'mx-06']] and state['cleared'] == ['mx-01', 'mx-06']
-    # The unblamed nodes run bad too: they are searched, the blamed ones keep their name.
-    many = _nodes(12)
-    state = _drive(many, _fleet(['n001', 'n006']), prior=['n006'])
-    assert sorted(state['culprits']) == ['n001', 'n006'] and state['basis'] == {'n006': 'facts', 'n001': 'runs'}
-    assert not any('n006' in r['hosts'] for r in state['runs'])
-    # One unblamed node cannot run alone: without a reference it is unresolved, with one it runs.
-    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'])
-    assert state['unresolved'] == ['c'] and state['runs'] == [] and state['notes']
-    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'], reference='ref')
-    assert state['cleared'] == ['c'] and state['runs'][0]['hosts'] == ['c', 'ref']
-
-
-def test_without_any_healthy_run_nothing_is_named():
-    nodes = _nodes(6)
-    state = _drive(nodes, _fleet(nodes))
-    assert state['culprits'] == [] and sorted(state['unresolved']) == nodes and state['notes']
-    # A reference node resolves what halving alone cannot.
-    state = _drive(['a', 'b'], _fleet(['b']), reference='ref')
-    assert state['culprits'] == ['b'] and state['cleared'] == ['a']
-
-
-def test_a_noisy_healthy_fleet_is_never_misjudged():
-    """Verdicts through _collective.judge: healthy runs anywhere between HEALTHY_RATIO and 100 %
-    of the expectation, bad nodes at 30 %: only the bad nodes are named."""
-    expected = 50.0
-    rng = random.Random(7)
-    bad = {'n004', 'n017', 'n029'}
-
-    def run(hosts):
-        ratio = 0.3 if set(hosts) & bad else rng.uniform(_collective.HEALTHY_RATIO, 1.0)
-        result = {'status': 'ok', 'max_busbw_gbs': ratio * expected, 'wrong_total': 0, 'out_of_bounds': {'count': 0, 'ok': True}}
-        return _collective.judge(result, expected)
-    state = _drive(_nodes(32), run)
-    assert sorted(state['culprits']) == sorted(bad) and state['pairs'] == []
+# Named by the facts, no healthy run, a noisy healthy fleet: tested for both strategies through
+# their one interface in tests/unit/plugins/plugin_utils/test__culprit_search.py.
 
 
 def test_the_loop_bound_stops_a_search_and_says_so():

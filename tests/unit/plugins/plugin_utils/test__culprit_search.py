@@ -130,33 +130,47 @@ def test_pairs_from_the_pairwise_benchmark_cost_no_pair_search():
     assert known['rounds'] < searched['rounds'] and not any(r['step'] in ('halves', 'cross') for r in known['runs'])
 
 
-def test_nodes_the_facts_blame_are_named_without_a_run_of_their_own():
+# The behaviour both strategies share is tested here for both (strategy 'runs' is _group_search's
+# generalized binary splitting; its own mechanics are in tests/unit/plugins/module_utils/test__group_search.py).
+BOTH = pytest.mark.parametrize('strategy', C.STRATEGIES)
+
+
+@BOTH
+def test_nodes_the_facts_blame_are_named_without_a_run_of_their_own(strategy):
     nodes = ['mx-01', 'mx-02', 'mx-03', 'mx-04', 'mx-05', 'mx-06']
     bad = ['mx-02', 'mx-03', 'mx-04', 'mx-05']
     findings = [{'host': h, 'severity': 'error', 'layer': 'ib_gpu'} for h in bad] + \
         [{'host': 'mx-01', 'severity': 'warning', 'layer': 'ib'}, {'host': 'mx-06', 'severity': 'error', 'layer': 'benchmark'}]
-    state = _drive(nodes, _fleet(bad), prior=findings)
+    assert _group_search.blamed(findings) == bad
+    state = _drive(nodes, _fleet(bad), prior=findings, strategy=strategy)
     assert sorted(state['culprits']) == bad and set(state['basis'].values()) == {'facts'}
     assert [r['hosts'] for r in state['runs']] == [['mx-01', 'mx-06']] and state['cleared'] == ['mx-01', 'mx-06']
+    # The unblamed nodes run bad too: they are searched, the blamed ones keep their name.
     many = _nodes(40)
-    state = _drive(many, _fleet(['n0001', 'n0006']), prior=['n0006'])
+    state = _drive(many, _fleet(['n0001', 'n0006']), prior=['n0006'], strategy=strategy)
     assert sorted(state['culprits']) == ['n0001', 'n0006'] and state['basis'] == {'n0006': 'facts', 'n0001': 'runs'}
     assert not any('n0006' in r['hosts'] for r in state['runs'])
-    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'])
+    # One unblamed node cannot run alone: without a reference it is unresolved, with one it runs.
+    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'], strategy=strategy)
     assert state['unresolved'] == ['c'] and state['runs'] == [] and state['notes']
-    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'], reference='ref')
+    state = _drive(['a', 'b', 'c'], _fleet(['a', 'b']), prior=['a', 'b'], reference='ref', strategy=strategy)
     assert state['cleared'] == ['c'] and state['runs'][0]['hosts'] == ['c', 'ref']
 
 
-def test_without_any_healthy_run_nothing_is_named():
+@BOTH
+def test_without_any_healthy_run_nothing_is_named(strategy):
     nodes = _nodes(6)
-    state = _drive(nodes, _fleet(nodes))
+    state = _drive(nodes, _fleet(nodes), strategy=strategy)
     assert state['culprits'] == [] and sorted(state['unresolved']) == nodes and state['notes']
-    state = _drive(['a', 'b'], _fleet(['b']), reference='ref')
+    # A reference node resolves what runs among the suspects alone cannot.
+    state = _drive(['a', 'b'], _fleet(['b']), reference='ref', strategy=strategy)
     assert state['culprits'] == ['b'] and state['cleared'] == ['a']
 
 
-def test_a_noisy_healthy_fleet_is_never_misjudged():
+@BOTH
+def test_a_noisy_healthy_fleet_is_never_misjudged(strategy):
+    """Verdicts through _collective.judge: healthy runs anywhere between HEALTHY_RATIO and 100 %
+    of the expectation, bad nodes at 30 %: only the bad nodes are named."""
     expected = 50.0
     rng = random.Random(7)
     bad = {'n0004', 'n0017', 'n0029'}
@@ -165,7 +179,7 @@ def test_a_noisy_healthy_fleet_is_never_misjudged():
         ratio = 0.3 if set(hosts) & bad else rng.uniform(_collective.HEALTHY_RATIO, 1.0)
         result = {'status': 'ok', 'max_busbw_gbs': ratio * expected, 'wrong_total': 0, 'out_of_bounds': {'count': 0, 'ok': True}}
         return _collective.judge(result, expected)
-    state = _drive(_nodes(32), run)
+    state = _drive(_nodes(32), run, strategy=strategy)
     assert sorted(state['culprits']) == sorted(bad) and state['pairs'] == []
 
 
