@@ -7,7 +7,7 @@
 Why an action: as tasks, the report was a set_fact of the whole report.json (templated again by
 every task that named it: 11 times over 9 filter calls, report.md rendered twice), a drift
 set_fact, five rendered contents handed to fabric_output, a policy set_fact and two fail tasks.
-Here the nodes' hostvars are read once, the diagnosis, the drift and every rendering run in the
+Here the nodes' hostvars are read once (the fleet model), the diagnosis, the drift and every rendering run in the
 task's worker (plugin_utils/_report_stage.py, the code the filters of plugins/filter/report.py
 call too), the files are written as fabric_output writes them (plugin_utils/_files.py), and the
 report never becomes an Ansible variable.
@@ -25,7 +25,7 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _report_stage
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
 display = Display()
@@ -39,6 +39,16 @@ def _text(args, name):
     if not isinstance(value, string_types):
         raise AnsibleActionFail('%s must be a string, got %s' % (name, type(value).__name__))
     return to_text(value)
+
+
+def _judged(result):
+    """The bench.json this run's benchmark judging wrote (the registered result of
+    hpc.gpu_fabric.fabric_bench_judge, benchmark.yml and offline.yml), or None: the judging did not
+    run, was skipped, or wrote nothing (check mode). A bench.json of an earlier run is never read."""
+    if not isinstance(result, dict) or result.get('skipped') or result.get('failed'):
+        return None
+    path = result.get('bench_json')
+    return to_text(path) if isinstance(path, string_types) and path else None
 
 
 class ActionModule(ActionBase):
@@ -65,15 +75,23 @@ class ActionModule(ActionBase):
         dest = os.path.abspath(os.path.expanduser(to_text(dest)))
         html_path = os.path.join(dest, 'report.html')
 
-        # The run's state: the nodes' hostvars, the benchmark's verdicts (a variable of the
-        # controller), the collective's result (kept on the first node).
-        hostvars = task_vars.get('hostvars') or {}
-        now = datetime.datetime.now(datetime.timezone.utc)
-        report = _report_stage.from_hostvars(hostvars, list(hosts), task_vars.get('gpu_fabric_bench') or None,
-                                             _report_stage.collective_of(hostvars, hosts) or None,
-                                             # As the report always had it: ISO 8601, UTC, no offset.
-                                             now.replace(tzinfo=None).isoformat())
+        # The run's state: the fleet model (the nodes' hostvars, read once: plugin_utils/_fleet_model.py),
+        # the benchmark's verdicts (the bench.json fabric_bench_judge wrote in this run), the
+        # collective's result (from the first node that holds one).
+        model = _fleet_model.read(task_vars.get('hostvars'), list(hosts), ('facts', 'run', 'collective'))
         problems = []
+        bench = None
+        path = _judged(task_vars.get('gpu_fabric_bench'))
+        if path:
+            # Results that cannot be read: the report is written without them, and the run fails.
+            try:
+                bench = _report_stage.read_bench(path)
+            except ValueError as exc:
+                problems.append(str(exc))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        report = _report_stage.from_model(model, bench or None, model['collective'] or None,
+                                          # As the report always had it: ISO 8601, UTC, no offset.
+                                          now.replace(tzinfo=None).isoformat())
         if baseline:
             # A baseline that cannot be used still leaves this run's report written; the run fails.
             try:

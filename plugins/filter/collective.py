@@ -9,7 +9,14 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _tasks
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _fleet_model, _tasks
+
+
+def _model(name, hostvars, hosts, parts):
+    try:
+        return _fleet_model.read(hostvars, hosts, parts)
+    except ValueError as exc:
+        raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
 def _ratios(healthy, warn):
@@ -25,12 +32,11 @@ def collective_verdict(result, expected_gbs, healthy=None, warn=None, metric='ma
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
-def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, warn=None, metric='max', name='__fabric_collective_local'):
+def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, warn=None, metric='max'):
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
     healthy, warn = _ratios(healthy, warn)
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('collective_local_verdict: hosts must be a list of inventory names')
-    results = dict((host, (hostvars[host] if host in hostvars else {}).get(name)) for host in hosts)
+    model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
+    results = dict((host, node['collective_local']) for host, node in model['nodes'].items())
     return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
 
 
@@ -48,14 +54,15 @@ def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=No
 
 
 def collective_expected(hostvars, hosts, hcas=None):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('collective_expected: hosts must be a list of inventory names')
-    nodes = {}
-    for host in hosts:
-        facts = (hostvars[host] if host in hostvars else {}).get('ansible_facts', {})
-        if 'gpu_fabric_ib' in facts:
-            nodes[host] = facts['gpu_fabric_ib']
-    return _collective.expected_busbw(nodes, hcas or None)
+    model = _model('collective_expected', hostvars, hosts, ('facts',))
+    return _collective.expected_busbw(_fleet_model.facts_of(model, 'ib'), hcas or None)
+
+
+def collective_fleet(hostvars, hosts):
+    """What role fabric_collective needs to know of its nodes: the collective's result (from the first
+    node that holds one), the GPU count and address of each node, and the GPU vendors."""
+    model = _model('collective_fleet', hostvars, hosts, ('facts', 'collective'))
+    return _tasks.collective_fleet(model)
 
 
 def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):
@@ -99,6 +106,7 @@ class FilterModule(object):
         return {
             'collective_verdict': collective_verdict,
             'collective_expected': collective_expected,
+            'collective_fleet': collective_fleet,
             'collective_local_verdict': collective_local_verdict,
             'collective_outcome': collective_outcome,
             'collective_skipped': collective_skipped,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model
 
 
 def bench_node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
@@ -50,44 +50,29 @@ def bench_sequence_records(me, steps, result):
     return _bench.sequence_records(me, steps or [], result or {})
 
 
+def _model(name, hostvars, hosts):
+    try:
+        return _fleet_model.read(hostvars, hosts, ('bench',))
+    except ValueError as exc:
+        raise AnsibleFilterError('%s: %s' % (name, exc))
+
+
 def bench_fleet_plan(hostvars, hosts, test='ib_write_bw'):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('bench_fleet_plan: hosts must be a list of inventory names')
-    candidates = {}
-    for host in hosts:
-        facts = hostvars[host] if host in hostvars else {}
-        candidates[host] = {'plan': facts.get('fabric_bench_plan') or {}, 'tool': facts.get('__fabric_bench_tool') or {}}
-    return _bench.fleet_plan(candidates, test)
+    model = _model('bench_fleet_plan', hostvars, hosts)
+    return _bench.fleet_plan(dict((host, {'plan': node['bench']['plan'], 'tool': node['bench']['tool']})
+                                  for host, node in model['nodes'].items()), test)
+
+
+def bench_plans(hostvars, hosts, field=None):
+    """{host: its plan (bench_node_plan), or the plan's ``field``} for ``hosts``."""
+    model = _model('bench_plans', hostvars, hosts)
+    return dict((host, node['bench']['plan'].get(field) if field else node['bench']['plan'])
+                for host, node in model['nodes'].items())
 
 
 def bench_report(hostvars, hosts, options=None):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('bench_report: hosts must be a list of inventory names')
-    nodes = {}
-    fleet = None
-    for host in hosts:
-        facts = hostvars[host] if host in hostvars else {}
-        nodes[host] = {'records': facts.get('fabric_bench_records') or [], 'plan': facts.get('fabric_bench_plan') or {}}
-        if facts.get('fabric_bench_records_file'):
-            # Written by perftest_collect (fabric_bench_records_dir): read one node at a time by report().
-            nodes[host].update(records_file=facts['fabric_bench_records_file'], run_id=facts.get('fabric_bench_records_run'))
-        fleet = fleet or facts.get('fabric_bench_fleet')
-    report = _bench.report(nodes, options or {})
-    # Fail closed: what was not tested, and why (no node reached the benchmark: nothing planned).
-    fleet = fleet or {'skipped': 'no node reached the benchmark stage (unreachable, or failed before it)', 'excluded': {}}
-    report.update(skipped=fleet.get('skipped'), excluded=fleet.get('excluded') or {}, test=fleet.get('test'))
-    return report
-
-
-def bench_console(bench, limit=20, where='bench.json'):
-    """A short human summary of bench_report's result: counts, then the worst pairs as plain lines."""
-    if not isinstance(bench, dict):
-        raise AnsibleFilterError('bench_console: expected the result of bench_report, not %s' % type(bench).__name__)
-    try:
-        limit = int(limit)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError('bench_console: limit must be a whole number, not %r' % (limit,))
-    return _bench.console_lines(bench, limit, str(where))
+    model = _model('bench_report', hostvars, hosts)
+    return _bench.judge(_fleet_model.bench_nodes(model), model['bench_fleet'], options or {})
 
 
 def bench_plan_line(fleet, summary, test, mode, memories, check_mode=False):
@@ -102,9 +87,9 @@ class FilterModule(object):
     def filters(self):
         return {
             'bench_report': bench_report,
-            'bench_console': bench_console,
             'bench_plan_line': bench_plan_line,
             'bench_fleet_plan': bench_fleet_plan,
+            'bench_plans': bench_plans,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,
             'bench_round_records': bench_round_records,

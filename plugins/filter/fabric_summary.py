@@ -11,6 +11,7 @@ from ansible.plugins.filter.core import to_nice_json
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what each HCA is for
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose  # the one judge of a port
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model  # the nodes' state, read from hostvars
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _tasks  # the playbooks' and roles' small helpers
 
 
@@ -59,31 +60,33 @@ def node_summary(host, ib, gdr):
     return lines
 
 
-def _facts(hostvars, host):
-    # A node's facts under ansible_facts: their copies as top-level variables (INJECT_FACTS_AS_VARS)
-    # are deprecated from ansible-core 2.21 on and go in 2.24.
-    return (hostvars[host] if host in hostvars else {}).get('ansible_facts') or {}
+def _model(name, hostvars, hosts):
+    # A node's facts as the fleet model reads them from hostvars (plugin_utils/_fleet_model.py).
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('%s: hosts must be a list of inventory names, got %s' % (name, type(hosts).__name__))
+    try:
+        return _fleet_model.read(hostvars, hosts, ('facts',))
+    except ValueError as exc:
+        raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
 def fabric_summary(hostvars, hosts):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('fabric_summary: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    model = _model('fabric_summary', hostvars, hosts)
     lines = []
-    for host in hosts:
-        facts = _facts(hostvars, host)
-        lines.extend(node_summary(host, facts.get('gpu_fabric_ib'), facts.get('gpu_fabric_gdr')))
+    for host in model['hosts']:
+        facts = model['nodes'][host]['facts']
+        lines.extend(node_summary(host, facts.get('ib'), facts.get('gdr')))
     return lines
 
 
 def fabric_facts_files(hostvars, hosts):
     """{'<host>.json': its facts as JSON text}: validate.yml's facts/ directory, written in one
     task (hpc.gpu_fabric.fabric_output) instead of one copy per node."""
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('fabric_facts_files: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    model = _model('fabric_facts_files', hostvars, hosts)
     files = {}
-    for host in hosts:
-        facts = _facts(hostvars, host)
-        files['%s.json' % host] = to_nice_json({'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}) + '\n'
+    for host in model['hosts']:
+        facts = model['nodes'][host]['facts']
+        files['%s.json' % host] = to_nice_json({'ib': facts.get('ib'), 'gdr': facts.get('gdr')}) + '\n'
     return files
 
 
@@ -101,9 +104,8 @@ def file_kind(stat):
 
 
 def fabric_discovery(hostvars, hosts):
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError('fabric_discovery: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
-    return _tasks.fabric_discovery([(host, _facts(hostvars, host).get('gpu_fabric_ib')) for host in hosts])
+    model = _model('fabric_discovery', hostvars, hosts)
+    return _tasks.fabric_discovery([(host, model['nodes'][host]['facts'].get('ib')) for host in model['hosts']])
 
 
 def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):

@@ -11,7 +11,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _offline
 
 
 def offline_logs(files):
@@ -34,22 +34,15 @@ def offline_snapshots(directory, out_dir):
         raise AnsibleFilterError('offline_snapshots: cannot unpack into %s: %s' % (out_dir, exc))
 
 
-def offline_bench(results, plans, options=None):
-    if not isinstance(plans, dict):
-        raise AnsibleFilterError('offline_bench: plans must be a dict of node -> bench_node_plan')
-    return _offline.bench_report(results or [], plans, options or {})
-
-
 def offline_collective(results, hostvars, hosts, healthy=None, warn=None, refused=None):
-    nodes_ib = {}
-    for host in hosts or []:
-        facts = (hostvars[host] if host in hostvars else {}).get('ansible_facts') or {}
-        if 'gpu_fabric_ib' in facts:
-            nodes_ib[host] = facts['gpu_fabric_ib']
+    try:
+        model = _fleet_model.read(hostvars, hosts or [], ('facts',))
+    except ValueError as exc:
+        raise AnsibleFilterError('offline_collective: %s' % exc)
     # None: the rule's own thresholds (module_utils/_collective.py).
     healthy = _collective.HEALTHY_RATIO if healthy is None else float(healthy)
     warn = _collective.WARN_RATIO if warn is None else float(warn)
-    return _offline.collective_result(results or [], nodes_ib, healthy, warn, refused or [])
+    return _offline.collective_result(results or [], _fleet_model.facts_of(model, 'ib'), healthy, warn, refused or [])
 
 
 class FilterModule(object):
@@ -58,6 +51,5 @@ class FilterModule(object):
         return {
             'offline_logs': offline_logs,
             'offline_snapshots': offline_snapshots,
-            'offline_bench': offline_bench,
             'offline_collective': offline_collective,
         }

@@ -8,14 +8,18 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html, _report, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _html, _report, _report_stage
 
 
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
     # The same code as the report stage's action (plugins/action/fabric_report_write.py).
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('fabric_report: hosts must be a list of inventory names')
-    return _report_stage.from_hostvars(hostvars, hosts, bench, collective, generated_at, options)
+    try:
+        model = _fleet_model.read(hostvars, hosts, ('facts', 'run'))
+    except ValueError as exc:
+        raise AnsibleFilterError('fabric_report: %s' % exc)
+    return _report_stage.from_model(model, bench, collective, generated_at, options)
 
 
 def report_drift(report, baseline, regression_pct=10.0):

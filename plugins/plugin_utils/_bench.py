@@ -699,6 +699,19 @@ def report(nodes, options):
     return result
 
 
+# Why nothing was tested when no node left a fleet plan (role fabric_bench sets it on every node it ran on).
+NOT_REACHED = 'no node reached the benchmark stage (unreachable, or failed before it)'
+
+
+def judge(nodes, fleet, options=None):
+    """report() of ``nodes`` (plugin_utils/_fleet_model.py bench_nodes), with what was not tested and
+    why from ``fleet`` (role fabric_bench's fleet plan: fleet_plan(); None when no node reached the
+    benchmark, which fails closed as skipped)."""
+    result = report(nodes, options or {})
+    fleet = mapping(fleet) or {'skipped': NOT_REACHED, 'excluded': {}}
+    result.update(skipped=fleet.get('skipped'), excluded=mapping(fleet.get('excluded')), test=fleet.get('test'))
+    return result
+
 def _pair_badness(entry):
     """Worst first: a failed test, then a low one by how far below its bound (the lowest ratio)."""
     ratios = [entry.get(name) for name in ('bw_ratio', 'gpu_vs_host') if isinstance(entry.get(name), (int, float))]

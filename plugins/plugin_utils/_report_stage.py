@@ -2,11 +2,13 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The report stage, from hostvars to the files and the run's verdict: what the action
+"""The report stage, from the fleet model to the files and the run's verdict: what the action
 fabric_report_write (playbooks/report.yml) runs, and the filters of plugins/filter/report.py
 call, one code path for both.
 
-- from_hostvars: the nodes' facts, stage marks, rescued failures and unreachable marks -> report.json's content;
+- from_model: the nodes' facts, stage marks, rescued failures and unreachable marks (the fleet model,
+  plugin_utils/_fleet_model.py) -> report.json's content;
+- read_bench: the benchmark's verdicts from the bench.json the action fabric_bench_judge wrote;
 - read_baseline, with_drift: the drift against a baseline report.json, read bounded, as a regular file;
 - render: every file of the report (report.json, report.html, report.md, junit.xml, gpu_fabric.prom);
 - verdict: why the run fails (the exit policy matched, nothing was validated), or nothing.
@@ -36,59 +38,36 @@ FILES = ('report.json', 'report.html', 'report.md', 'junit.xml', 'gpu_fabric.pro
 MATCHED_SHOWN = 20
 
 
-def _node_ib_hca(hv):
-    """NCCL_IB_HCA of a node's settings: the collective's environment (fabric_collective_env), else
-    what role nccl_conf writes (nccl_conf_overrides); None where neither names it. Role fabric_bench
-    passes the same two to bench_node_plan, so the rails it tests are the ones judged here."""
-    return _rails.settings_ib_hca(*[hv.get(name) if hasattr(hv, 'get') else None
-                                    for name in ('fabric_collective_env', 'nccl_conf_overrides')])
-
-
-def first_node(hostvars, hosts):
-    """The first of ``hosts`` in the inventory: the fabric_collective role keeps the collective's
-    result on it (and offline.yml on the first node of its group)."""
-    return next((host for host in hosts if host in hostvars), None)
-
-
-def collective_of(hostvars, hosts):
-    """The collective's result: from the first of ``hosts`` that holds one (a node left out of the
-    benchmark - its facts failed - holds none, and may come first in the inventory)."""
-    for host in hosts:
-        if host in hostvars and hostvars[host].get('fabric_collective_result') is not None:
-            return hostvars[host].get('fabric_collective_result')
-    return None
-
-
-def from_hostvars(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):
-    """report.json's content for the nodes ``hosts`` (inventory names, in inventory order) from
-    ``hostvars`` (Ansible's, or any {host: {variable: value}})."""
+def from_model(model, bench=None, collective=None, generated_at=None, options=None):
+    """report.json's content for the nodes of ``model`` (plugin_utils/_fleet_model.py read(), parts
+    facts and run), in its order; ``collective``: the collective's result (None: none ran)."""
     nodes, unreachable, stages, failures = {}, {}, {}, {}
-    for host in hosts:
-        hv = hostvars[host] if host in hostvars else {}
-        facts = hv.get('ansible_facts') or {}
+    for host in model['hosts']:
+        node = model['nodes'][host]
+        facts = node['facts']
         # Tasks that failed on the node and were rescued (configure.yml, validate.yml, benchmark.yml); one marked
         # unreachable is the connection check of a node that did not answer, its message the connection's error.
-        records = [r if isinstance(r, dict) else {'msg': str(r)} for r in hv.get('gpu_fabric_failures') or []]
+        records = node['failures']
         no_answer = [r for r in records if r.get('unreachable') is True]
-        if no_answer and 'gpu_fabric_ib' not in facts and 'gpu_fabric_gdr' not in facts:
+        if no_answer and 'ib' not in facts and 'gdr' not in facts:
             records = [r for r in records if r.get('unreachable') is not True]
             unreachable[host] = no_answer[0].get('msg')
         if records:
             failures[host] = records
         if host in unreachable:
             continue
-        if 'gpu_fabric_ib' in facts or 'gpu_fabric_gdr' in facts or host in failures:
-            nodes[host] = {'ib': facts.get('gpu_fabric_ib'), 'gdr': facts.get('gpu_fabric_gdr')}
-            if 'gpu_fabric_ib_fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
-                nodes[host]['fabric'] = facts['gpu_fabric_ib_fabric']
-            if 'gpu_fabric_roce' in facts:   # RoCE lossless facts (roce_qos_facts)
-                nodes[host]['roce'] = facts['gpu_fabric_roce']
-            # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py).
-            ib_hca = _node_ib_hca(hv)
-            if ib_hca:
-                nodes[host]['nccl_ib_hca'] = ib_hca
+        if 'ib' in facts or 'gdr' in facts or host in failures:
+            nodes[host] = {'ib': facts.get('ib'), 'gdr': facts.get('gdr')}
+            if 'fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
+                nodes[host]['fabric'] = facts['fabric']
+            if 'roce' in facts:   # RoCE lossless facts (roce_qos_facts)
+                nodes[host]['roce'] = facts['roce']
+            # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py);
+            # role fabric_bench passes the same settings to bench_node_plan, so the rails it tests are the ones judged here.
+            if node['nccl_ib_hca']:
+                nodes[host]['nccl_ib_hca'] = node['nccl_ib_hca']
             # The stages each node got through (set at the end of each stage's play on the nodes).
-            stages[host] = list(hv.get('gpu_fabric_stages') or [])
+            stages[host] = list(node['stages'])
         else:
             unreachable[host] = None   # no facts and no record: left the run without a word (or marked offline)
     if not any(stages.values()):
@@ -136,11 +115,40 @@ def read_baseline(path):
     return baseline
 
 
+def _json_text(value, pairs):
+    if pairs > INDENT_MAX_PAIRS:
+        return json.dumps(value, cls=AnsibleJSONEncoder, sort_keys=True) + '\n'
+    return json.dumps(value, cls=AnsibleJSONEncoder, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
 def report_json(report):
     """report.json's text: indented, or one line beyond INDENT_MAX_PAIRS pair tests."""
-    if len(((report.get('bench') or {}).get('pairs')) or []) > INDENT_MAX_PAIRS:
-        return json.dumps(report, cls=AnsibleJSONEncoder, sort_keys=True) + '\n'
-    return json.dumps(report, cls=AnsibleJSONEncoder, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+    return _json_text(report, len(((report.get('bench') or {}).get('pairs')) or []))
+
+
+def bench_json(bench):
+    """bench.json's text (the benchmark's verdicts, as report.json's ``bench``): indented, or one
+    line beyond INDENT_MAX_PAIRS pair tests, as report.json."""
+    return _json_text(bench, len(bench.get('pairs') or []))
+
+
+def read_bench(path):
+    """The benchmark's verdicts from the bench.json at ``path`` (the action fabric_bench_judge wrote
+    it in this run): a regular file (followed through symlinks), at most BASELINE_LIMIT bytes, a JSON
+    object. ValueError saying why."""
+    try:
+        data = _paths.read_regular(path, BASELINE_LIMIT, follow=True)
+    except _paths.TooLarge:
+        raise ValueError('%s is larger than %s: not a bench.json' % (path, _paths.size_text(BASELINE_LIMIT)))
+    except (OSError, ValueError) as exc:
+        raise ValueError('the benchmark results %s cannot be read: %s' % (path, getattr(exc, 'strerror', None) or exc))
+    try:
+        bench = json.loads(data.decode('utf-8'))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError('the benchmark results %s are not JSON: %s' % (path, exc))
+    if not isinstance(bench, dict) or not isinstance(bench.get('pairs', []), list):
+        raise ValueError('%s holds no benchmark results (a JSON %s)' % (path, type(bench).__name__))
+    return bench
 
 
 def render(report, html_path=None, timestamp=None):

@@ -113,3 +113,19 @@ def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=No
     if len(hosts) < 2:
         return 'fewer than two nodes (launcher local runs the collective on each node over its own GPUs)'
     return ''
+
+
+def collective_fleet(model):
+    """What role fabric_collective reads of its nodes, from the fleet model (plugin_utils/_fleet_model.py,
+    parts facts and collective): ``gpus`` (the GPUs of each node, in the model's order: 0 without GPU
+    facts), ``min_gpus`` (the fewest, the ranks per node of a fleet run), ``vendors`` (sorted),
+    ``names`` ({node: the name mpirun/srun reach it by: ansible_host, else its inventory name}) and
+    ``result`` (the collective's result, from the first node that holds one, or None)."""
+    gpus, vendors, names = [], set(), {}
+    for host in model['hosts']:
+        node = model['nodes'][host]
+        found = mappings(mapping(node['facts'].get('gdr')).get('gpus'))
+        gpus.append(len(found))
+        vendors.update(str(gpu.get('vendor')) for gpu in found)
+        names[host] = node['address'] or host
+    return {'gpus': gpus, 'min_gpus': min(gpus or [0]), 'vendors': sorted(vendors), 'names': names, 'result': model['collective']}

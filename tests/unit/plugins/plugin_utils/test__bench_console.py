@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_bench import bench_console
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
 from tests.bench import controller_scale
 
@@ -95,10 +92,9 @@ def test_ties_in_natural_order():
     assert [line.split(',')[0] for line in lines] == ['n2 mlx5_2 -> n10 mlx5_2', 'n2 mlx5_10 -> n10 mlx5_10', 'n10 mlx5_10 -> n2 mlx5_10']
 
 
-def test_the_filter_takes_strings_and_refuses_what_is_no_report():
-    bench = {'verdicts': {'ok': 1}, 'pairs': [pair('n1', 'n2', 0, verdict='ok')]}
-    assert bench_console(bench, '5') == ['pair benchmark: 1 pair test(s), 1 ok']     # -e limit=5 arrives as a string
-    with pytest.raises(AnsibleFilterError, match='expected the result of bench_report'):
-        bench_console([bench])
-    with pytest.raises(AnsibleFilterError, match='limit must be a whole number'):
-        bench_console(bench, 'twenty')
+def test_the_limit_is_a_whole_number_from_a_string_too():
+    bench = {'verdicts': {'ok': 1, 'low': 1}, 'pairs': [pair('n1', 'n2', 0, verdict='ok'), pair('n1', 'n2', 1, verdict='low')]}
+    assert _bench.console_lines(bench, '0') == ['pair benchmark: 2 pair test(s), 1 ok, 1 low',
+                                                '... and 1 more not healthy, every pair in bench.json']
+    with pytest.raises(ValueError):
+        _bench.console_lines(bench, 'twenty')
