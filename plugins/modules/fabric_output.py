@@ -55,11 +55,11 @@ notes:
 '''
 
 EXAMPLES = r'''
-- name: Write the benchmark results
+- name: Write the collective results
   hpc.gpu_fabric.fabric_output:
     dest: "{{ gpu_fabric_output_dir }}"
     files:
-      bench.json: "{{ gpu_fabric_bench | to_nice_json }}\n"
+      collective.json: "{{ fabric_collective_result | to_nice_json }}\n"
   run_once: true
 
 - name: Write the report in every format, in --check runs too (they change no node)

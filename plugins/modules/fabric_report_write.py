@@ -11,9 +11,12 @@ short_description: Diagnose every node, write the report in every format and app
 version_added: 0.1.0
 description:
   - The report stage of C(playbooks/report.yml) in one task on the controller. Reads the nodes' facts, the stages
-    they got through, their rescued task failures and unreachable marks from C(hostvars); the benchmark's verdicts
-    from the controller's C(gpu_fabric_bench) and the collective's result from the first node's
-    C(fabric_collective_result), where those ran.
+    they got through, their rescued task failures and unreachable marks from C(hostvars), once, through the fleet model
+    (C(plugins/plugin_utils/_fleet_model.py)); the collective's result from the first node that holds
+    C(fabric_collective_result), and the benchmark's verdicts from the C(bench.json) that this run's
+    M(hpc.gpu_fabric.fabric_bench_judge) wrote (its result registered as C(gpu_fabric_bench) on the controller), where
+    those ran. A C(bench.json) of an earlier run is never read; one that cannot be read (not a regular file, larger than
+    1 GiB, not JSON) fails the task after the report is written without it.
   - Diagnoses them (the findings, each symptom linked to the root that explains it), builds C(report.json), compares
     it with O(baseline) when one is given, and writes C(report.json), C(report.html), C(report.md), C(junit.xml) and
     C(gpu_fabric.prom) into O(dest), each atomically, as M(hpc.gpu_fabric.fabric_output) writes (a file already
@@ -78,6 +81,7 @@ notes:
   - Schema of C(report.json) and every finding code - C(docs/report.md).
 seealso:
   - module: hpc.gpu_fabric.fabric_output
+  - module: hpc.gpu_fabric.fabric_bench_judge
 '''
 
 EXAMPLES = r'''

@@ -111,7 +111,7 @@ def test_nothing_validated_writes_the_report_and_fails_whatever_the_policy(tmp_p
         assert 'Connection refused' in (tmp_path / 'findings' / 'junit.xml').read_text()
 
 
-def test_the_collective_comes_from_the_first_node_holding_it_and_the_bench_from_the_controller(tmp_path):
+def test_the_collective_comes_from_the_first_node_holding_it_and_the_bench_from_bench_json(tmp_path):
     collective = _offline.collective_result([{'item': '/l/x.log', 'failed': True, 'msg': 'boom'}], {})
     hostvars = {'a': dict(GOOD, fabric_collective_result=collective), 'b': GOOD}
     run({'hosts': ['absent', 'a', 'b'], 'dest': str(tmp_path)}, hostvars)
@@ -121,13 +121,29 @@ def test_the_collective_comes_from_the_first_node_holding_it_and_the_bench_from_
     assert report_of(tmp_path)['collective']['imported_logs'][0]['reason'] == 'boom'
     run({'hosts': ['b'], 'dest': str(tmp_path)}, hostvars)
     assert report_of(tmp_path)['collective'] is None
-    with mock.patch.object(_report_stage, 'from_hostvars', wraps=_report_stage.from_hostvars) as built:
-        run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench={})
-    assert built.call_args[0][2] is None   # an empty bench is none, as the filter took it
-    bench = {'pairs': [], 'skipped': 'one node'}
-    with mock.patch.object(_report_stage, 'from_hostvars', return_value=fabric_report(hostvars, ['a'])) as built:
-        run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench=bench)
-    assert built.call_args[0][2] is bench
+    # The benchmark's verdicts: the bench.json this run's fabric_bench_judge wrote, from the path of its result.
+    bench = {'pairs': [], 'skipped': 'one node', 'verdicts': {}}
+    (tmp_path / 'judged.json').write_text(json.dumps(bench))
+    run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench={'bench_json': str(tmp_path / 'judged.json')})
+    assert report_of(tmp_path)['bench'] == bench
+    # No judging in this run (skipped, failed, check mode: no path): a bench.json lying there is not read.
+    (tmp_path / 'bench.json').write_text(json.dumps(bench))
+    for judged in (None, {'skipped': True, 'bench_json': str(tmp_path / 'bench.json')}, {'failed': True}, {'changed': True}):
+        result = run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench=judged)
+        assert not result.get('failed') and report_of(tmp_path)['bench'] is None, judged
+
+
+def test_benchmark_results_that_cannot_be_read_fail_the_task_after_the_report_is_written(tmp_path):
+    (tmp_path / 'list.json').write_text('[]')
+    (tmp_path / 'bad.json').write_text('{')
+    os.mkfifo(str(tmp_path / 'fifo'))   # never read: it would block
+    for name, words in (('missing.json', 'cannot be read'), ('list.json', 'holds no benchmark results'),
+                        ('bad.json', 'are not JSON'), ('fifo', 'cannot be read')):
+        out = tmp_path / ('out-' + name)
+        result = run({'hosts': ['a'], 'dest': str(out), 'exit_policy': "findings[?code=='NO_SUCH_CODE']"}, {'a': GOOD},
+                     gpu_fabric_bench={'bench_json': str(tmp_path / name)})
+        assert result['failed'] is True and words in result['msg'], (name, result['msg'])
+        assert report_of(out)['bench'] is None and sorted(os.listdir(out)) == FILES
 
 
 def test_check_mode_writes_nothing_and_diff_mode_shows_the_change(tmp_path):

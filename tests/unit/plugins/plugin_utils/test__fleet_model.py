@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The fleet model: hostvars read in one module, into plain data that copies nothing large; no
+other file of plugins/ indexes hostvars."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import tokenize
+
+import pytest
+
+from ansible_collections.hpc.gpu_fabric.plugins.filter import collective, fabric_bench, fabric_summary, report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+IB = {'devices': [{'name': 'mlx5_0', 'ports': [{'port': 1, 'state': 'ACTIVE', 'link_layer': 'InfiniBand', 'rate_gbps': 400.0}]}]}
+GDR = {'gpus': [{'name': 'gpu0', 'vendor': 'nvidia'}, {'name': 'gpu1', 'vendor': 'nvidia'}], 'gdr_ready': True}
+RECORDS = [{'side': 'server', 'server': 'a', 'client': 'b'}]
+HOSTVARS = {
+    'a': {'ansible_facts': {'gpu_fabric_ib': IB, 'gpu_fabric_gdr': GDR, 'gpu_fabric_ib_fabric': {'nodes': []}},
+          'ansible_host': '10.0.0.1', 'gpu_fabric_stages': ['validate', 'benchmark'],
+          'fabric_collective_env': {'NCCL_IB_HCA': ' =mlx5_0 '}, 'nccl_conf_overrides': {'NCCL_IB_HCA': 'mlx5_9'},
+          'fabric_bench_plan': {'hcas': ['mlx5_0']}, '__fabric_bench_tool': {'status': 'skipped'},
+          'fabric_bench_records': RECORDS, 'fabric_bench_fleet': {'nodes': ['a', 'b'], 'excluded': {}, 'skipped': None},
+          '__fabric_collective_local': {'status': 'ok'}},
+    'b': {'ansible_facts': {'gpu_fabric_gdr': {'gpus': [{'name': 'gpu0', 'vendor': 'amd'}]}},
+          'gpu_fabric_failures': [{'stage': 'validate', 'msg': 'x'}, 'a plain string'],
+          'fabric_bench_plan': {'hcas': ['mlx5_1']}, 'fabric_bench_records_file': '/out/bench-records/b.records.json.gz',
+          'fabric_bench_records_run': 'gf-1', 'fabric_bench_records': [{'never': 'read'}],
+          'fabric_collective_result': {'fleet': 'b first'}, 'gpu_fabric_offline_lost': 'unreachable'},
+    'c': {'fabric_collective_result': {'fleet': 'c'}, 'fabric_bench_fleet': {'nodes': ['other']}},
+}
+
+
+def test_every_part_of_a_node_in_plain_data_and_nothing_copied():
+    model = _fleet_model.read(HOSTVARS, ['a', 'b', 'gone', 'c'])
+    assert model['hosts'] == ['a', 'b', 'gone', 'c'] and list(model['nodes']) == model['hosts']
+    a, b, gone = model['nodes']['a'], model['nodes']['b'], model['nodes']['gone']
+    # Facts referenced, not copied; only those the node has.
+    assert a['facts']['ib'] is IB and a['facts']['gdr'] is GDR and sorted(a['facts']) == ['fabric', 'gdr', 'ib']
+    assert a['address'] == '10.0.0.1' and a['gpus'] == 2 and b['address'] is None and b['gpus'] == 1
+    assert a['stages'] == ['validate', 'benchmark'] and b['stages'] == [] and a['failures'] == []
+    assert b['failures'] == [{'stage': 'validate', 'msg': 'x'}, {'msg': 'a plain string'}]
+    # NCCL_IB_HCA of the settings in the order they win: the collective's environment first.
+    assert a['nccl_ib_hca'] == '=mlx5_0' and b['nccl_ib_hca'] is None
+    assert b['offline_lost'] == 'unreachable' and a['offline_lost'] is None
+    # Records: in hostvars (by reference), or only the path of their file (the list in hostvars is not read).
+    assert a['bench']['records'] is RECORDS and a['bench']['records_file'] is None
+    assert b['bench'] == {'plan': {'hcas': ['mlx5_1']}, 'tool': {}, 'records': [],
+                          'records_file': '/out/bench-records/b.records.json.gz', 'run_id': 'gf-1'}
+    assert a['collective_local'] == {'status': 'ok'} and b['collective_local'] is None
+    # A host hostvars does not know: marked, with empty parts.
+    assert gone['known'] is False and gone['facts'] == {} and gone['failures'] == [] and gone['bench']['plan'] == {}
+    # The fleet-wide values from the first node that holds them.
+    assert model['collective'] == {'fleet': 'b first'} and model['bench_fleet'] is HOSTVARS['a']['fabric_bench_fleet']
+    assert _fleet_model.known(model) == ['a', 'b', 'c']
+    assert _fleet_model.facts_of(model, 'ib') == {'a': IB} and list(_fleet_model.facts_of(model, 'gdr')) == ['a', 'b']
+    assert _fleet_model.bench_nodes(model) == {
+        'a': {'plan': {'hcas': ['mlx5_0']}, 'records': RECORDS},
+        'b': {'plan': {'hcas': ['mlx5_1']}, 'records': [], 'records_file': '/out/bench-records/b.records.json.gz', 'run_id': 'gf-1'},
+        'c': {'plan': {}, 'records': []}}
+
+
+class Counting(dict):
+    """hostvars that count the variables read (Ansible templates each one on every read)."""
+
+    def __init__(self, *args):
+        super(Counting, self).__init__(*args)
+        self.read = []
+
+    def __getitem__(self, host):
+        variables = dict.__getitem__(self, host)
+        outer = self
+
+        class Vars(dict):
+            def get(self, name, default=None):
+                outer.read.append((host, name))
+                return dict.get(self, name, default)
+        return Vars(variables)
+
+
+def test_only_the_parts_asked_for_are_read():
+    hostvars = Counting(HOSTVARS)
+    model = _fleet_model.read(hostvars, ['a', 'b'], ('facts',))
+    assert set(name for _host, name in hostvars.read) == {'ansible_facts', 'ansible_host'}
+    assert sorted(model['nodes']['a']) == ['address', 'facts', 'gpus', 'known'] and model['collective'] is None
+    hostvars = Counting(HOSTVARS)
+    _fleet_model.read(hostvars, ['a', 'b', 'c'], ('bench', 'collective'))
+    # The fleet plan and the collective's result: read until one node holds them, not from every node.
+    assert [h for h, name in hostvars.read if name == 'fabric_bench_fleet'] == ['a']
+    assert [h for h, name in hostvars.read if name == 'fabric_collective_result'] == ['a', 'b']
+    # A records file: the records kept in hostvars are not read.
+    assert ('b', 'fabric_bench_records') not in hostvars.read and ('a', 'fabric_bench_records') in hostvars.read
+
+
+@pytest.mark.parametrize('hosts, parts, words', [
+    ('a', ('facts',), 'hosts must be a list'),
+    ({'a': 1}, ('facts',), 'hosts must be a list'),
+    (['a', 1], ('facts',), 'strings'),
+    (['a'], ('facts', 'secrets'), 'no such part of the fleet model: secrets'),
+])
+def test_bad_arguments_are_refused(hosts, parts, words):
+    with pytest.raises(ValueError, match=words):
+        _fleet_model.read(HOSTVARS, hosts, parts)
+
+
+def test_the_filters_read_the_nodes_through_the_model():
+    hosts = ['a', 'b', 'gone']
+    assert fabric_bench.bench_plans(HOSTVARS, hosts) == {'a': {'hcas': ['mlx5_0']}, 'b': {'hcas': ['mlx5_1']}, 'gone': {}}
+    assert fabric_bench.bench_plans(HOSTVARS, hosts, 'hcas') == {'a': ['mlx5_0'], 'b': ['mlx5_1'], 'gone': None}
+    fleet = fabric_bench.bench_fleet_plan(HOSTVARS, hosts)
+    assert fleet['nodes'] == ['a'] and sorted(fleet['excluded']) == ['b', 'gone']
+    assert collective.collective_fleet(HOSTVARS, hosts) == {
+        'gpus': [2, 1, 0], 'min_gpus': 0, 'vendors': ['amd', 'nvidia'], 'names': {'a': '10.0.0.1', 'b': 'b', 'gone': 'gone'},
+        'result': {'fleet': 'b first'}}
+    assert collective.collective_expected(HOSTVARS, hosts)['gbs'] is not None
+    assert fabric_summary.fabric_summary(HOSTVARS, ['gone'])[0].startswith('gone: no facts')
+    assert sorted(fabric_summary.fabric_facts_files(HOSTVARS, ['a', 'b'])) == ['a.json', 'b.json']
+    built = report.fabric_report(HOSTVARS, hosts)
+    assert sorted(built['hosts']) == ['a', 'b', 'gone'] and built['hosts']['gone']['status'] == 'unreachable'
+    with pytest.raises(Exception, match='bench_plans: hosts must be a list'):
+        fabric_bench.bench_plans(HOSTVARS, 'a')
+
+
+def _code_tokens(path):
+    """The NAME and OP tokens of a Python file: strings and comments (documentation) left out."""
+    with open(path, 'rb') as handle:
+        source = handle.read().decode('utf-8')
+    return [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type in (tokenize.NAME, tokenize.OP)]
+
+
+def test_no_other_file_of_plugins_indexes_hostvars():
+    """hostvars read in one module: elsewhere, hostvars may only be passed on (to the model, as an
+    argument) - never indexed (hostvars[host]), searched (host in hostvars) or walked (hostvars.get,
+    .items(), for ... in hostvars)."""
+    offenders = []
+    for path in sorted(glob.glob(os.path.join(REPO, 'plugins', '**', '*.py'), recursive=True)):
+        if os.path.basename(path) == '_fleet_model.py':
+            continue
+        tokens = _code_tokens(path)
+        for index, token in enumerate(tokens):
+            if token.string != 'hostvars':
+                continue
+            before = tokens[index - 1].string if index else ''
+            after = tokens[index + 1].string if index + 1 < len(tokens) else ''
+            if after in ('[', '.') or before == 'in':
+                offenders.append('%s:%d' % (os.path.relpath(path, REPO), token.start[0]))
+    assert not offenders, 'hostvars indexed outside plugins/plugin_utils/_fleet_model.py: %s' % ', '.join(offenders)
+    # The check sees what it looks for.
+    tokens = [t.string for t in tokenize.generate_tokens(io.StringIO("x = hostvars[h] if h in hostvars else {}\n").readline)]
+    assert tokens.count('hostvars') == 2
+
+
+def test_no_play_or_role_extracts_from_hostvars():
+    """The roles' and playbooks' Jinja reads the nodes' state through a filter over the model, not with
+    map('extract', hostvars, ...)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(REPO, 'roles', '**', '*.yml'), recursive=True)
+                       + glob.glob(os.path.join(REPO, 'playbooks', '**', '*.yml'), recursive=True)):
+        with open(path, encoding='utf-8') as handle:
+            for number, line in enumerate(handle, 1):
+                if "'extract', hostvars" in line or '"extract", hostvars' in line:
+                    found.append('%s:%d' % (os.path.relpath(path, REPO), number))
+    allowed = {'playbooks/capture.yml'}   # capture.json: which node answered (no fleet state)
+    assert not [f for f in found if f.split(':')[0] not in allowed], found
