@@ -15,8 +15,9 @@ description:
     plans the next round from their verdicts; one line per round says what it ran and found.
   - Strategy C(rounds) (the default) takes the fewest rounds, the time a user waits. Bad groups are split eight ways
     and the parts all run; a group of 16 nodes or fewer runs node by node, each node beside a healthy reference.
-    Pairs of nodes that are bad only together are searched by halving both sides at once. The healthy nodes then run
-    together once, and every node named runs again beside a second reference.
+    Pairs of nodes that are bad only together are searched by halving both sides of every candidate at once, in about
+    log2(N) + 2 rounds (no search can average fewer than log2(N - 1)). Every node named runs again beside a second
+    reference as soon as one is free, and the healthy nodes run together once at the end.
   - Strategy C(runs) (generalized binary splitting) spends about a third of the runs in several times the rounds, for
     clusters where node time is billed.
   - Runs on the controller through its action plugin; the runs themselves start on the task's host.

@@ -18,16 +18,18 @@ reserved anyway. So every node works in every round:
   node measures its own GPUs, not the fabric);
 - a bad group whose parts all ran healthy holds no bad node: two of its nodes are bad only
   together (a pair fault). It is halved, both halves run; a bad half holds the pair; two healthy
-  halves mean one node of the pair in each, and each side is halved again, the two "diagonal"
-  unions running at once (X1+Y1, X2+Y2; both healthy: X1+Y2 or X2+Y1, which are disjoint and
-  run together next). Each round halves the sides, so a pair among N is named in about
-  log2(N) + 1 rounds: with runs over disjoint nodes and a fault seen only when both nodes are in
-  one run, a pair of nodes cannot be cornered faster than halving (only the diagonal of a
-  split can run at once). A pair the pairwise benchmark found bad is named at once;
+  halves mean one node of the pair in each: a candidate cross. Each round halves both sides of
+  every cross and runs its two diagonals (X1+Y1, X2+Y2) at once; a bad diagonal is the new cross,
+  and when none is bad the other diagonals (X1+Y2, X2+Y1: disjoint) are the crosses of the next
+  round, all halved in parallel. Past PAIR_RUNS runs a round, diagonals of different crosses
+  share a run. A pair among N is named in about log2(N) + 1 rounds; no strategy averages fewer
+  than log2(N - 1) (pair_rounds_floor). A pair left by elimination is named and runs alone in
+  the next round, beside whatever else runs; a pair the pairwise benchmark found bad is named
+  at once;
+- each named node runs again beside a second reference as soon as one is free: bad only beside
+  its first reference, the two are a pair, not a bad node;
 - once nothing is left to split, every cleared node runs together once (a pair between two
-  groups that each ran healthy shows there), and in the same round each named node runs again
-  beside a second reference: bad only beside its first reference, the two are a pair, not a bad
-  node.
+  groups that each ran healthy shows there).
 
 The cost in runs stays within 3 x (k x ceil(log2(N / k)) + 2k) for k bad nodes among N
 (tests/bench/culprit_search.py). Where node time is billed, strategy 'runs'
@@ -55,9 +57,22 @@ DEFAULT_STRATEGY = 'rounds'
 # inside 3 x (ceil(log2 1024) + 2) = 36 (tests/bench/culprit_search.py prints both).
 ARITY = 8
 SINGLES_AT = 16
-# The candidate crosses one pair's search keeps before it runs them whole (_cap_crosses): 2 x 4
-# runs a round at most, in about log2(N) + 2 rounds (tests/bench/culprit_search.py).
-CROSS_CAP = 4
+# The runs one pair search runs in a round at most. Each round halves both sides of every candidate
+# cross and runs the two diagonals of each (X1+Y1, X2+Y2); the crosses left double when none is bad
+# (X1+Y2 and X2+Y1), so beyond this, diagonals of different crosses share a run (a bad run keeps
+# the diagonals it held). For one pair among 1,024 nodes, after the halves (the expectation over
+# the placements, sides halved exactly): 10.6 rounds and 42 runs with 16; 10.5 and 53 with no
+# limit; 10.7 and 37 with 8. pair_rounds_floor is 10.0; tests/bench/culprit_search.py prints both.
+PAIR_RUNS = 16
+
+
+def pair_rounds_floor(count):
+    """The fewest rounds any search can average to name one bad pair among ``count`` nodes
+    (equally likely anywhere): told one node of the pair, each round still answers one yes/no
+    question - is the other node in that node's run? - and telling one of count - 1 equally
+    likely nodes apart takes log2(count - 1) answers on average (Shannon's source coding
+    theorem; a decision tree is a prefix code). 10.0 for 1,024 nodes, 7.85 for 232."""
+    return math.log(count - 1, 2) if count > 2 else 0.0
 
 
 def _log2(value):
@@ -90,6 +105,8 @@ def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATE
     state = {'strategy': 'rounds', 'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {},
              'pairs': [], 'unresolved': [], 'notes': [], 'items': [], 'runs': [], 'rounds': 0, 'seconds': 0.0,
              'known_pairs': known, 'first_reference': {}, 'confirmed': [], 'verified': False, 'done': False,
+             # Pairs named by elimination, to run alone (_plan_checks).
+             'pair_checks': [],
              # The role's loop bound: each round halves a pair's sides at least (2 log2 N covers a
              # pair and bad nodes beside it, with room).
              'max_rounds': 2 * _log2(len(nodes)) + 8}
@@ -141,8 +158,7 @@ class _Planner(object):
         self.runs = []
         refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
         # Healthy nodes a pair search still runs are no reference: they are in its runs this round.
-        searched = set(n for i in state['items'] if i['kind'] in ('within', 'cross') for key in ('group', 'x', 'y')
-                       for n in i.get(key) or [])
+        searched = set(n for i in state['items'] if i['kind'] in ('within', 'crosses') for n in _item_nodes(i))
         self.free = [n for n in refs if n not in _pair_nodes(state) and n not in searched]
 
     def available(self):
@@ -160,7 +176,9 @@ class _Planner(object):
     def add(self, group, item, step, ref=None):
         hosts = list(group) + ([ref] if ref else [])
         self.busy.update(hosts)
-        self.runs.append({'group': list(group), 'hosts': hosts, 'task': item, 'step': step})
+        run = {'group': list(group), 'hosts': hosts, 'task': item, 'step': step}
+        self.runs.append(run)
+        return run
 
 
 def _plan_bad(planner, index, item):
@@ -193,26 +211,42 @@ def _plan_pair(planner, index, item):
             if len(half) >= 2:
                 planner.add(half, index, 'halves')
         return
-    x, y = item['x'], item['y']
-    if item.get('whole') or (len(x) == 1 and len(y) == 1):
-        planner.add(x + y, index, 'confirm_pair' if len(x) == len(y) == 1 else 'cross_whole')
-        return
-    (x1, x2), (y1, y2) = _halves(x), _halves(y)
-    for a, b in ((x1, y1), (x2, y2)):
-        if a and b:
-            planner.add(a + b, index, 'cross')
+    # The diagonals of every candidate cross (a cross of two nodes runs whole: it is one candidate
+    # pair), at most PAIR_RUNS runs: the two diagonals of one cross never share a run (together
+    # they would hold its other diagonals too), which dealing them out in turn ensures.
+    diagonals = []
+    for x, y in item['blocks']:
+        if len(x) == 1 and len(y) == 1:
+            diagonals.append([x, y])
+            continue
+        (x1, x2), (y1, y2) = _halves(x), _halves(y)
+        diagonals.extend([a, b] for a, b in ((x1, y1), (x2, y2)) if a and b)
+    count = min(len(diagonals), PAIR_RUNS)
+    for at in range(count):
+        held = diagonals[at::count]
+        run = planner.add([n for x, y in held for n in x + y], index, 'cross')
+        run['blocks'] = held
 
 
-def _plan_final(planner):
-    """Every named node beside a second reference; every cleared node not needed for that, together."""
+def _plan_checks(planner):
+    """Each named node beside a second reference, and each pair named by elimination alone, as soon
+    as they are named: in the rounds the search runs anyway, not in one of their own at the end."""
     state = planner.state
     for node in state['culprits']:
-        if state['basis'].get(node) != 'runs' or node in state['confirmed']:
+        if state['basis'].get(node) != 'runs' or node in state['confirmed'] or node in planner.busy:
             continue
         first = state['first_reference'].get(node)
         ref = planner.references(1, avoid=[first] if first else [])
         if ref:
             planner.add([node], None, 'confirm', ref[0])
+    for pair in state['pair_checks']:
+        if not set(pair) & planner.busy:
+            planner.add(pair, None, 'confirm_pair')
+
+
+def _plan_final(planner):
+    """Every cleared node the checks leave free, together (a pair among them shows)."""
+    state = planner.state
     if not state['verified']:
         eligible = [n for n in state['cleared'] if n not in _pair_nodes(state)]
         group = [n for n in eligible if n not in planner.busy]
@@ -240,9 +274,10 @@ def next_round(state):
             _plan_bad(planner, index, item)
         else:
             _plan_pair(planner, index, item)
+    _plan_checks(planner)
     if not state['items']:
         _plan_final(planner)
-    elif not state.get('early_done') and not any(i['kind'] in ('within', 'cross') for i in state['items']):
+    elif not state.get('early_done') and not any(i['kind'] in ('within', 'crosses') for i in state['items']):
         # Once, while bad nodes are searched: the healthy nodes this round leaves free run together.
         # A pair bad only together among them is searched from the next round on, beside the rest,
         # instead of after it (the final run of every healthy node together is still to come).
@@ -253,6 +288,13 @@ def next_round(state):
 
 
 # ---------------------------------------------------------------------------- folding the verdicts
+
+def _item_nodes(item):
+    """Every node an item of the search holds (a group, or the sides of its crosses)."""
+    if item['kind'] == 'crosses':
+        return [n for x, y in item['blocks'] for n in x + y]
+    return list(item['group'])
+
 
 def _pair_nodes(state):
     return set(n for pair in state['pairs'] for n in pair['nodes'])
@@ -277,6 +319,12 @@ def _known_pair(state, group):
     return None
 
 
+def _ran_healthy(state, nodes):
+    """Did ``nodes`` all run together in a healthy run already (no pair among them)?"""
+    nodes = set(nodes)
+    return any(not run['bad'] and nodes <= set(run['hosts']) for run in state['runs'])
+
+
 def _pair_within(state, group):
     """A bad group none of whose nodes is bad alone: a pair inside it."""
     known = _known_pair(state, group)
@@ -286,6 +334,11 @@ def _pair_within(state, group):
     if len(group) == 2:
         _name_pair(state, group, 'runs')
         return []
+    halves = [list(half) for half in _halves(group)]
+    if all(_ran_healthy(state, half) for half in halves):
+        # Both halves ran healthy already (two parts of a split): one node in each, without a round.
+        state['origins'] = state.get('origins', 0) + 1
+        return [{'kind': 'crosses', 'blocks': [halves], 'origin': state['origins']}]
     return [{'kind': 'within', 'group': list(group)}]
 
 
@@ -331,37 +384,41 @@ def _fold_item(state, item, results, new):
         for half in bad_halves:
             new.extend(_pair_within(state, half))
         if not bad_halves:
-            x, y = _halves(item['group'])
             state['origins'] = state.get('origins', 0) + 1
-            new.append({'kind': 'cross', 'x': x, 'y': y, 'origin': state['origins']})
+            new.append({'kind': 'crosses', 'blocks': [list(_halves(item['group']))], 'origin': state['origins']})
         return
-    # cross: one node of the pair in x, the other in y.
-    if item.get('whole') or (len(item['x']) == 1 and len(item['y']) == 1):
-        run, failed = results[0]
-        if failed and len(run['group']) == 2:
-            _name_pair(state, run['group'], 'runs')
-            state.setdefault('found_origins', []).append(item.get('origin'))
-        elif failed:
-            new.append({'kind': 'cross', 'x': item['x'], 'y': item['y'], 'origin': item.get('origin'), 'hit': True})
-        return
-    (x1, x2), (y1, y2) = _halves(item['x']), _halves(item['y'])
-    hit = False
-    for run, failed in results:
-        if not failed:
-            continue
-        hit = True
-        side_x = [n for n in run['group'] if n in item['x']]
-        side_y = [n for n in run['group'] if n in item['y']]
-        if len(side_x) == 1 and len(side_y) == 1:
-            _name_pair(state, run['group'], 'runs')
-            state.setdefault('found_origins', []).append(item.get('origin'))
+    # crosses: the pair is one node of x and one of y, in one of the blocks [x, y]; the pairs
+    # between blocks (and within a side) ran in healthy runs, so a bad run holds it in one of the
+    # diagonals it ran.
+    bad = [run for run, failed in results if failed]
+    blocks = []
+    for run in bad:
+        held = run['blocks']
+        if len(held) == 1 and len(held[0][0]) == 1 and len(held[0][1]) == 1:
+            _name_pair(state, held[0][0] + held[0][1], 'runs')
         else:
-            new.append({'kind': 'cross', 'x': side_x, 'y': side_y, 'origin': item.get('origin'), 'hit': True})
-    if not hit:
-        new.extend({'kind': 'cross', 'x': a, 'y': b, 'origin': item.get('origin')} for a, b in ((x1, y2), (x2, y1)) if a and b)
+            blocks.extend(held)
+    if not bad:
+        # Every diagonal healthy: the other diagonals hold it (a cross of two nodes that ran healthy is none).
+        for x, y in item['blocks']:
+            if len(x) > 1 or len(y) > 1:
+                (x1, x2), (y1, y2) = _halves(x), _halves(y)
+                blocks.extend([a, b] for a, b in ((x1, y2), (x2, y1)) if a and b)
+        if len(blocks) == 1 and len(blocks[0][0]) == 1 and len(blocks[0][1]) == 1:
+            # One candidate left, by elimination: named now, run alone in the next round (_plan_checks).
+            pair = sorted(blocks[0][0] + blocks[0][1])
+            _name_pair(state, pair, 'runs')
+            state['pair_checks'].append(pair)
+            return
+        if not blocks:
+            state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
+                                  'from is not reproduced')
+    if blocks:
+        new.append({'kind': 'crosses', 'blocks': blocks, 'origin': item.get('origin')})
 
 
-def _fold_final(state, runs, failed_of):
+def _fold_checks(state, runs, failed_of):
+    """The confirmations of named nodes and of pairs named by elimination, in whatever round they ran."""
     for run in runs:
         failed = failed_of[id(run)]
         if run['step'] == 'confirm':
@@ -376,7 +433,19 @@ def _fold_final(state, runs, failed_of):
                 _clear(state, [node, ref])
                 if first:
                     _name_pair(state, [node, first], 'runs')
-        elif run['step'] in ('verify', 'verify_part'):
+        elif run['step'] == 'confirm_pair':
+            pair = sorted(run['group'])
+            state['pair_checks'] = [p for p in state['pair_checks'] if p != pair]
+            if not failed:
+                state['pairs'] = [p for p in state['pairs'] if p['nodes'] != pair]
+                _clear(state, pair)
+                state['notes'].append('a pair search lost its pair: %s, its last candidate, ran healthy alone' % '-'.join(pair))
+
+
+def _fold_final(state, runs, failed_of):
+    for run in runs:
+        failed = failed_of[id(run)]
+        if run['step'] in ('verify', 'verify_part'):
             if failed:
                 state['items'].extend(_pair_within(state, run['group']))
                 if not state['items'] and not state['pairs']:
@@ -399,7 +468,7 @@ def update(state, runs, verdicts, seconds=None):
     state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
                  pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
                  runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
-                 first_reference=dict(state['first_reference']))
+                 first_reference=dict(state['first_reference']), pair_checks=[list(p) for p in state['pair_checks']])
     if state['done']:
         return state
     state['rounds'] += 1 if runs else 0
@@ -409,6 +478,7 @@ def update(state, runs, verdicts, seconds=None):
     for run, verdict in zip(runs, verdicts):
         failed_of[id(run)] = _group_search.bad(verdict)
         state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'step': run['step'], 'round': state['rounds'],
+                              'bad': failed_of[id(run)],
                               'status': (verdict or {}).get('status'), 'ratio': (verdict or {}).get('ratio')})
     items, new = state['items'], []
     by_item = {}
@@ -429,11 +499,12 @@ def update(state, runs, verdicts, seconds=None):
         if not runs:
             _give_up(state, items)
             new = []
-        _lost_pairs(state, items, new)
-        state['items'] = _cap_crosses(state, _prune_crosses(state, new))
+        state['items'] = new
+        _fold_checks(state, runs, failed_of)
     else:
+        _fold_checks(state, runs, failed_of)
         _fold_final(state, runs, failed_of)
-    state['done'] = not state['items'] and state['verified'] and all(
+    state['done'] = not state['items'] and not state['pair_checks'] and state['verified'] and all(
         n in state['confirmed'] for n in state['culprits'] if state['basis'].get(n) == 'runs' and _second_reference(state, n))
     if not state['done'] and not state['items'] and not runs:
         state['done'] = True
@@ -443,46 +514,6 @@ def update(state, runs, verdicts, seconds=None):
         state['items'] = []
         state['done'] = True
     return state
-
-
-def _prune_crosses(state, items):
-    """The crosses of one pair search hold one pair: once a run found it (named, or a cross ran
-    bad), the crosses of the same search that ran healthy are dropped."""
-    found = set(state.pop('found_origins', None) or [])
-    hit = set(i.get('origin') for i in items if i.get('hit'))
-    kept = []
-    for item in items:
-        if item['kind'] == 'cross':
-            origin = item.get('origin')
-            if origin in found or (origin in hit and not item.get('hit')):
-                continue
-            item.pop('hit', None)
-        kept.append(item)
-    return kept
-
-
-def _cap_crosses(state, items):
-    """One pair's search keeps at most CROSS_CAP candidate crosses: each no-hit round doubles
-    them (and the runs of the next round). Beyond, each runs whole once (one round, no halving):
-    the bad one is the pair's, the others are dropped."""
-    by_origin = {}
-    for item in items:
-        if item['kind'] == 'cross' and not item.get('whole'):
-            by_origin.setdefault(item.get('origin'), []).append(item)
-    for crosses in by_origin.values():
-        if len(crosses) > CROSS_CAP:
-            for item in crosses:
-                item['whole'] = True
-    return items
-
-
-def _lost_pairs(state, items, new):
-    """A pair search whose candidates all ran healthy: the bad run it started from is not reproduced."""
-    ran = set(i.get('origin') for i in items if i['kind'] == 'cross')
-    alive = set(i.get('origin') for i in new if i['kind'] == 'cross') | set(state.get('found_origins') or [])
-    for origin in sorted(o for o in ran - alive if o is not None):
-        state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
-                              'from is not reproduced')
 
 
 def _second_reference(state, node):
@@ -495,8 +526,7 @@ def _second_reference(state, node):
 def _give_up(state, items):
     left = []
     for item in items:
-        for key in ('group', 'x', 'y'):
-            left.extend(n for n in item.get(key) or [] if n not in left)
+        left.extend(n for n in _item_nodes(item) if n not in left)
     left = [n for n in left if n not in state['cleared'] and n not in state['unresolved']]
     state['unresolved'].extend(left)
     if left:
@@ -522,7 +552,7 @@ def summary(state):
 
 _STEPS = {'trial': 'run(s) without the nodes the facts blame', 'split': 'part(s) of bad groups',
           'single': 'node(s) beside a healthy one', 'halves': 'half/halves of a pair search', 'cross': 'pair search run(s)',
-          'cross_whole': 'candidate side(s) of a pair search, whole', 'confirm_pair': 'candidate pair(s) alone',
+          'confirm_pair': 'candidate pair(s) alone',
           'confirm': 'named node(s) beside a second reference', 'verify': 'run of every healthy node together',
           'verify_part': 'run of the healthy nodes left free', 'verify_early': 'run of the healthy nodes left free', 'pool': 'group(s) of untested nodes',
           'final': 'run of the rest together', 'pair': 'pair search run(s)', 'pairs': 'pair(s) of suspects'}

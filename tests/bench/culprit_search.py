@@ -12,7 +12,7 @@ pair-fault cases (one bad pair, with 0, 1 or 2 bad nodes beside it), three strat
 
   rounds    - plugins/plugin_utils/_culprit_search.py, the default: the fewest rounds (every node
               in every round; bad groups split eight ways, small ones node by node beside a
-              healthy reference, pairs by halving both sides at once);
+              healthy reference, pairs by halving both sides of every candidate cross at once);
   runs      - plugins/module_utils/_group_search.py (Hwang's adaptive group testing, k unknown):
               the fewest runs, for clusters where node time is billed;
   halving   - the search this replaced (halve every bad group, test both halves; a group of
@@ -25,7 +25,9 @@ k = 0 it is healthy and no search runs). One JSON line per (N, k, strategy, pair
 nodes, bad, pairs, strategy, trials, mean_runs, max_runs, mean_rounds, max_rounds,
 false_culprits (healthy nodes named, summed over the trials), misses (bad nodes, and bad
 pairs, not named), bound (k x ceil(log2(N / k)) + 2k, _group_search.runs_bound), runs_limit (3 x
-the bound, a bad pair's two nodes counted among k), default (true on the default strategy's rows).
+the bound, a bad pair's two nodes counted among k), pair_floor_rounds (with a bad pair: the fewest
+mean rounds any strategy can reach, log2(N - 1): _culprit_search.pair_rounds_floor), default
+(true on the default strategy's rows).
 
 Usage: python -m tests.bench.culprit_search [--trials N] [--nodes N ...]   (from the checkout)
 """
@@ -164,6 +166,8 @@ def measure(count, bad_count, pair_count, strategy, trials, seed=0):
             'false_culprits': false, 'misses': misses, 'bound': _group_search.runs_bound(count, bad_count),
             # The runs the default strategy may spend: 3 x the bound, with a pair's two nodes counted as bad.
             'runs_limit': 3 * _group_search.runs_bound(count, bad_count + 2 * pair_count),
+            # Where a pair is bad: the fewest mean rounds any strategy can reach (a proof, not a measurement).
+            'pair_floor_rounds': round(_culprit_search.pair_rounds_floor(count), 2) if pair_count else None,
             'default': name == _culprit_search.DEFAULT_STRATEGY}
 
 
