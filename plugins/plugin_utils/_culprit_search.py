@@ -277,12 +277,13 @@ def next_round(state):
     _plan_checks(planner)
     if not state['items']:
         _plan_final(planner)
-    elif not state.get('early_done') and not any(i['kind'] in ('within', 'crosses') for i in state['items']):
-        # Once, while bad nodes are searched: the healthy nodes this round leaves free run together.
-        # A pair bad only together among them is searched from the next round on, beside the rest,
-        # instead of after it (the final run of every healthy node together is still to come).
+    elif not any(i['kind'] in ('within', 'crosses') for i in state['items']):
+        # While bad nodes are searched: the healthy nodes this round leaves free run together, when
+        # they have not all run together yet. A pair bad only together among them is searched from
+        # the next round on, beside the rest, instead of after it (the final run of every healthy
+        # node together is still to come).
         free = [n for n in planner.free if n not in planner.busy]
-        if len(free) >= 2:
+        if len(free) >= 2 and not _ran_healthy(state, free):
             planner.add(free, None, 'verify_early')
     return planner.runs
 
@@ -493,7 +494,6 @@ def update(state, runs, verdicts, seconds=None):
                 new.append(item)    # nothing of it could run this round (no reference free): next round
         for run in runs:
             if run['step'] == 'verify_early':
-                state['early_done'] = True
                 if failed_of[id(run)]:
                     new.extend(_pair_within(state, run['group']))
         if not runs:
