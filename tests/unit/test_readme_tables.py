@@ -40,7 +40,7 @@ SET_ON_COMMAND_LINE = re.compile(r'-e\s+((?:gpu_fabric|%s)_[a-z0-9_]+)=' % '|'.j
 RUN_STATE = {
     'gpu_fabric_stages': 'the stages a node got through (validate.yml, benchmark.yml)',
     'gpu_fabric_failures': "the rescued tasks' failures of a node",
-    'gpu_fabric_bench': "the benchmark's verdicts (benchmark.yml, offline.yml)",
+    'gpu_fabric_bench': "the benchmark judging's result (benchmark.yml, offline.yml: counts, console lines, bench.json's path)",
     'gpu_fabric_report': "the report action's result on localhost (report.yml: summary, what the exit policy matched, not_checked)",
     'gpu_fabric_offline_lost': 'a node offline.yml found in capture.json as not captured',
 }
