@@ -281,9 +281,12 @@ def next_round(state):
         # While bad nodes are searched: the healthy nodes this round leaves free run together, when
         # they have not all run together yet. A pair bad only together among them is searched from
         # the next round on, beside the rest, instead of after it (the final run of every healthy
-        # node together is still to come).
+        # node together is still to come). Once only while a single bad group is searched: one
+        # bad node among N spends its whole runs bound already (k = 1: 3 x (log2 N + 2) runs,
+        # tests/bench/culprit_search.py).
         free = [n for n in planner.free if n not in planner.busy]
-        if len(free) >= 2 and not _ran_healthy(state, free):
+        again = len([i for i in state['items'] if i['kind'] == 'bad']) > 1 or not any(r['step'] == 'verify_early' for r in state['runs'])
+        if len(free) >= 2 and again and not _ran_healthy(state, free):
             planner.add(free, None, 'verify_early')
     return planner.runs
 
