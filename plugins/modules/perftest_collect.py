@@ -16,7 +16,7 @@ description:
     those (RV(records)) or writes them into a file on the controller (O(dest), RV(records_file)).
   - The raw result (every test's parsed output, every step's error counters) is several times the size of its records
     and is never returned, so it never lands in hostvars. With O(dest) the records do not either; the judging
-    (P(hpc.gpu_fabric.bench_report#filter)) reads each node's file in turn. A 256-node full mesh over 8 rails is about a
+    (M(hpc.gpu_fabric.fabric_bench_judge), P(hpc.gpu_fabric.bench_report#filter)) reads each node's file in turn. A 256-node full mesh over 8 rails is about a
     million tests.
   - The job's result file on the node is removed once read (O(cleanup)).
   - A job that is still running after O(timeout) seconds, that failed as a whole, or that never started gives one
