@@ -173,6 +173,19 @@ def acs_mask(names):
     return mask
 
 
+def acs_ctl_after(ctl, value, mask):
+    """ACSCtl ``ctl`` after ``value``:``mask`` is written: the bits of ``mask`` as in ``value``, the
+    others as they were (setpci's VALUE:MASK, pciutils setpci.c exec_op: (old & ~mask) | value)."""
+    return (ctl & ~mask) | (value & mask)
+
+
+def setpci_acs_argv(bdf, value, mask):
+    """The setpci command that writes ``value``:``mask`` into the ACS Control register of ``bdf``
+    (ECAP_ACS, offset +6, a word): what acs_disable writes now, as the boot script writes it.
+    With the whole register in ``mask`` setpci writes ``value`` without reading first."""
+    return ['setpci', '-s', bdf, 'ECAP_ACS+0x%x.w=%04x:%04x' % (_ACS_CTL_OFFSET, value & mask, mask)]
+
+
 def write_acs_ctl(sysroot, bdf, cap_offset, value):
     """Write the 16-bit ACS Control register and return what reads back.
 

@@ -43,7 +43,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bo
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process  # tool_runner's bounded runs
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import netdev_name_problem  # noqa: F401 (one check for every name read)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._paths import NotRegular, open_regular_to_write
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot, parse_int
 
 NET_CLASS = '/sys/class/net'
 RDMA_CM_CONFIGFS = '/sys/kernel/config/rdma_cm'
@@ -566,71 +566,126 @@ def desired_port(want):
             'roce_tos': want['tos']}
 
 
-def plan(port, want, tool):
-    """[(field, have, want, action)] for one port read by read_roce; ``tool``: 'mlnx_qos' or
-    'dcb' (what sets the DCB part). ``action``: ('run', argv) or ('write', node path, value) or
-    ('mkdir', node path)."""
-    goal, netdev, changes = desired_port(want), port['netdev'], []
-    if port.get('trust') != goal['trust']:
-        argv = (['mlnx_qos', '-i', netdev, '--trust', goal['trust']] if tool == 'mlnx_qos'
-                else ['dcb', 'apptrust', 'set', 'dev', netdev, 'order', goal['trust']])
-        changes.append(('trust', port.get('trust'), goal['trust'], ('run', argv)))
-    if sorted(port.get('pfc') or []) != goal['pfc']:
-        flags = ','.join('1' if p in goal['pfc'] else '0' for p in PRIORITIES)
-        argv = (['mlnx_qos', '-i', netdev, '--pfc', flags] if tool == 'mlnx_qos'
-                else ['dcb', 'pfc', 'set', 'dev', netdev, 'prio-pfc', 'all:off'] + ['%d:on' % p for p in goal['pfc']])
-        changes.append(('pfc', port.get('pfc'), goal['pfc'], ('run', argv)))
+def _write(path, value, skip_if_absent):
+    return {'write': path, 'value': value, 'skip_if_absent': skip_if_absent}
+
+
+def settings(port, want, tool):
+    """Every setting ``want`` (roce_qos module options) makes on one port read by read_roce, in the
+    order they are applied: [(field, have, want, steps, differs)]. ``tool``: 'mlnx_qos' or 'dcb',
+    what sets the DCB part (the tool that answered read_roce: the port's ``source``).
+
+    ``steps`` set the field, in order, each one of:
+
+    - ``{'argv': [...]}``: run the command;
+    - ``{'write': node path, 'value': text, 'skip_if_absent': bool}``: write the text and a newline
+      into the file; with ``skip_if_absent`` a boot script does nothing where the file is absent
+      (the module plans such a write only where it read the file);
+    - ``{'mkdir': node path}``: make the directory unless it is there.
+
+    ``differs``: whether the port differs from ``want`` there now. The module changes only what
+    differs (plan); the boot script runs the steps of every setting (boot_steps): a reboot or a
+    driver reload resets them all. One list for both, so the two cannot drift apart."""
+    goal, netdev, found = desired_port(want), port['netdev'], []
+    mlnx = tool == 'mlnx_qos'
+    trust = goal['trust']
+    argv = ['mlnx_qos', '-i', netdev, '--trust', trust] if mlnx else ['dcb', 'apptrust', 'set', 'dev', netdev, 'order', trust]
+    found.append(('trust', port.get('trust'), trust, [{'argv': argv}], port.get('trust') != trust))
+    flags = ','.join('1' if p in goal['pfc'] else '0' for p in PRIORITIES)
+    argv = (['mlnx_qos', '-i', netdev, '--pfc', flags] if mlnx
+            else ['dcb', 'pfc', 'set', 'dev', netdev, 'prio-pfc', 'all:off'] + ['%d:on' % p for p in goal['pfc']])
+    found.append(('pfc', port.get('pfc'), goal['pfc'], [{'argv': argv}], sorted(port.get('pfc') or []) != goal['pfc']))
     dscp, prio = goal['dscp_prio']
     mapping = dict((int(k), v) for k, v in (port.get('dscp2prio') or {}).items())
     # A DSCP with two priorities (dcb app) is changed too: `dcb app replace` drops its other entries (dcb-app(8)).
     have = (port.get('dscp_conflicts') or {}).get(str(dscp)) or mapping.get(dscp, dscp >> 3)
-    if have != prio:
-        argv = (['mlnx_qos', '-i', netdev, '--dscp2prio', 'set,%d,%d' % (dscp, prio)] if tool == 'mlnx_qos'
-                else ['dcb', 'app', 'replace', 'dev', netdev, 'dscp-prio', '%d:%d' % (dscp, prio)])
-        changes.append(('dscp %d priority' % dscp, have, prio, ('run', argv)))
+    argv = (['mlnx_qos', '-i', netdev, '--dscp2prio', 'set,%d,%d' % (dscp, prio)] if mlnx
+            else ['dcb', 'app', 'replace', 'dev', netdev, 'dscp-prio', '%d:%d' % (dscp, prio)])
+    found.append(('dscp %d priority' % dscp, have, prio, [{'argv': argv}], have != prio))
+    # The ecn/ files are MLNX OFED's mlx5 (en_ecn.c; the inbox mlx5 has no ecn/ directory): a port
+    # without them is not changed now, and at boot - after OFED was removed, say - the write is
+    # skipped where its file is absent rather than failing the unit over a setting the driver lacks.
     if goal['ecn'] is not None:
         for point in ('roce_np', 'roce_rp'):
-            values = port.get('ecn_' + point[5:]) or {}
-            if values and not dict((int(k), v) for k, v in values.items()).get(goal['ecn']):
-                changes.append(('%s ecn priority %d' % (point, goal['ecn']), False, True,
-                                ('write', '%s/%s/ecn/%s/enable/%d' % (NET_CLASS, netdev, point, goal['ecn']), '1')))
+            values = dict((int(k), v) for k, v in (port.get('ecn_' + point[5:]) or {}).items())
+            step = _write('%s/%s/ecn/%s/enable/%d' % (NET_CLASS, netdev, point, goal['ecn']), '1', True)
+            found.append(('%s ecn priority %d' % (point, goal['ecn']), bool(values.get(goal['ecn'])) if values else None, True,
+                          [step], bool(values) and not values.get(goal['ecn'])))
     for field, name in (('cnp_dscp', 'cnp_dscp'), ('cnp_prio', 'cnp_802p_prio')):
-        if port.get(field) is not None and port.get(field) != goal[field]:
-            changes.append((field, port.get(field), goal[field],
-                            ('write', '%s/%s/ecn/roce_np/%s' % (NET_CLASS, netdev, name), str(goal[field]))))
-    if goal['roce_tos'] is not None and port.get('roce_tos') != goal['roce_tos']:
-        changes.append(('rdma_cm default_roce_tos', port.get('roce_tos'), goal['roce_tos'],
-                        ('tos', port['hca'], port['port'], str(goal['roce_tos']))))
-    return changes
+        step = _write('%s/%s/ecn/roce_np/%s' % (NET_CLASS, netdev, name), str(goal[field]), True)
+        found.append((field, port.get(field), goal[field], [step], port.get(field) is not None and port.get(field) != goal[field]))
+    if goal['roce_tos'] is not None:
+        # configfs: the device directory is made by mkdir (cma_configfs.c make_cma_dev, which makes
+        # its ports/N), then ports/N/default_roce_tos is written. Neither is skipped at boot: without
+        # rdma_cm loaded, or with the device renamed, the mkdir fails (make_cma_dev: -ENODEV) and the
+        # unit shows it. The device name comes from /sys/class/infiniband (a directory entry: no '/').
+        device = '%s/%s' % (RDMA_CM_CONFIGFS, port['hca'])
+        steps = [{'mkdir': device}, _write('%s/ports/%s/default_roce_tos' % (device, port['port']), str(goal['roce_tos']), False)]
+        found.append(('rdma_cm default_roce_tos', port.get('roce_tos'), goal['roce_tos'], steps, port.get('roce_tos') != goal['roce_tos']))
+    return found
+
+
+def plan(port, want, tool):
+    """[(field, have, want, steps)] of the settings (settings()) of one port that differ now."""
+    return [entry[:4] for entry in settings(port, want, tool) if entry[4]]
+
+
+def boot_steps(ports, want):
+    """The steps of every setting of every port of ``ports`` (read_roce, each set with the tool
+    that answered its read, ``source``), in order: what the boot script runs (roce_qos' boot_plan).
+
+    The script runs them as they are: a tool missing at boot, or a netdev renamed since (mlnx_qos
+    -i / dcb dev of a name the kernel does not know), fails its step and the unit; run the role
+    again to plan anew. No other tool is tried: the one that read the port is the one that sets it."""
+    return [step for port in ports for entry in settings(port, want, port['source']) for step in entry[3]]
 
 
 def apply(sysroot, run, change):
-    """Carry out one planned change; returns None, or why it failed."""
-    action = change[3]
-    if action[0] == 'run':
-        answer = run(action[1])
+    """Carry out the steps of one planned change (plan()), in order; returns None, or why the
+    first that failed did."""
+    # Below a simulated root, paths resolved afresh: the reads before remember a directory as
+    # missing that a step of this change has just made (the configfs device directory).
+    where = sysroot if sysroot.live else SysRoot(sysroot.root)
+    for step in change[3]:
+        error = apply_step(where, run, step)
+        if error:
+            return error
+    return None
+
+
+def apply_step(sysroot, run, step):
+    """Carry out one step (settings()) on the node below ``sysroot``; returns None, or why it failed."""
+    if 'argv' in step:
+        argv = step['argv']
+        answer = run(argv)
         if answer is None:
-            return '%s is not installed' % action[1][0]
-        return None if answer[0] == 0 else '%s failed (rc %s): %s' % (' '.join(action[1]), answer[0], answer[1].strip()[-300:])
-    if action[0] == 'tos':
-        # configfs: the device directory is made by mkdir (cma_configfs.c make_cma_dev), then its
-        # ports/N/default_roce_tos is written.
-        _kind, device, port, value = action
-        try:
-            # The device name comes from /sys/class/infiniband (a directory entry: no '/').
-            base = sysroot.host_path(RDMA_CM_CONFIGFS) + '/' + device
-            if not os.path.isdir(base):
-                os.mkdir(base)
-            if not sysroot.live:
-                # A simulated node: configfs is a plain directory there, no kernel makes ports/.
-                os.makedirs('%s/ports/%s' % (base, port), exist_ok=True)
-            _write_regular('%s/ports/%s/default_roce_tos' % (base, port), value, create=not sysroot.live)
+            return '%s is not installed' % argv[0]
+        return None if answer[0] == 0 else '%s failed (rc %s): %s' % (' '.join(argv), answer[0], answer[1].strip()[-300:])
+    if 'mkdir' in step:
+        return _make_dir(sysroot, step['mkdir'])
+    return _write_text(sysroot, step['write'], step['value'])
+
+
+def _make_dir(sysroot, rel):
+    parent, _sep, name = rel.rpartition('/')
+    try:
+        if sysroot.live:
+            if not os.path.isdir(rel):
+                os.mkdir(rel)
             return None
-        except NotRegular as exc:
-            return 'cannot set the RDMA CM ToS of %s port %s: default_roce_tos is %s' % (device, port, exc)
-        except OSError as exc:
-            return 'cannot set the RDMA CM ToS of %s port %s: %s' % (device, port, exc.strerror or exc)
-    return _write_text(sysroot, action[1], action[2])
+        host = sysroot.host_path(parent) + '/' + name
+        if os.path.islink(host):
+            return 'cannot make %s: it is a symlink: it is not followed' % rel
+        if not os.path.isdir(host):
+            os.mkdir(host)
+        if parent == RDMA_CM_CONFIGFS:
+            # A simulated node: configfs is a plain directory there, and no kernel makes the
+            # device's ports/N on mkdir (cma_configfs.c make_cma_dev does, one per port).
+            for port in sysroot.listdir('/sys/class/infiniband/%s/ports' % name):
+                os.makedirs('%s/ports/%s' % (host, port), exist_ok=True)
+    except OSError as exc:
+        return 'cannot make %s: %s' % (rel, exc.strerror or exc)
+    return None
 
 
 def _write_text(sysroot, rel, value):

@@ -19,7 +19,7 @@ description:
     off everywhere is wrong on hosts that rely on IOMMU isolation between devices.
   - Writes go through sysfs' C(config) file, so the module needs root and no C(setpci).
     ACS settings do not survive a reboot or a hot-plug; the C(hpc.gpu_fabric.pcie_acs) role
-    re-applies them at boot.
+    re-applies them at boot with RV(boot_plan).
   - The previous values are returned in RV(previous) so that O(restore) can put them back.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
@@ -103,6 +103,20 @@ previous:
   returned: always
   type: dict
   sample: {"0000:10:00.0": 29}
+boot_plan:
+  description:
+    - What the C(hpc.gpu_fabric.pcie_acs) role's boot script runs (filter C(hpc.gpu_fabric.boot_script)), one step
+      per bridge in RV(devices), changed now or not - a reboot or a hot-plug resets them all. Each step is
+      C({argv}), a C(setpci) write of VALUE:MASK into the ACS Control register - the bits in the mask set as in the
+      value (O(clear) cleared; with O(restore) the whole register), the others as the kernel left them at boot. The
+      module computes its own writes from the same value and mask, through sysfs.
+    - A step that fails does not stop the others; the boot script then exits 1, so its unit shows failed. A bridge
+      absent at boot gives setpci's warning "No devices selected", not a failure (pciutils setpci.c).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {argv: [setpci, -s, "0000:10:00.0", "ECAP_ACS+0x6.w=0000:007f"]}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
@@ -174,23 +188,25 @@ def run(module, sysroot):
             if bdf is None or bdf not in pci:
                 raise AcsError('restore: %r is not a PCI device on this node' % text)
             try:
-                plan[bdf] = ([], int(value))
+                plan[bdf] = ([], int(value), 0xffff)
             except (TypeError, ValueError):
                 raise AcsError('restore: the value for %s must be an integer, got %r' % (bdf, value))
             if not 0 <= plan[bdf][1] <= 0xffff:
                 raise AcsError('restore: %d is not a 16-bit register value' % plan[bdf][1])
-        mask = None
     else:
         mask = _pci.acs_mask(params['clear'])
-        plan = dict((bdf, (paths, None)) for bdf, paths in targets(sysroot, pci, params['scope'], params['devices']).items())
+        plan = dict((bdf, (paths, 0, mask)) for bdf, paths in targets(sysroot, pci, params['scope'], params['devices']).items())
 
-    entries = []
+    # One plan, {bdf: (paths, value, mask)}: the writes now and the boot script's come from it.
+    # Fixed-width lower-case addresses (normalise_bdf): their text order is the bus order.
+    entries, boot_plan = [], []
     for bdf in sorted(plan):
-        paths, value = plan[bdf]
+        paths, value, mask = plan[bdf]
         acs = _acs_of(sysroot, bdf)
         if not acs['present']:
             raise AcsError('%s has no ACS capability' % bdf)
-        want = value if mask is None else acs['ctl'] & ~mask
+        want = _pci.acs_ctl_after(acs['ctl'], value, mask)
+        boot_plan.append({'argv': _pci.setpci_acs_argv(bdf, value, mask)})
         entries.append({'pci_address': bdf, 'offset': acs['offset'], 'before': acs['ctl'], 'after': want,
                         'before_flags': _pci.acs_flags(acs['ctl']), 'after_flags': _pci.acs_flags(want),
                         'changed': want != acs['ctl'], 'paths': paths})
@@ -213,6 +229,7 @@ def run(module, sysroot):
         'changed': changed,
         'devices': entries,
         'previous': dict((e['pci_address'], e['before']) for e in entries),
+        'boot_plan': boot_plan,
     }
     if module._diff:
         changed_entries = [e for e in entries if e['changed']]

@@ -17,7 +17,7 @@ description:
   - Reads first and changes only what differs; in check mode it reports the drift (with C(--diff), field by field).
     After a change it reads again and fails when a value did not take.
   - None of these settings survive a reboot or a driver reload; the C(hpc.gpu_fabric.roce_qos) role installs a
-    boot unit that re-applies them. docs/roce.md says why each value.
+    boot unit whose script runs RV(boot_plan). docs/roce.md says why each value.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
@@ -100,6 +100,28 @@ skipped:
   returned: always
   type: str
   sample: no RoCE port on this node
+boot_plan:
+  description:
+    - Every setting of every port in RV(ports), as the steps that set it, in the order they run - whatever differs now
+      (a reboot or a driver reload resets them all). The steps the module runs now are these same steps of the fields
+      in RV(changes); the C(hpc.gpu_fabric.roce_qos) role writes its boot script from this list
+      (filter C(hpc.gpu_fabric.boot_script)).
+    - Each step is one of C({argv}) (run the command; the DCB part with the tool that read the port, C(mlnx_qos) or
+      C(dcb)), C({write, value, skip_if_absent}) (write the value and a newline into the sysfs or configfs file;
+      with C(skip_if_absent) nothing is done where the file is absent - the ECN and CNP files of MLNX OFED's mlx5),
+      C({mkdir}) (make the RDMA CM configfs directory of the device unless it is there).
+    - A step that fails does not stop the others; the boot script then exits 1, so its unit shows failed.
+    - Empty when no port is in scope.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {argv: [mlnx_qos, -i, ens10f0np0, --trust, dscp]}
+    - {argv: [mlnx_qos, -i, ens10f0np0, --pfc, '0,0,0,1,0,0,0,0']}
+    - {argv: [mlnx_qos, -i, ens10f0np0, --dscp2prio, 'set,26,3']}
+    - {write: /sys/class/net/ens10f0np0/ecn/roce_np/enable/3, value: '1', skip_if_absent: true}
+    - {mkdir: /sys/kernel/config/rdma_cm/mlx5_0}
+    - {write: /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos, value: '106', skip_if_absent: false}
 '''
 
 import os
@@ -153,16 +175,18 @@ def main():
     if missing:
         module.fail_json(msg='not ACTIVE RoCE netdevs of this node: %s' % ', '.join(missing))
     if not ports:
-        module.exit_json(changed=False, ports=[], changes=[], skipped='no ACTIVE RoCE port on this node: nothing to configure')
+        module.exit_json(changed=False, ports=[], changes=[], boot_plan=[], skipped='no ACTIVE RoCE port on this node: nothing to configure')
     unread = [p['netdev'] for p in ports if p.get('source') is None]
     if unread:
         module.fail_json(msg='cannot read the DCB settings of %s: %s' % (', '.join(unread), ports[0].get('source_reason')))
     planned = [(port, change) for port in ports for change in _roce.plan(port, params, port['source'])]
+    boot_plan = _roce.boot_steps(ports, params)
     changes = [{'netdev': port['netdev'], 'field': c[0], 'before': c[1], 'after': c[2]} for port, c in planned]
     diff = {'before': ''.join('%s %s: %s\n' % (c['netdev'], c['field'], c['before']) for c in changes),
             'after': ''.join('%s %s: %s\n' % (c['netdev'], c['field'], c['after']) for c in changes)}
     if module.check_mode or not planned:
-        module.exit_json(changed=bool(planned), ports=[p['netdev'] for p in ports], changes=changes, skipped=None, diff=diff)
+        module.exit_json(changed=bool(planned), ports=[p['netdev'] for p in ports], changes=changes, boot_plan=boot_plan, skipped=None,
+                         diff=diff)
     errors = [e for e in (_roce.apply(sysroot, run, change) for _port, change in planned) if e]
     if errors:
         module.fail_json(msg='; '.join(errors), changes=changes)
@@ -171,7 +195,7 @@ def main():
     left = [(port['netdev'], c[0]) for port in _read(SysRoot(root), run, params['netdevs']) for c in _roce.plan(port, params, port['source'])]
     if left:
         module.fail_json(msg='set, but the port still differs: %s' % ', '.join('%s %s' % item for item in left), changes=changes)
-    module.exit_json(changed=True, ports=[p['netdev'] for p in ports], changes=changes, skipped=None, diff=diff)
+    module.exit_json(changed=True, ports=[p['netdev'] for p in ports], changes=changes, boot_plan=boot_plan, skipped=None, diff=diff)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 
@@ -100,7 +99,12 @@ def test_check_apply_idempotent(nodes):
     script = os.path.join(roots['drift'], 'usr/local/sbin/gpu-fabric-roce-qos')
     with open(script) as handle:
         text = handle.read()
-    assert "dev=ens10f0np0\n" in text and 'mlnx_qos -i "$dev" --trust dscp --pfc "$pfc" --dscp2prio set,26,3' in text
+    # The module's boot plan, rendered: the commands it runs now, for every setting of every port.
+    assert 'mlnx_qos -i ens10f0np0 --trust dscp >/dev/null || status=1\n' in text
+    assert 'mlnx_qos -i ens10f0np0 --dscp2prio set,26,3 >/dev/null || status=1\n' in text
+    assert "if [ -e /sys/class/net/ens10f0np0/ecn/roce_np/cnp_802p_prio ]; then printf '%s\\n' 6 > " in text
+    assert "printf '%s\\n' 106 > /sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos || status=1\n" in text
+    assert text.endswith('exit $status\n')
     assert os.path.islink(os.path.join(roots['drift'], 'etc/systemd/system/multi-user.target.wants/gpu-fabric-roce-qos.service'))
     assert not os.path.exists(os.path.join(roots['ib'], 'usr/local/sbin/gpu-fabric-roce-qos'))
 
@@ -108,7 +112,7 @@ def test_check_apply_idempotent(nodes):
     assert recap(again)['drift']['changed'] == 0 and recap(again)['ib']['changed'] == 0, again.stdout[-3000:]
 
 
-def test_boot_script_restores_after_a_reset(nodes, tmp_path):
+def test_boot_script_restores_after_a_reset(nodes):
     """What the unit runs at boot puts back what a reboot (the driver's defaults) lost."""
     from tests.sim import tools_qos
     dest, roots = nodes
@@ -120,22 +124,15 @@ def test_boot_script_restores_after_a_reset(nodes, tmp_path):
         rc, _out, err = tools_qos.answer(root, ['mlnx_qos', '-i', netdev, '--trust', 'pcp', '--pfc', '0,0,0,0,0,0,0,0'])
         assert rc == 0, err
     script = os.path.join(root, 'usr/local/sbin/gpu-fabric-roce-qos')
-    # The script writes absolute /sys paths: run it with / mapped onto the node's root is not possible
-    # without privileges, so only its DCB commands are replayed here, through the stand-in.
-    env = dict(os.environ, GF_SIM_ROOT=root, PATH=cluster.SIM_BIN + ':' + os.environ['PATH'])
-    # Each port's block sets dev=<netdev> (quoted by the template) and then calls mlnx_qos -i "$dev".
-    lines, dev = [], None
+    # The script writes absolute /sys paths: run with / mapped onto the node's root is not possible
+    # without privileges, so its DCB lines (each a whole command, quoted by the boot_script filter)
+    # are run by sh here, through the stand-in; tests/unit/plugins/plugin_utils/test__boot_script.py
+    # runs whole scripts with their files below a temporary directory.
     with open(script) as handle:
-        for line in handle:
-            line = line.strip()
-            if line.startswith('dev='):
-                dev = shlex.split(line[len('dev='):])[0]
-            elif line.startswith('mlnx_qos -i'):
-                lines.append(line.replace('"$dev"', dev))
-    assert len(lines) == 8
-    for line in lines:
-        argv = line.split('>')[0].replace('"$pfc"', '0,0,0,1,0,0,0,0').split()
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
+        dcb = [line for line in handle if line.startswith('mlnx_qos ')]
+    assert len(dcb) == 3 * 8
+    env = dict(os.environ, GF_SIM_ROOT=root, PATH=cluster.SIM_BIN + ':' + os.environ['PATH'])
+    done = subprocess.run(['sh', '-c', 'status=0\n%sexit $status\n' % ''.join(dcb)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
     rc, out, _err = tools_qos.answer(root, ['mlnx_qos', '-i', 'ens17f0np0'])
     assert rc == 0 and 'Priority trust state: dscp' in out and 'enabled     0   0   0   1   0   0   0   0' in out

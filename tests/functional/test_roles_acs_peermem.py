@@ -86,7 +86,7 @@ def test_quartet(nodes):
             assert acs['ctl'] == 0, bdf
     with open(os.path.join(roots['acs'], 'usr/local/sbin/gpu-fabric-acs')) as handle:
         script = handle.read()
-    assert 'setpci -s 0000:07:00.0 ECAP_ACS+0x6.w=0000:007f' in script
+    assert 'setpci -s 0000:07:00.0 ECAP_ACS+0x6.w=0000:007f >/dev/null || status=1\n' in script and script.endswith('exit $status\n')
     assert os.readlink(os.path.join(roots['acs'], 'etc/systemd/system/multi-user.target.wants/gpu-fabric-acs.service')) == \
         '/etc/systemd/system/gpu-fabric-acs.service'
 

@@ -97,4 +97,7 @@ def test_roce_lossless_now_and_at_boot(host, root):
     assert host.file(unit).exists
     assert host.file(os.path.join(root, 'etc/systemd/system/multi-user.target.wants/gpu-fabric-roce-qos.service')).is_symlink
     script = host.file(os.path.join(root, 'usr/local/sbin/gpu-fabric-roce-qos')).content_string
-    assert 'dev=ens17f0np0\n' in script and 'mlnx_qos -i "$dev" --trust dscp --pfc "$pfc"' in script and 'echo 106 >' in script
+    # roce_qos' boot plan rendered by the boot_script filter: one quoted command or write per line.
+    assert 'mlnx_qos -i ens17f0np0 --trust dscp >/dev/null || status=1\n' in script
+    assert 'mlnx_qos -i ens17f0np0 --pfc 0,0,0,1,0,0,0,0 >/dev/null || status=1\n' in script
+    assert "printf '%s\\n' 106 > /sys/kernel/config/rdma_cm/" in script and script.rstrip().endswith('exit $status')

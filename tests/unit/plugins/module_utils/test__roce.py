@@ -91,7 +91,7 @@ def test_a_conflicting_rdma_dscp_has_no_known_priority_and_is_replaced():
     port.update(netdev='eth0', hca='mlx5_0', port=1, pfc=[3], cnp_dscp=48, cnp_prio=6, ecn_np=None, ecn_rp=None)
     changes = dict((c[0], c) for c in _roce.plan(port, WANT, 'dcb'))
     assert changes['dscp 26 priority'][1:3] == ([3, 4], 3)
-    assert changes['dscp 26 priority'][3] == ('run', ['dcb', 'app', 'replace', 'dev', 'eth0', 'dscp-prio', '26:3'])
+    assert changes['dscp 26 priority'][3] == [{'argv': ['dcb', 'app', 'replace', 'dev', 'eth0', 'dscp-prio', '26:3']}]
 
 
 def test_dcb_ets_and_apptrust():

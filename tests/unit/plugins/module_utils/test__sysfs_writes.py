@@ -63,17 +63,24 @@ def test_the_rdma_cm_tos_file_is_checked_the_same_way(tmp_path):
     ports = tmp_path / 'root/sys/kernel/config/rdma_cm/mlx5_0/ports/1'
     ports.mkdir(parents=True)
     os.symlink(outside, str(ports / 'default_roce_tos'))
-    why = _roce.apply(SysRoot(root), None, ('tos', None, None, ('tos', 'mlx5_0', 1, '106')))
-    assert why == ('cannot set the RDMA CM ToS of mlx5_0 port 1: default_roce_tos is a symlink, not a regular file: '
-                   'it is not followed')
+    tos = '/sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos'
+    change = ('rdma_cm default_roce_tos', None, 106,
+              [{'mkdir': '/sys/kernel/config/rdma_cm/mlx5_0'}, {'write': tos, 'value': '106', 'skip_if_absent': False}])
+    why = _roce.apply(SysRoot(root), None, change)
+    assert why == 'cannot write %s: it is a symlink, not a regular file: it is not followed' % tos
     assert open(outside).read() == '0\n'
     os.unlink(str(ports / 'default_roce_tos'))
     os.mkfifo(str(ports / 'default_roce_tos'))
-    why = _roce.apply(SysRoot(root), None, ('tos', None, None, ('tos', 'mlx5_0', 1, '106')))
-    assert why == 'cannot set the RDMA CM ToS of mlx5_0 port 1: default_roce_tos is a FIFO, not a regular file'
+    why = _roce.apply(SysRoot(root), None, change)
+    assert why == 'cannot write %s: it is a FIFO, not a regular file' % tos
     os.unlink(str(ports / 'default_roce_tos'))
-    assert _roce.apply(SysRoot(root), None, ('tos', None, None, ('tos', 'mlx5_0', 1, '106'))) is None
+    assert _roce.apply(SysRoot(root), None, change) is None
     assert (ports / 'default_roce_tos').read_text() == '106\n'
+    # The device directory itself is not made through a symlink either.
+    os.rename(str(tmp_path / 'root/sys/kernel/config/rdma_cm/mlx5_0'), str(tmp_path / 'moved'))
+    os.symlink(str(tmp_path / 'moved'), str(tmp_path / 'root/sys/kernel/config/rdma_cm/mlx5_0'))
+    why = _roce.apply(SysRoot(root), None, change)
+    assert why == 'cannot make /sys/kernel/config/rdma_cm/mlx5_0: it is a symlink: it is not followed'
 
 
 def _pci_root(tmp_path):

@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts, perftest_watch
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html, _offline
-from tests.unit.plugins.module_utils.test__host import role_template
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _boot_script, _html, _offline
 from tests.unit.plugins.modules.utils import run_module
 
 HOSTILE = "eth0\ntouch /tmp/gpu_fabric_pwned; x='"
@@ -28,10 +28,13 @@ def _outside_quotes(script):
 
 
 def test_roce_boot_script_keeps_a_hostile_name_in_its_quotes(tmp_path):
-    ports = [{'netdev': HOSTILE, 'hca': 'mlx5_0\nreboot', 'port': 1}, {'netdev': 'eth1', 'hca': 'mlx5_1', 'port': 1}]
-    script = role_template('roce_qos', 'roce-qos.sh.j2', __roce_qos_targets=ports)
+    # The role's script is the module's boot plan rendered by the boot_script filter (test__boot_script.py).
+    ports = [{'netdev': HOSTILE, 'hca': 'mlx5_0\nreboot', 'port': 1, 'source': 'mlnx_qos'},
+             {'netdev': 'eth1', 'hca': 'mlx5_1', 'port': 1, 'source': 'dcb'}]
+    want = {'trust': 'dscp', 'priority': 3, 'dscp': 26, 'ecn': True, 'cnp_dscp': 48, 'cnp_priority': 6, 'tos': 106}
+    script = _boot_script.render(_roce.boot_steps(ports, want))
     assert 'touch' not in _outside_quotes(script) and 'reboot' not in _outside_quotes(script)
-    assert 'dev=eth1' in script or "dev='eth1'" in script
+    assert 'dcb apptrust set dev eth1 order dscp >/dev/null || status=1' in script
     # No name went into a comment line.
     assert not [line for line in script.splitlines() if line.startswith('#') and ('eth' in line or 'mlx5' in line)]
     # sh reads it as a script (no syntax error from a quote the name carried).
@@ -41,9 +44,9 @@ def test_roce_boot_script_keeps_a_hostile_name_in_its_quotes(tmp_path):
 
 
 def test_acs_boot_script_quotes_the_addresses(tmp_path):
-    script = role_template('pcie_acs', 'acs-disable.sh.j2', __pcie_acs_bdfs=['0000:17:00.0', '0000:18:00.0\nreboot'],
-                           __pcie_acs_mask=28)
-    assert 'setpci -s 0000:17:00.0 ECAP_ACS+0x6.w=0000:001c' in script
+    plan = [{'argv': _pci.setpci_acs_argv(bdf, 0, 28)} for bdf in ('0000:17:00.0', '0000:18:00.0\nreboot')]
+    script = _boot_script.render(plan)
+    assert 'setpci -s 0000:17:00.0 ECAP_ACS+0x6.w=0000:001c >/dev/null || status=1' in script
     assert 'reboot' not in _outside_quotes(script)
     path = tmp_path / 'acs.sh'
     path.write_text(script)
