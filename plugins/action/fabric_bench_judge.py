@@ -15,6 +15,7 @@ The report action (fabric_report_write) reads bench.json back from that path.
 
 from __future__ import annotations
 
+import math
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -39,7 +40,7 @@ def _threshold(args, name):
         number = float(value)
     except (TypeError, ValueError):
         number = None
-    if isinstance(value, bool) or number is None or not number > 0 or number == float('inf'):
+    if isinstance(value, bool) or number is None or not math.isfinite(number) or number <= 0:
         raise AnsibleActionFail('%s must be a positive number, got %r' % (name, value))
     return number
 

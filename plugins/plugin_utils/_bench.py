@@ -712,6 +712,7 @@ def judge(nodes, fleet, options=None):
     result.update(skipped=fleet.get('skipped'), excluded=mapping(fleet.get('excluded')), test=fleet.get('test'))
     return result
 
+
 def _pair_badness(entry):
     """Worst first: a failed test, then a low one by how far below its bound (the lowest ratio)."""
     ratios = [entry.get(name) for name in ('bw_ratio', 'gpu_vs_host') if isinstance(entry.get(name), (int, float))]
