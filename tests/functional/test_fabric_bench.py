@@ -105,7 +105,7 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
         far = [pairs[('gpu', frozenset((peer, 'n2')))] for peer in ('n1', 'n3')]
         assert all(p['verdict'] == 'low' and p['gpu_vs_host'] < 0.9 for p in far), far
     assert bench['matrix']['host']['0']
-    # The console: the counts, then the pairs that are not healthy one plain line each (bench_console),
+    # The console: the counts, then the pairs that are not healthy one plain line each (fabric_bench_judge's lines),
     # no Python repr of the pairs and their reasons.
     counts = ', '.join('%d %s' % (bench['verdicts'][v], v) for v in ('ok', 'low', 'failed') if v in bench['verdicts'])
     assert 'ib_write_bw: %d pair test(s), %s\n' % (len(bench['pairs']), counts) in result.stdout, result.stdout[-3000:]

@@ -67,9 +67,9 @@ WHOLE = re.compile(r'^\s*\{\{\s*(\w+)(?:\s*\|\s*default\(\s*omit\s*(?:,\s*true\s
 # Uses outside the roles that hand the value to a filter of ours that converts it (tested below).
 FILTER_CONVERTS = {
     ('playbooks/benchmark.yml', 'fabric_bench_bw_ratio'), ('playbooks/benchmark.yml', 'fabric_bench_gpu_ratio'),
-    ('playbooks/benchmark.yml', 'fabric_bench_lat_max_us'),   # bench_report -> _bench.thresholds: float()
+    ('playbooks/benchmark.yml', 'fabric_bench_lat_max_us'),   # fabric_bench_judge: float() (raw arguments)
     ('playbooks/offline.yml', 'fabric_bench_bw_ratio'), ('playbooks/offline.yml', 'fabric_bench_gpu_ratio'),
-    ('playbooks/offline.yml', 'fabric_bench_lat_max_us'),   # offline_bench -> _bench.thresholds: float()
+    ('playbooks/offline.yml', 'fabric_bench_lat_max_us'),   # fabric_bench_judge: float() (raw arguments)
     ('playbooks/offline.yml', 'fabric_collective_healthy_ratio'), ('playbooks/offline.yml', 'fabric_collective_warn_ratio'),   # offline_collective: float()
 }
 
