@@ -20,12 +20,13 @@ import time
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _culprit_search, _fleet_model, _report_stage
 
 display = Display()
 
@@ -52,7 +53,16 @@ def _number(args, name, default, lowest, highest):
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(('nodes', 'names', 'reference', 'prior', 'pairs', 'strategy', 'bench', 'timeout', 'delay'))
+    _VALID_ARGS = frozenset(('nodes', 'names', 'reference', 'prior', 'from_facts', 'pairs', 'bench_pairs', 'strategy', 'bench', 'timeout',
+                             'delay'))
+
+    @staticmethod
+    def _flag(args, name):
+        # -e fabric_collective_suspect_facts=false arrives as the string 'false'.
+        try:
+            return boolean(args.get(name, False), strict=True)
+        except TypeError:
+            raise AnsibleActionFail('%s must be true or false, got %r' % (name, args.get(name)))
 
     def _status(self, jid, mode, async_dir, task_vars):
         # As ansible.builtin.async_status's action does it (ansible-core 2.16 to 2.21).
@@ -131,6 +141,16 @@ class ActionModule(ActionBase):
         prior = args.get('prior') or []
         if not isinstance(prior, list):
             raise AnsibleActionFail('prior must be a list of findings or inventory names')
+        from_facts, bench_pairs = (self._flag(args, name) for name in ('from_facts', 'bench_pairs'))
+        if from_facts or (bench_pairs and pairs is None):
+            # The nodes' facts and this run's pairwise records, read here from the fleet model
+            # rather than passed in as arguments: the report's findings and every pair's verdict
+            # would be templated into the task's arguments (hundreds of thousands of entries).
+            model = _fleet_model.read((task_vars or {}).get('hostvars') or {}, nodes, ('facts', 'run', 'bench'))
+            if from_facts:
+                prior = prior + _report_stage.from_model(model)['findings']
+            if bench_pairs and pairs is None and model.get('bench_fleet') is not None:
+                pairs = _bench.judge(_fleet_model.bench_nodes(model), model['bench_fleet'])
         timeout = _number(args, 'timeout', bench.get('timeout', 900), 1, 30 * 86400)
         delay = _number(args, 'delay', 1, 0.05, 60)
         limit = int(math.ceil(timeout)) + 60

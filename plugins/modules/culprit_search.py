@@ -52,10 +52,19 @@ options:
     type: list
     elements: raw
     default: []
+  from_facts:
+    description: Add the findings of the nodes' own facts (as the report judges them, read from C(hostvars)) to O(prior).
+    type: bool
+    default: false
   pairs:
     description: The pairwise benchmark's report (C(hpc.gpu_fabric.bench_report)) or a list of C([node, node]); a pair it found bad is
       named at once when a group is bad although each of its parts is healthy.
     type: raw
+  bench_pairs:
+    description: Without O(pairs), the pairs this run's pairwise benchmark (role C(hpc.gpu_fabric.fabric_bench), same play) judged bad,
+      read from its records.
+    type: bool
+    default: false
   strategy:
     description: C(rounds) for the fewest rounds, C(runs) for the fewest runs.
     type: str
@@ -107,7 +116,9 @@ def main():
     # Only reached when the action plugin is bypassed (a copy of the module alone).
     module = AnsibleModule(argument_spec=dict(nodes=dict(type='list', elements='str', required=True), names=dict(type='dict', default={}),
                                               reference=dict(type='str'), prior=dict(type='list', elements='raw', default=[]),
-                                              pairs=dict(type='raw'), strategy=dict(type='str', choices=['rounds', 'runs'], default='rounds'),
+                                              from_facts=dict(type='bool', default=False), pairs=dict(type='raw'),
+                                              bench_pairs=dict(type='bool', default=False),
+                                              strategy=dict(type='str', choices=['rounds', 'runs'], default='rounds'),
                                               bench=dict(type='dict', default={}), timeout=dict(type='float'),
                                               delay=dict(type='float', default=1)),
                            supports_check_mode=True)

@@ -63,7 +63,7 @@ class Clock(object):
         pass
 
 
-def run(args, fleet, check=False):
+def run(args, fleet, check=False, hostvars=None):
     task = mock.MagicMock()
     task.args = args
     task.async_val = 0
@@ -78,7 +78,7 @@ def run(args, fleet, check=False):
     action._remove_tmp_path = lambda path: None
     with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.action.culprit_search.display') as display, \
             mock.patch('ansible_collections.hpc.gpu_fabric.plugins.action.culprit_search.time', Clock()):
-        result = action.run(task_vars={'omit': OMIT})
+        result = action.run(task_vars={'omit': OMIT, 'hostvars': hostvars or {}})
     return result, [c.args[0] for c in display.display.call_args_list]
 
 
@@ -118,9 +118,49 @@ def test_arguments_are_refused_before_anything_runs():
                           ({'nodes': NODES, 'bench': {'hosts': ['x']}}, 'bench must not set hosts'),
                           ({'nodes': NODES, 'strategy': 'fastest'}, 'strategy must be one of rounds, runs'),
                           ({'nodes': NODES, 'timeout': 'nan'}, 'timeout must be a number from'),
-                          ({'nodes': NODES, 'pairs': 'n01-n02'}, 'pairs must be')):
+                          ({'nodes': NODES, 'pairs': 'n01-n02'}, 'pairs must be'),
+                          ({'nodes': NODES, 'from_facts': 'maybe'}, 'from_facts must be true or false')):
         with pytest.raises(AnsibleActionFail, match=message):
             run(args, fleet)
     assert fleet.args == []
     result, lines = run({'nodes': NODES}, fleet, check=True)
     assert result['skipped'] and fleet.args == [] and lines == []
+
+
+def test_the_facts_and_the_pairwise_records_are_read_here_not_passed_in(tmp_path):
+    """from_facts: the findings of the nodes' facts, as the report judges them, set their nodes
+    aside; bench_pairs: the pairs this run's pairwise benchmark judged bad, from its records files
+    (hostvars holds only their paths), are named without a search."""
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    plan = {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}, 'active_rate_gbps': {'mlx5_0': 400.0}, 'model': {}}
+
+    def record(server, client, side, bw=None):
+        kept = {'round': 0, 'memory': 'host', 'side': side, 'rail': 0, 'server': server, 'client': client, 'hca': 'mlx5_0',
+                'peer_hca': 'mlx5_0', 'status': 'ok', 'counters_delta': {}, 'summary': {'bw_avg_gbps': bw} if bw else None,
+                'failure': None}
+        if side == 'client':
+            kept['results'] = []
+        return kept
+    records = dict((n, []) for n in NODES)
+    for index in range(0, len(NODES), 2):
+        server, client = NODES[index], NODES[index + 1]
+        records[server].append(record(server, client, 'server'))
+        # n04-n05 runs at half the rail's rate: a bad pair.
+        records[client].append(record(server, client, 'client', 200.0 if server == 'n04' else 395.0))
+    fleet = {'nodes': NODES, 'excluded': {}, 'skipped': None, 'test': 'ib_write_bw'}
+    hostvars = dict((n, {'fabric_bench_plan': plan, 'fabric_bench_fleet': fleet, 'fabric_bench_records': [],
+                         'fabric_bench_records_file': _bench.write_records(str(tmp_path), n, kept, 'r1'),
+                         'fabric_bench_records_run': 'r1'}) for n, kept in records.items())
+    findings = [{'host': 'n09', 'severity': 'error', 'layer': 'ib', 'code': 'IB_PORT_DOWN'}]
+    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._report_stage.from_model',
+                    return_value={'findings': findings}) as from_model:
+        result, _lines = run({'nodes': NODES, 'from_facts': 'true', 'bench_pairs': True}, Fleet(slow=['n09', 'n13']), hostvars=hostvars)
+    model = from_model.call_args[0][0]
+    assert model['hosts'] == NODES and set(model['nodes']) == set(NODES)
+    search = result['search']
+    assert search['known_pairs'] == [['n04', 'n05']]
+    assert search['basis'].get('n09') == 'facts' and 'n13' in search['culprits']
+    # Off (the string 'false' of -e): nothing is read, nothing set aside.
+    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._report_stage.from_model') as from_model:
+        result, _lines = run({'nodes': NODES, 'from_facts': 'false'}, Fleet(slow=['n09']), hostvars=hostvars)
+    assert not from_model.called and result['search']['known_pairs'] == [] and result['search']['basis'] == {'n09': 'runs'}
