@@ -146,7 +146,8 @@ class ActionModule(ActionBase):
             # The nodes' facts and this run's pairwise records, read here from the fleet model
             # rather than passed in as arguments: the report's findings and every pair's verdict
             # would be templated into the task's arguments (hundreds of thousands of entries).
-            model = _fleet_model.read((task_vars or {}).get('hostvars') or {}, nodes, ('facts', 'run', 'bench'))
+            parts = (('facts', 'run') if from_facts else ()) + (('bench',) if bench_pairs and pairs is None else ())
+            model = _fleet_model.read((task_vars or {}).get('hostvars') or {}, nodes, parts)
             if from_facts:
                 prior = prior + _report_stage.from_model(model)['findings']
             if bench_pairs and pairs is None and model.get('bench_fleet') is not None:

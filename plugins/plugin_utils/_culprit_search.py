@@ -22,7 +22,7 @@ reserved anyway. So every node works in every round:
   every cross and runs its two diagonals (X1+Y1, X2+Y2) at once; a bad diagonal is the new cross,
   and when none is bad the other diagonals (X1+Y2, X2+Y1: disjoint) are the crosses of the next
   round, all halved in parallel. Past PAIR_RUNS runs a round, diagonals of different crosses
-  share a run. A pair among N is named in about log2(N) + 1 rounds; no strategy averages fewer
+  share a run. A pair among N is named in about log2(N) + 2 rounds; no strategy averages fewer
   than log2(N - 1) (pair_rounds_floor). A pair left by elimination is named and runs alone in
   the next round, beside whatever else runs; a pair the pairwise benchmark found bad is named
   at once;
@@ -61,9 +61,10 @@ SINGLES_AT = 16
 # cross and runs the two diagonals of each (X1+Y1, X2+Y2); the crosses left double when none is bad
 # (X1+Y2 and X2+Y1), so beyond this, diagonals of different crosses share a run (a bad run keeps
 # the diagonals it held). For one pair among 1,024 nodes, after the halves (the expectation over
-# the placements, sides halved exactly): 10.6 rounds and 42 runs with 16; 10.5 and 53 with no
-# limit; 10.7 and 37 with 8. pair_rounds_floor is 10.0; tests/bench/culprit_search.py prints both.
-PAIR_RUNS = 16
+# the placements, sides halved exactly): 10.7 rounds and 37 runs with 8; 10.6 and 42 with 16;
+# 10.5 and 53 with no limit. 8 keeps the most runs a search can take nearer its runs bound
+# (tests/bench/culprit_search.py max_runs) for 0.1 round; pair_rounds_floor is 10.0.
+PAIR_RUNS = 8
 
 
 def pair_rounds_floor(count):
@@ -107,7 +108,7 @@ def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATE
              'known_pairs': known, 'first_reference': {}, 'confirmed': [], 'verified': False, 'done': False,
              # Pairs named by elimination, to run alone (_plan_checks).
              'pair_checks': [],
-             # The role's loop bound: each round halves a pair's sides at least (2 log2 N covers a
+             # The action's loop bound: each round halves a pair's sides at least (2 log2 N covers a
              # pair and bad nodes beside it, with room).
              'max_rounds': 2 * _log2(len(nodes)) + 8}
     for node in blamed:
@@ -502,7 +503,7 @@ def update(state, runs, verdicts, seconds=None):
         if not runs:
             _give_up(state, items)
             new = []
-        state['items'] = new
+        state['items'] = _disjoint(new)
         _fold_checks(state, runs, failed_of)
     else:
         _fold_checks(state, runs, failed_of)
@@ -517,6 +518,21 @@ def update(state, runs, verdicts, seconds=None):
         state['items'] = []
         state['done'] = True
     return state
+
+
+def _disjoint(items):
+    """The items of the next round over disjoint nodes: a pair search whose nodes another item
+    holds already is dropped (a pair among the nodes a bad group's healthy parts cleared shows both
+    in that group's search and in the run of the free healthy nodes). A pair it held but the
+    other does not still shows in the final run of every healthy node together."""
+    kept, held = [], set()
+    for item in items:
+        nodes = set(_item_nodes(item))
+        if item['kind'] in ('within', 'crosses') and nodes & held:
+            continue
+        kept.append(item)
+        held |= nodes
+    return kept
 
 
 def _second_reference(state, node):

@@ -299,3 +299,15 @@ def test_named_nodes_are_confirmed_while_the_search_goes_on():
     assert sorted(r['group'][0] for r in confirms) == culprits
     busy = set(r['round'] for r in state['runs'] if r['step'] in ('halves', 'cross'))
     assert all(r['round'] in busy for r in confirms), [(r['step'], r['round']) for r in state['runs']]
+
+
+@pytest.mark.parametrize('count', [5, 6, 7, 9, 12])
+def test_every_pair_of_a_small_fleet_is_named_and_no_node_runs_twice_in_a_round(count):
+    """_drive checks that no node is in two runs of a round: a pair among the nodes a bad group's
+    healthy parts cleared shows both in the group's search and in the run of the free healthy
+    nodes; it is searched once."""
+    nodes = _nodes(count)
+    for a in range(count):
+        for b in range(a + 1, count):
+            state = _drive(nodes, _fleet(pairs=[[nodes[a], nodes[b]]]))
+            assert [p['nodes'] for p in state['pairs']] == [[nodes[a], nodes[b]]] and state['culprits'] == [], (a, b, state['runs'])
