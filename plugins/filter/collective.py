@@ -58,11 +58,12 @@ def collective_expected(hostvars, hosts, hcas=None):
     return _collective.expected_busbw(_fleet_model.facts_of(model, 'ib'), hcas or None)
 
 
-def collective_fleet(hostvars, hosts):
-    """What role fabric_collective needs to know of its nodes: the collective's result (from the first
-    node that holds one), the GPU count and address of each node, and the GPU vendors."""
+def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_per_node=None):
+    """What role fabric_collective needs to know of its nodes, in one read: the collective's result (from
+    the first node that holds one), the GPU count and address of each node, the GPU vendors, the ranks
+    per node and the expectation (plugin_utils/_tasks.py collective_fleet)."""
     model = _model('collective_fleet', hostvars, hosts, ('facts', 'collective'))
-    return _tasks.collective_fleet(model)
+    return _tasks.collective_fleet(model, launcher, expected_gbs, ranks_per_node)
 
 
 def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):

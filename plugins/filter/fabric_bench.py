@@ -8,7 +8,7 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails, _schedule
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model
 
 
@@ -57,17 +57,23 @@ def _model(name, hostvars, hosts):
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def bench_fleet_plan(hostvars, hosts, test='ib_write_bw'):
+def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed=0):
+    """The fleet plan (plugin_utils/_bench.py fleet_plan) with what the rounds need of it, from one
+    read of the nodes: ``plans`` and ``rails`` (node -> its plan, its HCAs) of the nodes to test and
+    ``summary`` (pair_schedule_summary of the rounds; no round when nothing runs). Role fabric_bench
+    keeps it as one fact: a task's vars entry is templated again at every reference."""
     model = _model('bench_fleet_plan', hostvars, hosts)
-    return _bench.fleet_plan(dict((host, {'plan': node['bench']['plan'], 'tool': node['bench']['tool']})
-                                  for host, node in model['nodes'].items()), test)
-
-
-def bench_plans(hostvars, hosts, field=None):
-    """{host: its plan (bench_node_plan), or the plan's ``field``} for ``hosts``."""
-    model = _model('bench_plans', hostvars, hosts)
-    return dict((host, node['bench']['plan'].get(field) if field else node['bench']['plan'])
-                for host, node in model['nodes'].items())
+    fleet = _bench.fleet_plan(dict((host, {'plan': node['bench']['plan'], 'tool': node['bench']['tool']})
+                                   for host, node in model['nodes'].items()), test)
+    plans = dict((host, model['nodes'][host]['bench']['plan']) for host in fleet['nodes'])
+    rails = dict((host, plan.get('hcas')) for host, plan in plans.items())
+    summary = {'rounds': 0, 'tests_per_round': [0]}
+    if fleet['skipped'] is None:
+        try:
+            summary = _schedule.summary(fleet['nodes'], rails, mode=mode, k=int(k), seed=seed)
+        except (_schedule.ScheduleError, TypeError, ValueError) as error:
+            raise AnsibleFilterError('bench_fleet_plan: %s' % error)
+    return dict(fleet, plans=plans, rails=rails, summary=summary)
 
 
 def bench_report(hostvars, hosts, options=None):
@@ -89,7 +95,6 @@ class FilterModule(object):
             'bench_report': bench_report,
             'bench_plan_line': bench_plan_line,
             'bench_fleet_plan': bench_fleet_plan,
-            'bench_plans': bench_plans,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,
             'bench_round_records': bench_round_records,

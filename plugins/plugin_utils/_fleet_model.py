@@ -21,10 +21,9 @@ and per node (each part only where it was asked for, ``parts``):
     'known':      whether the host is in hostvars at all;
     facts:        'facts' {'ib', 'gdr', 'fabric', 'roce'}: the facts modules' results, only those
                   the node has (ib_link_facts, gdr_facts, ib_fabric_facts, roce_qos_facts), and
-                  'address' (ansible_host, or None), 'gpus' (how many GPUs gdr_facts found, None without);
+                  'address' (ansible_host, or None);
     run:          'stages' (the stages it got through), 'failures' (its rescued task failures,
-                  each a mapping), 'nccl_ib_hca' (NCCL_IB_HCA of its settings, or None),
-                  'offline_lost' (offline.yml: why it was not captured, or None);
+                  each a mapping), 'nccl_ib_hca' (NCCL_IB_HCA of its settings, or None);
     bench:        'bench' {'plan', 'tool', 'records', 'records_file', 'run_id'}: role fabric_bench's
                   plan, its check-mode perftest_run result, the records it kept (in hostvars, or
                   the path of the file perftest_collect wrote them to, and the run they are from);
@@ -65,9 +64,7 @@ def _facts(variables):
         for key, short in FACT_KEYS:
             if key in facts:
                 present[short] = facts[key]
-    gpus = (present.get('gdr') or {}).get('gpus') if isinstance(present.get('gdr'), dict) else None
-    return {'facts': present, 'address': _get(variables, 'ansible_host'),
-            'gpus': len(gpus) if isinstance(gpus, list) else None}
+    return {'facts': present, 'address': _get(variables, 'ansible_host')}
 
 
 def _run(variables):
@@ -75,7 +72,7 @@ def _run(variables):
     failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(variables, 'gpu_fabric_failures', [])]
     settings = [_get(variables, name) for name in SETTINGS]
     return {'stages': list(_get(variables, 'gpu_fabric_stages', [])), 'failures': failures,
-            'nccl_ib_hca': _rails.settings_ib_hca(*settings), 'offline_lost': _get(variables, 'gpu_fabric_offline_lost')}
+            'nccl_ib_hca': _rails.settings_ib_hca(*settings)}
 
 
 def _bench(variables):

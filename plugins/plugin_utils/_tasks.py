@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, mappings
 
 # How much of a failed task's message the report keeps.
@@ -115,12 +116,25 @@ def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=No
     return ''
 
 
-def collective_fleet(model):
+def _number(value, kind):
+    """A number given as a role variable (every -e key=value arrives as a string), 0 when unset or
+    not a number - as Jinja's int and float filters read it."""
+    try:
+        return kind(value) if value not in (None, '') else kind(0)
+    except (TypeError, ValueError):
+        return kind(0)
+
+
+def collective_fleet(model, launcher=None, expected_gbs=None, ranks_per_node=None):
     """What role fabric_collective reads of its nodes, from the fleet model (plugin_utils/_fleet_model.py,
     parts facts and collective): ``gpus`` (the GPUs of each node, in the model's order: 0 without GPU
-    facts), ``min_gpus`` (the fewest, the ranks per node of a fleet run), ``vendors`` (sorted),
-    ``names`` ({node: the name mpirun/srun reach it by: ansible_host, else its inventory name}) and
-    ``result`` (the collective's result, from the first node that holds one, or None)."""
+    facts), ``min_gpus`` (the fewest), ``ranks`` (``ranks_per_node`` where given, else ``min_gpus``:
+    the ranks per node of a fleet run), ``vendors`` (sorted), ``names`` ({node: the name mpirun/srun
+    reach it by: ansible_host, else its inventory name}), ``expected`` ({gbs, basis}: ``expected_gbs``
+    where given; else with ``launcher`` local none - each node is judged against its peers -; else
+    the NICs of a typical node, module_utils/_collective.py expected_busbw) and ``result`` (the
+    collective's result, from the first node that holds one, or None). One call for the role's
+    whole plan: a task's vars entry is templated again at every reference."""
     gpus, vendors, names = [], set(), {}
     for host in model['hosts']:
         node = model['nodes'][host]
@@ -128,4 +142,15 @@ def collective_fleet(model):
         gpus.append(len(found))
         vendors.update(str(gpu.get('vendor')) for gpu in found)
         names[host] = node['address'] or host
-    return {'gpus': gpus, 'min_gpus': min(gpus or [0]), 'vendors': sorted(vendors), 'names': names, 'result': model['collective']}
+    given = _number(expected_gbs, float)
+    if given:
+        expected = {'gbs': given, 'basis': 'given (fabric_collective_expected_busbw_gbs)'}
+    elif launcher == 'local':
+        # Per-node runs (local) measure NVLink/PCIe/xGMI, not the NICs: only a given figure applies.
+        expected = {'gbs': None, 'basis': 'none given: each node is judged against the median of its peers'}
+    else:
+        expected = _collective.expected_busbw(dict((host, model['nodes'][host]['facts']['ib']) for host in model['hosts']
+                                                   if 'ib' in model['nodes'][host]['facts']))
+    min_gpus = min(gpus or [0])
+    return {'gpus': gpus, 'min_gpus': min_gpus, 'ranks': _number(ranks_per_node, int) or min_gpus, 'vendors': sorted(vendors),
+            'names': names, 'expected': expected, 'result': model['collective']}

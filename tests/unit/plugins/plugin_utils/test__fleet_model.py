@@ -43,12 +43,13 @@ def test_every_part_of_a_node_in_plain_data_and_nothing_copied():
     a, b, gone = model['nodes']['a'], model['nodes']['b'], model['nodes']['gone']
     # Facts referenced, not copied; only those the node has.
     assert a['facts']['ib'] is IB and a['facts']['gdr'] is GDR and sorted(a['facts']) == ['fabric', 'gdr', 'ib']
-    assert a['address'] == '10.0.0.1' and a['gpus'] == 2 and b['address'] is None and b['gpus'] == 1
+    assert a['address'] == '10.0.0.1' and b['address'] is None
+    # Only what a reader uses: the GPU count is the collective's (plugin_utils/_tasks.py collective_fleet).
+    assert 'gpus' not in a and 'offline_lost' not in b
     assert a['stages'] == ['validate', 'benchmark'] and b['stages'] == [] and a['failures'] == []
     assert b['failures'] == [{'stage': 'validate', 'msg': 'x'}, {'msg': 'a plain string'}]
     # NCCL_IB_HCA of the settings in the order they win: the collective's environment first.
     assert a['nccl_ib_hca'] == '=mlx5_0' and b['nccl_ib_hca'] is None
-    assert b['offline_lost'] == 'unreachable' and a['offline_lost'] is None
     # Records: in hostvars (by reference), or only the path of their file (the list in hostvars is not read).
     assert a['bench']['records'] is RECORDS and a['bench']['records_file'] is None
     assert b['bench'] == {'plan': {'hcas': ['mlx5_1']}, 'tool': {}, 'records': [],
@@ -88,7 +89,7 @@ def test_only_the_parts_asked_for_are_read():
     hostvars = Counting(HOSTVARS)
     model = _fleet_model.read(hostvars, ['a', 'b'], ('facts',))
     assert set(name for _host, name in hostvars.read) == {'ansible_facts', 'ansible_host'}
-    assert sorted(model['nodes']['a']) == ['address', 'facts', 'gpus', 'known'] and model['collective'] is None
+    assert sorted(model['nodes']['a']) == ['address', 'facts', 'known'] and model['collective'] is None
     hostvars = Counting(HOSTVARS)
     _fleet_model.read(hostvars, ['a', 'b', 'c'], ('bench', 'collective'))
     # The fleet plan and the collective's result: read until one node holds them, not from every node.
@@ -111,20 +112,41 @@ def test_bad_arguments_are_refused(hosts, parts, words):
 
 def test_the_filters_read_the_nodes_through_the_model():
     hosts = ['a', 'b', 'gone']
-    assert fabric_bench.bench_plans(HOSTVARS, hosts) == {'a': {'hcas': ['mlx5_0']}, 'b': {'hcas': ['mlx5_1']}, 'gone': {}}
-    assert fabric_bench.bench_plans(HOSTVARS, hosts, 'hcas') == {'a': ['mlx5_0'], 'b': ['mlx5_1'], 'gone': None}
     fleet = fabric_bench.bench_fleet_plan(HOSTVARS, hosts)
-    assert fleet['nodes'] == ['a'] and sorted(fleet['excluded']) == ['b', 'gone']
+    assert fleet['nodes'] == ['a'] and sorted(fleet['excluded']) == ['b', 'gone'] and fleet['skipped']
+    # What the rounds need, from the same read: the plans and rails of the nodes to test, no round when nothing runs.
+    assert fleet['plans'] == {'a': {'hcas': ['mlx5_0']}} and fleet['rails'] == {'a': ['mlx5_0']}
+    assert fleet['summary'] == {'rounds': 0, 'tests_per_round': [0]}
+    hostvars = dict(HOSTVARS, b=dict(HOSTVARS['b'], __fabric_bench_tool={'status': 'skipped'}))
+    two = fabric_bench.bench_fleet_plan(hostvars, hosts, mode='full', k='1', seed=0)
+    assert two['nodes'] == ['a', 'b'] and two['skipped'] is None and two['rails'] == {'a': ['mlx5_0'], 'b': ['mlx5_1']}
+    assert two['plans']['b'] is HOSTVARS['b']['fabric_bench_plan'] and two['summary']['rounds'] >= 1
     assert collective.collective_fleet(HOSTVARS, hosts) == {
-        'gpus': [2, 1, 0], 'min_gpus': 0, 'vendors': ['amd', 'nvidia'], 'names': {'a': '10.0.0.1', 'b': 'b', 'gone': 'gone'},
-        'result': {'fleet': 'b first'}}
+        'gpus': [2, 1, 0], 'min_gpus': 0, 'ranks': 0, 'vendors': ['amd', 'nvidia'], 'names': {'a': '10.0.0.1', 'b': 'b', 'gone': 'gone'},
+        'expected': collective.collective_expected(HOSTVARS, hosts), 'result': {'fleet': 'b first'}}
     assert collective.collective_expected(HOSTVARS, hosts)['gbs'] is not None
     assert fabric_summary.fabric_summary(HOSTVARS, ['gone'])[0].startswith('gone: no facts')
     assert sorted(fabric_summary.fabric_facts_files(HOSTVARS, ['a', 'b'])) == ['a.json', 'b.json']
     built = report.fabric_report(HOSTVARS, hosts)
     assert sorted(built['hosts']) == ['a', 'b', 'gone'] and built['hosts']['gone']['status'] == 'unreachable'
-    with pytest.raises(Exception, match='bench_plans: hosts must be a list'):
-        fabric_bench.bench_plans(HOSTVARS, 'a')
+    with pytest.raises(Exception, match='bench_fleet_plan: hosts must be a list'):
+        fabric_bench.bench_fleet_plan(HOSTVARS, 'a')
+
+
+@pytest.mark.parametrize('launcher, given, ranks, expected, want_ranks', [
+    # A given figure wins, whatever the launcher; -e passes it as a string.
+    ('mpirun', '12.5', None, {'gbs': 12.5, 'basis': 'given (fabric_collective_expected_busbw_gbs)'}, 1),
+    ('local', 12.5, '4', {'gbs': 12.5, 'basis': 'given (fabric_collective_expected_busbw_gbs)'}, 4),
+    # Per-node runs measure NVLink/PCIe, not the NICs: no expectation without a given figure.
+    ('local', None, 0, {'gbs': None, 'basis': 'none given: each node is judged against the median of its peers'}, 1),
+    ('srun', '', 2, 'nics', 2),
+])
+def test_the_collective_plan_in_one_read(launcher, given, ranks, expected, want_ranks):
+    """role fabric_collective's expectation and ranks per node come from the one call of collective_fleet."""
+    hosts = ['a', 'b']
+    plan = collective.collective_fleet(HOSTVARS, hosts, launcher=launcher, expected_gbs=given, ranks_per_node=ranks)
+    want = collective.collective_expected(HOSTVARS, hosts) if expected == 'nics' else expected
+    assert plan['expected'] == want and plan['ranks'] == want_ranks and plan['min_gpus'] == 1
 
 
 def _code_tokens(path):
