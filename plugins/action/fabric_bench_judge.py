@@ -15,7 +15,6 @@ The report action (fabric_report_write) reads bench.json back from that path.
 
 from __future__ import annotations
 
-import math
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -26,23 +25,17 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model, _offline, _report_stage
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
-THRESHOLDS = ('bw_ratio', 'gpu_ratio', 'lat_max_us')
+THRESHOLDS = _bench.THRESHOLDS
 NAME = 'bench.json'
 
 
 def _threshold(args, name):
-    """A threshold: None or '' (unset: the default of plugin_utils/_bench.py), else a positive number
-    (every -e key=value arrives as a string)."""
-    value = args.get(name)
-    if value is None or value == '':
-        return None
+    """A threshold: None (unset: the default of plugin_utils/_bench.py), else a positive number;
+    the check is plugin_utils/_bench.py threshold(), which role fabric_bench runs before any pair."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if isinstance(value, bool) or number is None or not math.isfinite(number) or number <= 0:
-        raise AnsibleActionFail('%s must be a positive number, got %r' % (name, value))
-    return number
+        return _bench.threshold(name, args.get(name))
+    except ValueError as exc:
+        raise AnsibleActionFail(str(exc))
 
 
 def judge(model, options, results=None):

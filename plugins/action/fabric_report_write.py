@@ -44,9 +44,13 @@ def _text(args, name):
 def _judged(result):
     """The bench.json this run's benchmark judging wrote (the registered result of
     hpc.gpu_fabric.fabric_bench_judge, benchmark.yml and offline.yml), or None: the judging did not
-    run, was skipped, or wrote nothing (check mode). A bench.json of an earlier run is never read."""
-    if not isinstance(result, dict) or result.get('skipped') or result.get('failed'):
+    run, was skipped, or wrote nothing (check mode). A bench.json of an earlier run is never read.
+    ValueError when the judging failed (the playbooks let the report run after it): never read as
+    "no benchmark" - the report is written without the verdicts and the run fails."""
+    if not isinstance(result, dict) or result.get('skipped'):
         return None
+    if result.get('failed'):
+        raise ValueError('the benchmark judging failed: %s' % (result.get('msg') or 'no reason given'))
     path = result.get('bench_json')
     return to_text(path) if isinstance(path, string_types) and path else None
 
@@ -81,13 +85,12 @@ class ActionModule(ActionBase):
         model = _fleet_model.read(task_vars.get('hostvars'), list(hosts), ('facts', 'run', 'collective'))
         problems = []
         bench = None
-        path = _judged(task_vars.get('gpu_fabric_bench'))
-        if path:
-            # Results that cannot be read: the report is written without them, and the run fails.
-            try:
-                bench = _report_stage.read_bench(path)
-            except ValueError as exc:
-                problems.append(str(exc))
+        # A judging that failed, or results that cannot be read: the report is written without them, and the run fails.
+        try:
+            path = _judged(task_vars.get('gpu_fabric_bench'))
+            bench = _report_stage.read_bench(path) if path else None
+        except ValueError as exc:
+            problems.append(str(exc))
         now = datetime.datetime.now(datetime.timezone.utc)
         report = _report_stage.from_model(model, bench or None, model['collective'] or None,
                                           # As the report always had it: ISO 8601, UTC, no offset.

@@ -76,6 +76,14 @@ def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed
     return dict(fleet, plans=plans, rails=rails, summary=summary)
 
 
+def bench_threshold_errors(given):
+    """Why each of ``given`` ({variable: value}) is not a pair threshold, [] when all are: the check
+    action fabric_bench_judge makes (plugin_utils/_bench.py threshold), made before any pair runs."""
+    if not isinstance(given, dict):
+        raise AnsibleFilterError('bench_threshold_errors: expected a mapping of variable names to values')
+    return _bench.threshold_errors(given)
+
+
 def bench_report(hostvars, hosts, options=None):
     model = _model('bench_report', hostvars, hosts)
     return _bench.judge(_fleet_model.bench_nodes(model), model['bench_fleet'], options or {})
@@ -94,6 +102,7 @@ class FilterModule(object):
         return {
             'bench_report': bench_report,
             'bench_plan_line': bench_plan_line,
+            'bench_threshold_errors': bench_threshold_errors,
             'bench_fleet_plan': bench_fleet_plan,
             'bench_node_plan': bench_node_plan,
             'bench_address': bench_address,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import zlib
 
@@ -558,6 +559,36 @@ def degraded_text(entry):
 BW_RATIO = 0.9
 GPU_RATIO = 0.9
 LAT_MAX_US = 5.0
+
+
+THRESHOLDS = ('bw_ratio', 'gpu_ratio', 'lat_max_us')
+
+
+def threshold(name, value):
+    """A threshold as given (``name`` names it in the message): None for unset (None or '': the default
+    above), else a finite positive number - every -e key=value arrives as a string. ValueError
+    otherwise. The one check: action fabric_bench_judge and filter bench_threshold_errors (role
+    fabric_bench, before any pair runs) both call it."""
+    if value is None or value == '':
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if isinstance(value, bool) or number is None or not math.isfinite(number) or number <= 0:
+        raise ValueError('%s must be a positive number, got %r' % (name, value))
+    return number
+
+
+def threshold_errors(given):
+    """Why each of ``given`` ({name: value}) is not a threshold (threshold()), in the order given; [] when all are."""
+    errors = []
+    for name, value in given.items():
+        try:
+            threshold(name, value)
+        except ValueError as exc:
+            errors.append(str(exc))
+    return errors
 
 
 def thresholds(options):

@@ -17,7 +17,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.hpc.gpu_fabric.plugins.action import fabric_bench_judge, fabric_report_write
-from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_bench import bench_report
+from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_bench import bench_report, bench_threshold_errors
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _offline, _report_stage
 
 PLAN = {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}, 'active_rate_gbps': {'mlx5_0': 400.0}, 'model': {}}
@@ -151,3 +151,31 @@ def test_bench_json_is_one_line_beyond_the_pair_limit(monkeypatch):
 def test_bad_arguments_fail_before_anything_is_written(tmp_path, args, words):
     with pytest.raises(AnsibleActionFail, match=words):
         run(fabric_bench_judge, args, {})
+
+
+@pytest.mark.parametrize('value', [None, '', '0.9', 2, '5', 0, '0', -1, 'nan', 'inf', True, 'x', [0.9]])
+def test_the_role_checks_the_thresholds_with_the_judgings_own_check(tmp_path, value):
+    """Role fabric_bench asserts on bench_threshold_errors before any pair runs: it refuses exactly
+    what the judging would refuse only after the whole mesh ran (-e fabric_bench_bw_ratio=0)."""
+    errors = bench_threshold_errors({'fabric_bench_bw_ratio': value, 'fabric_bench_lat_max_us': '5'})
+    try:
+        run(fabric_bench_judge, {'hosts': ['a'], 'dest': str(tmp_path), 'bw_ratio': value}, {})
+    except AnsibleActionFail as exc:
+        assert errors == ['fabric_bench_' + str(exc)], (value, errors)
+    else:
+        assert errors == [], value
+
+
+def test_a_judging_that_fails_leaves_the_report_written_and_the_run_failed(tmp_path):
+    """-e fabric_bench_bw_ratio=0 past the role's check (offline.yml, or the role skipped by tags): the judge
+    task fails; benchmark.yml registers it with ignore_errors and the report names the failure."""
+    hostvars = hostvars_with_files(tmp_path)
+    with pytest.raises(AnsibleActionFail) as failed:
+        run(fabric_bench_judge, {'hosts': ['a', 'b', 'c'], 'dest': str(tmp_path), 'bw_ratio': '0'}, hostvars)
+    # What Ansible registers for a task whose action raised AnsibleActionFail.
+    judged = {'failed': True, 'msg': str(failed.value)}
+    result = run(fabric_report_write, {'hosts': ['a', 'b', 'c'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench=judged)
+    assert result['failed'] is True and "the benchmark judging failed: bw_ratio must be a positive number, got '0'" in result['msg']
+    assert not os.path.exists(tmp_path / 'bench.json')
+    with open(tmp_path / 'report.json') as handle:
+        assert json.load(handle)['bench'] is None

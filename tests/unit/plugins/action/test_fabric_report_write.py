@@ -126,9 +126,9 @@ def test_the_collective_comes_from_the_first_node_holding_it_and_the_bench_from_
     (tmp_path / 'judged.json').write_text(json.dumps(bench))
     run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench={'bench_json': str(tmp_path / 'judged.json')})
     assert report_of(tmp_path)['bench'] == bench
-    # No judging in this run (skipped, failed, check mode: no path): a bench.json lying there is not read.
+    # No judging in this run (skipped, check mode: no path): a bench.json lying there is not read.
     (tmp_path / 'bench.json').write_text(json.dumps(bench))
-    for judged in (None, {'skipped': True, 'bench_json': str(tmp_path / 'bench.json')}, {'failed': True}, {'changed': True}):
+    for judged in (None, {'skipped': True, 'bench_json': str(tmp_path / 'bench.json')}, {'changed': True}):
         result = run({'hosts': ['a'], 'dest': str(tmp_path)}, hostvars, gpu_fabric_bench=judged)
         assert not result.get('failed') and report_of(tmp_path)['bench'] is None, judged
 
@@ -144,6 +144,19 @@ def test_benchmark_results_that_cannot_be_read_fail_the_task_after_the_report_is
                      gpu_fabric_bench={'bench_json': str(tmp_path / name)})
         assert result['failed'] is True and words in result['msg'], (name, result['msg'])
         assert report_of(out)['bench'] is None and sorted(os.listdir(out)) == FILES
+
+
+def test_a_judging_that_failed_is_named_and_fails_the_task_after_the_report_is_written(tmp_path):
+    """benchmark.yml and offline.yml let the report run after fabric_bench_judge failed: never read
+    as "no benchmark" (fail open), and a bench.json lying there is not read either."""
+    (tmp_path / 'bench.json').write_text(json.dumps({'pairs': [], 'skipped': 'one node', 'verdicts': {}}))
+    judged = {'failed': True, 'msg': "bw_ratio must be a positive number, got '0'", 'bench_json': str(tmp_path / 'bench.json')}
+    result = run({'hosts': ['a'], 'dest': str(tmp_path)}, {'a': GOOD}, gpu_fabric_bench=judged)
+    assert result['failed'] is True
+    assert result['msg'] == "the benchmark judging failed: bw_ratio must be a positive number, got '0'"
+    assert report_of(tmp_path)['bench'] is None and set(FILES) <= set(os.listdir(tmp_path))
+    result = run({'hosts': ['a'], 'dest': str(tmp_path)}, {'a': GOOD}, gpu_fabric_bench={'failed': True})
+    assert result['failed'] is True and result['msg'] == 'the benchmark judging failed: no reason given'
 
 
 def test_check_mode_writes_nothing_and_diff_mode_shows_the_change(tmp_path):
