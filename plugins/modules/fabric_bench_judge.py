@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 module: fabric_bench_judge
 short_description: Judge every pair of the pairwise benchmark and write bench.json
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - The judging of C(playbooks/benchmark.yml) in one task on the controller. Reads each node's records of role
     C(fabric_bench) - from the file M(hpc.gpu_fabric.perftest_collect) wrote on the controller, one node at a time, or
@@ -32,9 +32,9 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode nothing is written, what would change is reported, and the result has no RV(bench_json).
-      - C(playbooks/benchmark.yml) turns check mode off for the task - C(bench.json) is the controller's own output and
-        changes no node - so a C(--check) run writes it (saying that no pair ran) and its report reads it.
+      - In check mode nothing is written (a C(bench.json) of an earlier run is kept), what would change is reported
+        (with diff mode, the change), and the result has no RV(bench_json) - so the report of a C(--check) run reads no
+        C(bench.json).
   diff_mode:
     support: full
   platform:
@@ -64,6 +64,8 @@ options:
     description:
       - Share of the rail's nominal rate below which a pair's bandwidth is C(low). Unset or empty - C(BW_RATIO) of
         C(plugins/plugin_utils/_bench.py). A number (a string such as V("0.9") from C(-e) is taken).
+      - A threshold that is not a finite positive number fails the task (the same check as
+        P(hpc.gpu_fabric.bench_threshold_errors#filter), which role C(fabric_bench) makes before any pair runs).
     type: raw
   gpu_ratio:
     description:
@@ -89,17 +91,18 @@ seealso:
 '''
 
 EXAMPLES = r'''
-- name: Judge the pairs and write bench.json (in --check runs too)
+# A judging that fails (a threshold refused) leaves the play going on: the report names it and fails the run.
+- name: Judge the pairs and write bench.json
   hpc.gpu_fabric.fabric_bench_judge:
     hosts: "{{ groups['gpu_nodes'] }}"
     dest: ./fabric-report
     bw_ratio: 0.9
-  check_mode: false
   register: gpu_fabric_bench
+  ignore_errors: true
 
 - name: Show the pairs that are not healthy
   ansible.builtin.debug:
-    msg: "{{ gpu_fabric_bench.lines | join('\n') }}"
+    msg: "{{ gpu_fabric_bench.lines | default(['the benchmark judging failed: ' ~ gpu_fabric_bench.msg]) | join('\n') }}"
 '''
 
 RETURN = r'''

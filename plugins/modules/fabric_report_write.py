@@ -16,7 +16,8 @@ description:
     C(fabric_collective_result), and the benchmark's verdicts from the C(bench.json) that this run's
     M(hpc.gpu_fabric.fabric_bench_judge) wrote (its result registered as C(gpu_fabric_bench) on the controller), where
     those ran. A C(bench.json) of an earlier run is never read; one that cannot be read (not a regular file, larger than
-    1 GiB, not JSON) fails the task after the report is written without it.
+    1 GiB, not JSON), or a judging that failed (C(gpu_fabric_bench) failed - the playbooks let the report run after
+    it), fails the task after the report is written without the verdicts, naming why.
   - Diagnoses them (the findings, each symptom linked to the root that explains it), builds C(report.json), compares
     it with O(baseline) when one is given, and writes C(report.json), C(report.html), C(report.md), C(junit.xml) and
     C(gpu_fabric.prom) into O(dest), each atomically, as M(hpc.gpu_fabric.fabric_output) writes (a file already
