@@ -235,3 +235,22 @@ def test_a_node_whose_facts_fail_costs_the_healthy_nodes_nothing(tmp_path):
     assert hosts['nodeA']['verdict']['status'] == 'ok' and hosts['nodeB']['verdict']['status'] == 'low'
     root = [f for f in report['findings'] if f['code'] == 'COLLECTIVE_GPUS_NOT_P2P']
     assert [f['host'] for f in root] == ['nodeB'] and root[0]['explained_by'] is None
+
+
+def test_a_threshold_the_judging_refuses_stops_the_benchmark_before_any_pair_and_the_report_says_why(tmp_path):
+    """-e fabric_bench_bw_ratio=0 (the role's argument_specs take 0 as a float): role fabric_bench refuses it
+    before any pair runs, the judging refuses it too, and still the report is written - it names the judging's
+    failure and the run fails (a failed judge task once dropped localhost and no report was written)."""
+    dest = str(tmp_path)
+    cluster.build({'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in (1, 2)]}, dest, 'local', python=sys.executable)
+    out = os.path.join(dest, 'out')
+    result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
+                          '-e', 'gpu_fabric_benchmark=true', '-e', 'gpu_fabric_collective_enabled=false',
+                          '-e', 'fabric_bench_bw_ratio=0', '-e', '{"fabric_bench_memory": ["host"], "fabric_bench_hcas": ["mlx5_0"]}')
+    assert result.returncode == 2, result.stdout[-4000:]
+    report = report_of(out)
+    assert "the benchmark judging failed: bw_ratio must be a positive number, got '0'" in result.stdout, result.stdout[-4000:]
+    # The role's check, before any pair ran: each node's rescued failure names the variable; no records, no bench.json.
+    assert "fabric_bench_bw_ratio must be a positive number, got '0'" in json.dumps(report['findings'])
+    assert report['bench'] is None and not os.path.exists(os.path.join(out, 'bench.json'))
+    assert not os.path.exists(os.path.join(out, 'bench-records'))
