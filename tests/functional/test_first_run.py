@@ -252,5 +252,8 @@ def test_a_threshold_the_judging_refuses_stops_the_benchmark_before_any_pair_and
     assert "the benchmark judging failed: bw_ratio must be a positive number, got '0'" in result.stdout, result.stdout[-4000:]
     # The role's check, before any pair ran: each node's rescued failure names the variable; no records, no bench.json.
     assert "fabric_bench_bw_ratio must be a positive number, got '0'" in json.dumps(report['findings'])
+    # Named on every node alike, not on the first one as if it were at fault.
+    failed = sorted(f['host'] for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED' and 'fabric_bench_bw_ratio' in f['cause'])
+    assert failed == ['n1', 'n2'], failed
     assert report['bench'] is None and not os.path.exists(os.path.join(out, 'bench.json'))
     assert not os.path.exists(os.path.join(out, 'bench-records'))
