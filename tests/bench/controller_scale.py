@@ -411,6 +411,12 @@ NODE_PLAY = '''
   hosts: gpu_nodes
   gather_facts: false
   tasks:
+    # As role fabric_bench sets it: run_once, one value every node of the play shares (the fleet
+    # plan holds every node's plan: one copy per node would be N x N plans).
+    - name: The fleet plan
+      ansible.builtin.set_fact:
+        fabric_bench_fleet: "{{ (ansible_play_hosts | first | gf_synthetic(gf_work)).fleet }}"
+      run_once: true
     - name: Facts of the node
       ansible.builtin.set_fact:
         gpu_fabric_ib: "{{ __data.facts.gpu_fabric_ib }}"
@@ -421,7 +427,6 @@ NODE_PLAY = '''
     - name: Plan and records file, as roles/fabric_bench/tasks/sequence.yml leaves them
       ansible.builtin.set_fact:
         fabric_bench_plan: "{{ __data.plan }}"
-        fabric_bench_fleet: "{{ __data.fleet }}"
         fabric_bench_records: []
         fabric_bench_records_file: "{{ __data.records_file }}"
         fabric_bench_records_run: "{{ __data.run_id }}"
@@ -432,7 +437,6 @@ NODE_PLAY = '''
     - name: Steps, raw result and records in hostvars, as the role kept them before perftest_collect
       ansible.builtin.set_fact:
         fabric_bench_plan: "{{ __data.plan }}"
-        fabric_bench_fleet: "{{ __data.fleet }}"
         __fabric_bench_steps: "{{ __data.steps }}"
         __fabric_bench_done: "{{ __data.result }}"
         gpu_fabric_stages: [validate, benchmark]
@@ -485,8 +489,9 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
         os.makedirs(os.path.join(work, 'filter_plugins'))
         hostvars_bytes = 0
         for host in plan['fleet']['nodes']:
-            data = {'facts': facts[host]['ansible_facts'], 'plan': plan['plans'][host], 'fleet': plan['fleet'],
-                    'records_file': files[host], 'run_id': RUN_ID}
+            data = {'facts': facts[host]['ansible_facts'], 'plan': plan['plans'][host], 'records_file': files[host], 'run_id': RUN_ID}
+            if host == plan['fleet']['nodes'][0]:
+                data['fleet'] = plan['fleet']     # the run_once task reads it from the first node
             if keep_raw:
                 with open(os.path.join(work, 'results', host + '.json')) as handle:
                     data.update(steps=plan['steps'][host], result=json.load(handle))
