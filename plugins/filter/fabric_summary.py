@@ -108,6 +108,18 @@ def fabric_discovery(hostvars, hosts):
     return _tasks.fabric_discovery([(host, model['nodes'][host]['facts'].get('ib')) for host in model['hosts']])
 
 
+def capture_states(hostvars, hosts):
+    """{host: what capture.yml's snapshot of it came to}: 'ok', why it failed, or 'unreachable'
+    where the node set no state (it did not answer)."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError('capture_states: hosts must be a list of inventory names, got %s' % type(hosts).__name__)
+    try:
+        model = _fleet_model.read(hostvars, hosts, ('capture',))
+    except ValueError as exc:
+        raise AnsibleFilterError('capture_states: %s' % exc)
+    return dict((host, model['nodes'][host]['capture_state'] or 'unreachable') for host in model['hosts'])
+
+
 def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):
     if isinstance(failed, str) or not hasattr(failed, '__iter__'):
         raise AnsibleFilterError('modules_not_loaded: expected a list of module names, not %s' % type(failed).__name__)
@@ -118,4 +130,5 @@ class FilterModule(object):
 
     def filters(self):
         return {'fabric_summary': fabric_summary, 'fabric_facts_files': fabric_facts_files, 'failure_record': failure_record,
-                'file_kind': file_kind, 'fabric_discovery': fabric_discovery, 'modules_not_loaded': modules_not_loaded}
+                'file_kind': file_kind, 'fabric_discovery': fabric_discovery, 'modules_not_loaded': modules_not_loaded,
+                'capture_states': capture_states}

@@ -27,7 +27,9 @@ and per node (each part only where it was asked for, ``parts``):
     bench:        'bench' {'plan', 'tool', 'records', 'records_file', 'run_id'}: role fabric_bench's
                   plan, its check-mode perftest_run result, the records it kept (in hostvars, or
                   the path of the file perftest_collect wrote them to, and the run they are from);
-    collective:   'collective_local': its own collective run (launcher local), or None.
+    collective:   'collective_local': its own collective run (launcher local), or None;
+    capture:      'capture_state': what capture.yml's snapshot of it came to ('ok', or why not), None
+                  where it set none (it did not answer).
 
 Nothing is copied: the values are the ones hostvars hold (read-only by convention), records stay
 in their files (plugin_utils/_bench.py reads them one node at a time), and a part that was not
@@ -38,13 +40,15 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 
-PARTS = ('facts', 'run', 'bench', 'collective')
+PARTS = ('facts', 'run', 'bench', 'collective', 'capture')
 # Where each fact module puts its result (under ansible_facts: their copies as top-level variables,
 # INJECT_FACTS_AS_VARS, are deprecated from ansible-core 2.21 on and go in 2.24), and its name here.
 FACT_KEYS = (('gpu_fabric_ib', 'ib'), ('gpu_fabric_gdr', 'gdr'), ('gpu_fabric_ib_fabric', 'fabric'), ('gpu_fabric_roce', 'roce'))
 # The node's NCCL settings, in the order they win: the collective's environment, then what role
 # nccl_conf writes (module_utils/_rails.py settings_ib_hca; role fabric_bench passes the same two).
 SETTINGS = ('fabric_collective_env', 'nccl_conf_overrides')
+# What playbooks/capture.yml sets on each node it reached: 'ok', or why its snapshot failed.
+CAPTURE_STATE = '__gpu_fabric_capture_state'
 # What roles/fabric_collective/tasks/local.yml registers on each node (launcher local).
 COLLECTIVE_LOCAL = '__fabric_collective_local'
 
@@ -113,6 +117,8 @@ def read(hostvars, hosts, parts=PARTS):
             # Every node holds the same fleet plan (a run_once set_fact): read from the first only.
             if model['bench_fleet'] is None:
                 model['bench_fleet'] = _get(variables, 'fabric_bench_fleet') or None
+        if 'capture' in parts:
+            node['capture_state'] = _get(variables, CAPTURE_STATE)
         if 'collective' in parts:
             node['collective_local'] = _get(variables, COLLECTIVE_LOCAL)
             # The first node that holds one: a node left out of the benchmark (its facts failed)

@@ -188,5 +188,11 @@ def test_no_play_or_role_extracts_from_hostvars():
             for number, line in enumerate(handle, 1):
                 if "'extract', hostvars" in line or '"extract", hostvars' in line:
                     found.append('%s:%d' % (os.path.relpath(path, REPO), number))
-    allowed = {'playbooks/capture.yml'}   # capture.json: which node answered (no fleet state)
-    assert not [f for f in found if f.split(':')[0] not in allowed], found
+    assert not found, found
+
+
+def test_capture_states_name_every_node_and_an_unreachable_one_as_such():
+    from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_summary import capture_states
+    hostvars = {'a': {'__gpu_fabric_capture_state': 'ok'}, 'b': {'__gpu_fabric_capture_state': 'tar exited 2'}, 'c': {}}
+    assert capture_states(hostvars, ['b', 'a', 'c', 'gone']) == {'b': 'tar exited 2', 'a': 'ok', 'c': 'unreachable', 'gone': 'unreachable'}
+    assert list(capture_states(hostvars, ['b', 'a'])) == ['b', 'a']
