@@ -61,8 +61,19 @@ def _get(variables, name, default=None):
     return default if value is None else value
 
 
-def _facts(variables):
-    facts = _get(variables, 'ansible_facts', {})
+def _raw(variables):
+    """The variables behind Ansible's view of one host (hostvars[host], a HostVarsVars: ansible-core
+    2.16 to 2.21 keep them in ``_vars``), untemplated; any other mapping as it is. Templating a
+    node's facts on every read is most of what a report over 1,024 nodes cost inside ansible-playbook
+    (tests/bench/controller_scale.py --ansible); what modules and set_fact left holds no template
+    (set_fact templates its arguments before it stores them), so it is read raw. A variable a user
+    may set with a template (ansible_host, the NCCL settings) is read through the view."""
+    raw = getattr(variables, '_vars', None)
+    return raw if hasattr(raw, 'get') else variables
+
+
+def _facts(variables, raw):
+    facts = _get(raw, 'ansible_facts', {})
     present = {}
     if hasattr(facts, 'get'):
         for key, short in FACT_KEYS:
@@ -71,11 +82,11 @@ def _facts(variables):
     return {'facts': present, 'address': _get(variables, 'ansible_host')}
 
 
-def _run(variables):
+def _run(variables, raw):
     # A record that is no mapping (a hand-written string) is kept as its message.
-    failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(variables, 'gpu_fabric_failures', [])]
+    failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(raw, 'gpu_fabric_failures', [])]
     settings = [_get(variables, name) for name in SETTINGS]
-    return {'stages': list(_get(variables, 'gpu_fabric_stages', [])), 'failures': failures,
+    return {'stages': list(_get(raw, 'gpu_fabric_stages', [])), 'failures': failures,
             'nccl_ib_hca': _rails.settings_ib_hca(*settings)}
 
 
@@ -108,23 +119,24 @@ def read(hostvars, hosts, parts=PARTS):
         known = host in hostvars
         variables = hostvars[host] if known else {}
         node = {'known': known}
+        raw = _raw(variables)
         if 'facts' in parts:
-            node.update(_facts(variables))
+            node.update(_facts(variables, raw))
         if 'run' in parts:
-            node.update(_run(variables))
+            node.update(_run(variables, raw))
         if 'bench' in parts:
-            node['bench'] = _bench(variables)
+            node['bench'] = _bench(raw)
             # Every node holds the same fleet plan (a run_once set_fact): read from the first only.
             if model['bench_fleet'] is None:
-                model['bench_fleet'] = _get(variables, 'fabric_bench_fleet') or None
+                model['bench_fleet'] = _get(raw, 'fabric_bench_fleet') or None
         if 'capture' in parts:
-            node['capture_state'] = _get(variables, CAPTURE_STATE)
+            node['capture_state'] = _get(raw, CAPTURE_STATE)
         if 'collective' in parts:
-            node['collective_local'] = _get(variables, COLLECTIVE_LOCAL)
+            node['collective_local'] = _get(raw, COLLECTIVE_LOCAL)
             # The first node that holds one: a node left out of the benchmark (its facts failed)
             # holds none, and may come first in the inventory.
             if model['collective'] is None:
-                model['collective'] = _get(variables, 'fabric_collective_result')
+                model['collective'] = _get(raw, 'fabric_collective_result')
         model['nodes'][host] = node
     return model
 

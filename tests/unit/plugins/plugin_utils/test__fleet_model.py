@@ -196,3 +196,33 @@ def test_capture_states_name_every_node_and_an_unreachable_one_as_such():
     hostvars = {'a': {'__gpu_fabric_capture_state': 'ok'}, 'b': {'__gpu_fabric_capture_state': 'tar exited 2'}, 'c': {}}
     assert capture_states(hostvars, ['b', 'a', 'c', 'gone']) == {'b': 'tar exited 2', 'a': 'ok', 'c': 'unreachable', 'gone': 'unreachable'}
     assert list(capture_states(hostvars, ['b', 'a'])) == ['b', 'a']
+
+
+def test_what_modules_and_set_fact_left_is_read_raw_what_a_user_may_template_through_the_view():
+    """Ansible's hostvars[host] (HostVarsVars) templates a variable on every read: a node's facts
+    are read from the variables behind it (``_vars``), ansible_host and the NCCL settings, which an
+    inventory may set with a template, through it."""
+    from collections.abc import Mapping
+
+    class View(Mapping):
+        def __init__(self, variables):
+            self._vars = variables
+            self.templated = []
+
+        def __getitem__(self, key):
+            self.templated.append(key)
+            value = self._vars[key]
+            return value.replace('{{ addr }}', '10.0.0.7') if isinstance(value, str) else value
+
+        def __iter__(self):
+            return iter(self._vars)
+
+        def __len__(self):
+            return len(self._vars)
+    view = View({'ansible_facts': {'gpu_fabric_ib': {'hcas': {}}}, 'ansible_host': '{{ addr }}', 'gpu_fabric_stages': ['validate'],
+                 'fabric_collective_env': {'NCCL_IB_HCA': 'mlx5_0'}, 'fabric_collective_result': {'status': 'ok'}})
+    model = _fleet_model.read({'a': view}, ['a'])
+    node = model['nodes']['a']
+    assert node['facts'] == {'ib': {'hcas': {}}} and node['stages'] == ['validate'] and model['collective'] == {'status': 'ok'}
+    assert node['address'] == '10.0.0.7' and node['nccl_ib_hca'] is not None
+    assert sorted(view.templated) == ['ansible_host', 'fabric_collective_env', 'nccl_conf_overrides'], view.templated
