@@ -71,6 +71,10 @@ FILTER_CONVERTS = {
     ('playbooks/offline.yml', 'fabric_bench_bw_ratio'), ('playbooks/offline.yml', 'fabric_bench_gpu_ratio'),
     ('playbooks/offline.yml', 'fabric_bench_lat_max_us'),   # fabric_bench_judge: float() (raw arguments)
     ('playbooks/offline.yml', 'fabric_collective_healthy_ratio'), ('playbooks/offline.yml', 'fabric_collective_warn_ratio'),   # offline_collective: float()
+    ('roles/fabric_bench/tasks/main.yml', 'fabric_bench_bw_ratio'), ('roles/fabric_bench/tasks/main.yml', 'fabric_bench_gpu_ratio'),
+    ('roles/fabric_bench/tasks/main.yml', 'fabric_bench_lat_max_us'),   # bench_threshold_errors: _bench.threshold, float()
+    ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_expected_busbw_gbs'),
+    ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_ranks_per_node'),   # collective_fleet: _tasks._number, float() / int()
 }
 
 
