@@ -28,6 +28,7 @@ author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - hpc.gpu_fabric.output
 attributes:
   check_mode:
     support: full
@@ -45,12 +46,6 @@ options:
       - The nodes of the benchmark, inventory names. A host that is not in the inventory is left out.
     type: list
     elements: str
-    required: true
-  dest:
-    description:
-      - The directory on the controller. Created with its parents (mode 0755) when missing.
-      - A relative path is relative to the directory C(ansible-playbook) runs in.
-    type: path
     required: true
   results:
     description:

@@ -25,6 +25,7 @@ author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - hpc.gpu_fabric.output
 attributes:
   check_mode:
     support: full
@@ -33,12 +34,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  dest:
-    description:
-      - The directory on the controller. Created with its parents (mode 0755) when missing.
-      - A relative path is relative to the directory C(ansible-playbook) runs in.
-    type: path
-    required: true
   files:
     description:
       - File name to content. A name is a plain file name (no C(/), not C(.) or C(..)); the content is text.
