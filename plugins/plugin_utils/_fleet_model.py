@@ -33,7 +33,12 @@ and per node (each part only where it was asked for, ``parts``):
 
 Nothing is copied: the values are the ones hostvars hold (read-only by convention), records stay
 in their files (plugin_utils/_bench.py reads them one node at a time), and a part that was not
-asked for is not read (a variable read through Ansible's hostvars is templated on every read).
+asked for is not read.
+
+How: what the nodes' modules, register and set_fact left is read where Ansible keeps it (its fact
+and set_fact caches, _stores()), untemplated; what a user may set with a template (ansible_host,
+the NCCL settings) from what the node recorded of it (SEEN), else through Ansible's templated view
+(hostvars[host]), which costs a merge of every variable layer of the host (_stores() says how much).
 """
 
 from __future__ import annotations
@@ -49,6 +54,11 @@ FACT_KEYS = (('gpu_fabric_ib', 'ib'), ('gpu_fabric_gdr', 'gdr'), ('gpu_fabric_ib
 SETTINGS = ('fabric_collective_env', 'nccl_conf_overrides')
 # What playbooks/capture.yml sets on each node it reached: 'ok', or why its snapshot failed.
 CAPTURE_STATE = '__gpu_fabric_capture_state'
+# What playbooks/validate.yml and benchmark.yml record on each node of the variables a user may set
+# with a template (in the inventory, group_vars, -e), as Ansible templated them there:
+# {'address': ansible_host or '', 'nccl': [the SETTINGS, each a mapping]}. A node without it (its
+# facts failed, or it never answered) is read through Ansible's templated view of its variables.
+SEEN = '__gpu_fabric_seen'
 # What roles/fabric_collective/tasks/local.yml registers on each node (launcher local).
 COLLECTIVE_LOCAL = '__fabric_collective_local'
 
@@ -61,31 +71,86 @@ def _get(variables, name, default=None):
     return default if value is None else value
 
 
-def _raw(variables):
+class _Node(object):
+    """One node's variables: ``raw``, what modules, register and set_fact left, untemplated (they
+    hold no template: set_fact templates its arguments before it stores them); ``view()``, Ansible's
+    templated view of all of them (hostvars[host]), built only when a variable a user may set with a
+    template is needed and the node did not record it (SEEN)."""
+
+    __slots__ = ('raw', '_hostvars', '_host', '_view')
+
+    def __init__(self, hostvars, host, raw=None):
+        self._hostvars, self._host, self._view = hostvars, host, None
+        self.raw = raw if raw is not None else _behind(self.view())
+
+    def view(self):
+        if self._view is None:
+            self._view = self._hostvars[self._host] if self._host in self._hostvars else {}
+        return self._view
+
+
+def _behind(variables):
     """The variables behind Ansible's view of one host (hostvars[host], a HostVarsVars: ansible-core
-    2.16 to 2.21 keep them in ``_vars``), untemplated; any other mapping as it is. Templating a
-    node's facts on every read is most of what a report over 1,024 nodes cost inside ansible-playbook
-    (tests/bench/controller_scale.py --ansible); what modules and set_fact left holds no template
-    (set_fact templates its arguments before it stores them), so it is read raw. A variable a user
-    may set with a template (ansible_host, the NCCL settings) is read through the view."""
+    2.16 to 2.21 keep them in ``_vars``), untemplated; any other mapping as it is."""
     raw = getattr(variables, '_vars', None)
     return raw if hasattr(raw, 'get') else variables
 
 
-def _facts(variables, raw):
-    facts = _get(raw, 'ansible_facts', {})
+def _stores(hostvars):
+    """Where Ansible keeps what the nodes' tasks left, when ``hostvars`` is Ansible's (a HostVars:
+    ansible-core 2.16 to 2.21 hold its VariableManager in ``_variable_manager``): the fact cache
+    (modules' ansible_facts) and the set_fact cache (set_fact and register), each {host: {name:
+    value}}; None for any other mapping. Why not hostvars[host]: each one is a VariableManager.get_vars()
+    of the host - every inventory, group and vars-plugin layer merged and the node's facts copied
+    twice (namespaced, and again as top-level variables) - about 9 ms a node with this collection's
+    facts: over 1,024 nodes, 9 s for every task that reads the fleet (tests/bench/controller_scale.py
+    --ansible). The two caches are the layers get_vars() takes these variables from (ansible-core
+    lib/ansible/vars/manager.py); what a user may set, with a template, in another layer (the
+    inventory, group_vars, -e) is never read from them."""
+    manager = getattr(hostvars, '_variable_manager', None)
+    facts = getattr(manager, '_fact_cache', None)
+    set_facts = getattr(manager, '_nonpersistent_fact_cache', None)
+    if manager is None or not hasattr(facts, 'get') or not hasattr(set_facts, 'get'):
+        return None
+    return facts, set_facts
+
+
+def _raw_of(stores, host):
+    facts, set_facts = stores
+    try:
+        node_facts = facts.get(host)
+    except KeyError:                 # a cache plugin other than memory may raise for a host it never saw
+        node_facts = None
+    raw = dict(set_facts.get(host) or {})
+    # As get_vars() namespaces them: ansible_facts.<name> (this collection's names have no ansible_ prefix).
+    raw['ansible_facts'] = node_facts or {}
+    return raw
+
+
+def _seen(node):
+    """What the node recorded of the variables a user may set with a template (SEEN), as Ansible
+    templated them on the node, or None: the view is read."""
+    seen = _get(node.raw, SEEN)
+    return seen if isinstance(seen, dict) and 'address' in seen and isinstance(seen.get('nccl'), (list, tuple)) else None
+
+
+def _facts(node):
+    facts = _get(node.raw, 'ansible_facts', {})
     present = {}
     if hasattr(facts, 'get'):
         for key, short in FACT_KEYS:
             if key in facts:
                 present[short] = facts[key]
-    return {'facts': present, 'address': _get(variables, 'ansible_host')}
+    seen = _seen(node)
+    return {'facts': present, 'address': (seen['address'] or None) if seen else _get(node.view(), 'ansible_host')}
 
 
-def _run(variables, raw):
+def _run(node):
+    raw = node.raw
     # A record that is no mapping (a hand-written string) is kept as its message.
     failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(raw, 'gpu_fabric_failures', [])]
-    settings = [_get(variables, name) for name in SETTINGS]
+    seen = _seen(node)
+    settings = list(seen['nccl']) if seen else [_get(node.view(), name) for name in SETTINGS]
     return {'stages': list(_get(raw, 'gpu_fabric_stages', [])), 'failures': failures,
             'nccl_ib_hca': _rails.settings_ib_hca(*settings)}
 
@@ -115,15 +180,16 @@ def read(hostvars, hosts, parts=PARTS):
         raise ValueError('no such part of the fleet model: %s' % ', '.join(sorted(unknown)))
     hostvars = hostvars if hostvars is not None else {}
     model = {'hosts': hosts, 'nodes': {}, 'collective': None, 'bench_fleet': None}
+    stores = _stores(hostvars)
     for host in hosts:
         known = host in hostvars
-        variables = hostvars[host] if known else {}
         node = {'known': known}
-        raw = _raw(variables)
+        variables = _Node(hostvars, host, _raw_of(stores, host) if stores and known else None)
+        raw = variables.raw
         if 'facts' in parts:
-            node.update(_facts(variables, raw))
+            node.update(_facts(variables))
         if 'run' in parts:
-            node.update(_run(variables, raw))
+            node.update(_run(variables))
         if 'bench' in parts:
             node['bench'] = _bench(raw)
             # Every node holds the same fleet plan (a run_once set_fact): read from the first only.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
@@ -115,21 +116,58 @@ def read_baseline(path):
     return baseline
 
 
-def _json_text(value, pairs):
-    if pairs > INDENT_MAX_PAIRS:
-        return json.dumps(value, cls=AnsibleJSONEncoder, sort_keys=True) + '\n'
-    return json.dumps(value, cls=AnsibleJSONEncoder, indent=4, sort_keys=True, separators=(',', ': ')) + '\n'
+# What the standard library's encoder cannot write (a date, a mapping that is no dict) is written as
+# ansible-core's AnsibleJSONEncoder (what to_nice_json uses) writes it. Not that encoder for all of it:
+# from ansible-core 2.19 on, it first walks the whole value for data tags, which took more time than
+# the encoding itself (bench.json of 16,384 pairs: 5.5 of 7.3 s, tests/bench/controller_scale.py).
+_ANSIBLE_ENCODER = AnsibleJSONEncoder()
+# Each pair test on a line of its own in an indented file: the standard library indents in pure Python,
+# 1.8 s for bench.json of 16,384 pairs; a line per pair is 0.3 s, and one grep per pair.
+_PAIR_ENCODER = json.JSONEncoder(sort_keys=True, separators=(', ', ': '), default=_ANSIBLE_ENCODER.default)
+
+
+def _json_text(value, pairs_at):
+    """``value`` as JSON text: sorted keys, indented, the pair tests of the list at the keys
+    ``pairs_at`` one per line; beyond INDENT_MAX_PAIRS pair tests, all on one line."""
+    holder = value
+    for key in pairs_at[:-1]:
+        holder = holder.get(key) if isinstance(holder, dict) else None
+    pairs = holder.get(pairs_at[-1]) if isinstance(holder, dict) else None
+    if not isinstance(pairs, list):
+        pairs = []
+    if len(pairs) > INDENT_MAX_PAIRS:
+        return json.dumps(value, sort_keys=True, default=_ANSIBLE_ENCODER.default) + '\n'
+    if not pairs:
+        return json.dumps(value, indent=4, sort_keys=True, separators=(',', ': '), default=_ANSIBLE_ENCODER.default) + '\n'
+    # The document indented with a marker where the pairs go (copies of the mappings on the way to
+    # them: the value itself is not changed), then the marker replaced by the pairs, one per line.
+    marker = '\x00pairs %s' % uuid.uuid4().hex
+
+    def marked(node, keys):
+        if not keys:
+            return marker
+        copy = dict(node)
+        copy[keys[0]] = marked(node[keys[0]], keys[1:])
+        return copy
+    text = json.dumps(marked(value, list(pairs_at)), indent=4, sort_keys=True, separators=(',', ': '),
+                      default=_ANSIBLE_ENCODER.default)
+    head, found, tail = text.partition(json.dumps(marker))
+    if not found or json.dumps(marker) in tail:     # never: the marker is random, and \x00 is written escaped
+        return json.dumps(value, indent=4, sort_keys=True, separators=(',', ': '), default=_ANSIBLE_ENCODER.default) + '\n'
+    inner, outer = ' ' * 4 * (len(pairs_at) + 1), ' ' * 4 * len(pairs_at)
+    lines = ',\n'.join(inner + _PAIR_ENCODER.encode(pair) for pair in pairs)
+    return '%s[\n%s\n%s]%s\n' % (head, lines, outer, tail)
 
 
 def report_json(report):
-    """report.json's text: indented, or one line beyond INDENT_MAX_PAIRS pair tests."""
-    return _json_text(report, len(((report.get('bench') or {}).get('pairs')) or []))
+    """report.json's text: indented, a line per pair test, or one line beyond INDENT_MAX_PAIRS pair tests."""
+    return _json_text(report, ('bench', 'pairs'))
 
 
 def bench_json(bench):
-    """bench.json's text (the benchmark's verdicts, as report.json's ``bench``): indented, or one
-    line beyond INDENT_MAX_PAIRS pair tests, as report.json."""
-    return _json_text(bench, len(bench.get('pairs') or []))
+    """bench.json's text (the benchmark's verdicts, as report.json's ``bench``): indented, a line per
+    pair test, or one line beyond INDENT_MAX_PAIRS pair tests, as report.json."""
+    return _json_text(bench, ('pairs',))
 
 
 def read_bench(path):

@@ -25,7 +25,7 @@ called as the roles and plays call them:
                 their time together; worker_peak_rss_mib: the largest worker);
   judge       - bench_report over every node's records file (benchmark.yml, "Judge the pairs");
   diagnose    - fabric_report: _diagnose and report.json's content (report.yml);
-  report_json - to_nice_json of the report, written (report.yml);
+  report_json - report.json's text (plugin_utils/_report_stage.py report_json), written (fabric_report_write);
   report_html - report_html, written;
   report_rest - report_markdown, report_junit, report_prometheus.
 (synth_facts and synth_nodes make the input and are printed too, marked "input": not controller work.)
@@ -53,7 +53,8 @@ and playbooks/report.yml as they are. Printed:
   direct_seconds, direct_cpu_seconds - the same stages called directly (judge to report_rest, when
                           they ran in the same invocation), controller_vs_direct and
                           controller_cpu_vs_direct_cpu the ratios;
-  peak_rss_mib          - the largest process's peak RSS (RUSAGE_CHILDREN); slowest_tasks.
+  peak_rss_mib          - the largest process's peak RSS (RUSAGE_CHILDREN); slowest_tasks; controller_tasks
+                          (each task after the input set-up play, in order, and its seconds).
 Targets: controller_seconds under 60 s (180 s for a full mesh) and peak_rss_mib under 2 GiB
 (within_target); within 2x of the direct stages (within_2x).
 
@@ -303,17 +304,10 @@ def _writer(work, name, render):
     return run, lambda size: {'bytes': size}
 
 
-# As playbooks/report.yml writes report.json: indented up to this many pair tests, compact beyond.
-PRETTY_MAX_PAIRS = 100000
-
-
 def stage_report_json(work, count, mode):
-    from ansible.plugins.filter.core import to_json, to_nice_json
-
-    def render(report):
-        pairs = len((report.get('bench') or {}).get('pairs') or [])
-        return (to_json(report) if pairs > PRETTY_MAX_PAIRS else to_nice_json(report)) + '\n'
-    return _writer(work, 'report.json', render)
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage
+    # As the report action writes it (plugin_utils/_report_stage.py report_json).
+    return _writer(work, 'report.json', _report_stage.report_json)
 
 
 def stage_report_html(work, count, mode):
@@ -402,9 +396,9 @@ class FilterModule(object):
 '''
 
 # What the role leaves in hostvars on every node: its plan and the path of its records file;
-# facts as ib_link_facts/gdr_facts return them. -e gf_keep_raw=true: as the role did before
+# facts as ib_link_facts/gdr_facts return them. --keep-raw: as the role did before
 # perftest_collect, the steps, the raw sequence result (registered by async_status, all nodes at
-# once) and the records themselves.
+# once) and the records themselves (NODE_PLAY_KEEP_RAW).
 NODE_PLAY_NAME = 'Synthetic benchmark results, as the fabric_bench role leaves them'
 NODE_PLAY = '''
 - name: %s
@@ -431,25 +425,29 @@ NODE_PLAY = '''
         fabric_bench_records_file: "{{ __data.records_file }}"
         fabric_bench_records_run: "{{ __data.run_id }}"
         gpu_fabric_stages: [validate, benchmark]
+        # As playbooks/validate.yml records it on every node it validated.
+        __gpu_fabric_seen: {address: '', nccl: [{}, {}]}
       vars:
         __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
-      when: not (gf_keep_raw | default(false) | bool)
+''' % NODE_PLAY_NAME
+# --keep-raw: instead of the last task of NODE_PLAY (the tasks are chosen here, not by a `when`: a
+# skipped task still costs a pass over every host).
+NODE_PLAY_KEEP_RAW = NODE_PLAY[:NODE_PLAY.index('    - name: Plan and records file')] + '''
     - name: Steps, raw result and records in hostvars, as the role kept them before perftest_collect
       ansible.builtin.set_fact:
         fabric_bench_plan: "{{ __data.plan }}"
         __fabric_bench_steps: "{{ __data.steps }}"
         __fabric_bench_done: "{{ __data.result }}"
         gpu_fabric_stages: [validate, benchmark]
+        __gpu_fabric_seen: {address: '', nccl: [{}, {}]}
       vars:
         __data: "{{ inventory_hostname | gf_synthetic(gf_work) }}"
-      when: gf_keep_raw | default(false) | bool
     - name: Records, then steps and raw result dropped (the old "Keep the results")
       ansible.builtin.set_fact:
         fabric_bench_records: "{{ inventory_hostname | hpc.gpu_fabric.bench_sequence_records(__fabric_bench_steps, __fabric_bench_done) }}"
         __fabric_bench_steps: []
         __fabric_bench_done: {}
-      when: gf_keep_raw | default(false) | bool
-''' % NODE_PLAY_NAME
+'''
 
 
 def _controller_times(row, times, out, started):
@@ -465,6 +463,8 @@ def _controller_times(row, times, out, started):
         row['error'] = row.get('error') or 'no input set-up result or no file written: controller_seconds not measured'
         return
     row.update(setup_seconds=round(setup['last_result'] - started, 1), controller_seconds=round(max(written) - setup['last_result'], 1))
+    # Where the controller's time goes: each task after the input set-up play, in order.
+    row['controller_tasks'] = [(t['task'], t['s']) for t in tasks if t.get('start', 0) >= setup['last_result'] - 0.01]
     # CPU time over the same span, to the result of the task that wrote the last file: what a
     # busy machine (other processes on its cores) does not inflate as it does wall time.
     writer = min([t for t in tasks if t.get('last_result') and t['last_result'] >= max(written) - 0.01] or [None],
@@ -505,7 +505,7 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
         judge['hosts'] = 'localhost'
         judge['vars_files'] = [os.path.join(REPO, 'playbooks', 'vars', 'nodes.yml')]
         with open(os.path.join(work, 'scale.yml'), 'w') as handle:
-            handle.write('---' + NODE_PLAY + yaml.safe_dump([judge], sort_keys=False)
+            handle.write('---' + (NODE_PLAY_KEEP_RAW if keep_raw else NODE_PLAY) + yaml.safe_dump([judge], sort_keys=False)
                          + '- name: Report\n  ansible.builtin.import_playbook: %s\n' % os.path.join(REPO, 'playbooks', 'report.yml'))
         with open(os.path.join(work, 'inventory.ini'), 'w') as handle:
             handle.write('[gpu_nodes]\n' + ''.join('%s ansible_connection=local\n' % h for h in _names(count)))
@@ -516,7 +516,7 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
         argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(work, 'scale.yml'),
                 '-i', os.path.join(work, 'inventory.ini'), '-e', 'gf_work=%s' % work,
                 '-e', 'gpu_fabric_output_dir=%s' % os.path.join(work, 'out'), '-e', 'gpu_fabric_exit_policy=[]',
-                '-e', 'ansible_python_interpreter=%s' % sys.executable, '-e', 'gf_keep_raw=%s' % keep_raw]
+                '-e', 'ansible_python_interpreter=%s' % sys.executable]
         row = {'nodes': count, 'rails': RAILS, 'mode': mode, 'stage': 'ansible', 'input': False, 'keep_raw': keep_raw,
                'hostvars_json_mib': round(hostvars_bytes / 2.0 ** 20, 1)}
         script = ('import resource, subprocess, sys, json, time; w = time.time(); t = time.perf_counter(); '

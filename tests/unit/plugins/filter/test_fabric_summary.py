@@ -64,3 +64,15 @@ def test_a_management_port_down_is_said_not_flagged(tmp_path):
     lines = fabric_summary({'n1': _facts(tmp_path, 'port_down', targets=['mlx5_8'])}, ['n1'])
     assert [line.split(':')[0] for line in lines[1:]] == ['  - mlx5_8/1 Ethernet DOWN/Disabled 40 Gb/s 4X']
     assert 'IB_PORT_DOWN' in lines[1] and 'not a compute rail' in lines[1]
+
+
+def test_hosts_within_keeps_the_first_list_s_order_and_refuses_what_is_no_list():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_summary import hosts_within
+    hosts = ['gpu10', 'gpu2', 'gpu1', 'localhost']
+    # The inventory's order, not the limit's, nor any sort (gpu10 before gpu2 stays so).
+    assert hosts_within(hosts, ['localhost', 'gpu1', 'gpu10', 'other']) == ['gpu10', 'gpu1', 'localhost']
+    assert hosts_within(hosts, None) == hosts and hosts_within(hosts, []) == [] and hosts_within([], ['a']) == []
+    for hosts, among in (('gpu1', None), (hosts, 'gpu1'), (None, None), ({'a': 1}, None), (hosts, 5)):
+        with pytest.raises(AnsibleFilterError, match='hosts_within: .* must be a list of inventory names'):
+            hosts_within(hosts, among)

@@ -103,3 +103,14 @@ def test_the_caps_hold_a_1024_node_full_mesh_with_every_message_size():
     assert 50 << 20 < len(pair) * pairs < _bench.RECORDS_MAX_BYTES <= 64 << 20
     assert pair.count(',') * pairs * 2 < _bench.RECORDS_MAX_VALUES
     assert (pair.count('{') + pair.count('[')) * pairs * 2 < _bench.RECORDS_MAX_CONTAINERS
+
+
+@pytest.mark.parametrize('levels', [0, 1, 15, 16, 17, 40])
+def test_the_depth_limit_is_exact_for_lists_and_mappings(levels):
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._bench import _deeper_than
+    value = 'leaf'
+    for level in range(levels):
+        value = [1, value] if level % 2 else {'a': 1, 'b': value}
+    assert _deeper_than(value, 16) is (levels > 16)
+    # A wide level counts once: depth, not size.
+    assert _deeper_than([[{}] * 50] * 50, 3) is False and _deeper_than([[{'a': []}]], 3) is True

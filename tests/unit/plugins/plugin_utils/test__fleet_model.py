@@ -88,7 +88,8 @@ class Counting(dict):
 def test_only_the_parts_asked_for_are_read():
     hostvars = Counting(HOSTVARS)
     model = _fleet_model.read(hostvars, ['a', 'b'], ('facts',))
-    assert set(name for _host, name in hostvars.read) == {'ansible_facts', 'ansible_host'}
+    # The node's own record of its settings first (none here), then ansible_host.
+    assert set(name for _host, name in hostvars.read) == {'ansible_facts', _fleet_model.SEEN, 'ansible_host'}
     assert sorted(model['nodes']['a']) == ['address', 'facts', 'known'] and model['collective'] is None
     hostvars = Counting(HOSTVARS)
     _fleet_model.read(hostvars, ['a', 'b', 'c'], ('bench', 'collective'))
@@ -226,3 +227,65 @@ def test_what_modules_and_set_fact_left_is_read_raw_what_a_user_may_template_thr
     assert node['facts'] == {'ib': {'hcas': {}}} and node['stages'] == ['validate'] and model['collective'] == {'status': 'ok'}
     assert node['address'] == '10.0.0.7' and node['nccl_ib_hca'] is not None
     assert sorted(view.templated) == ['ansible_host', 'fabric_collective_env', 'nccl_conf_overrides'], view.templated
+
+
+def _ansible_hostvars(tmp_path, nodes):
+    """Ansible's own hostvars (HostVars over a VariableManager and an inventory file), the nodes'
+    facts and set_fact results put where the strategy puts them; every __getitem__ counted."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+
+    inventory = tmp_path / 'hosts.ini'
+    inventory.write_text('[gpu]\n' + ''.join('%s ansible_host="{{ inventory_hostname }}.ib"\n' % host for host in nodes)
+                         + '[gpu:vars]\nnccl_conf_overrides={"NCCL_IB_HCA": "=mlx5_{{ 1 + 2 }}"}\n')
+    loader = DataLoader()
+    manager = VariableManager(loader=loader, inventory=InventoryManager(loader=loader, sources=[str(inventory)]))
+    for host, (facts, set_facts) in nodes.items():
+        manager.set_host_facts(host, facts)
+        manager.set_nonpersistent_facts(host, set_facts)
+
+    class Counted(HostVars):
+        views = []
+
+        def __getitem__(self, key):
+            Counted.views.append(key)
+            return super(Counted, self).__getitem__(key)
+    return Counted(inventory=manager._inventory, variable_manager=manager, loader=loader), Counted.views
+
+
+def test_ansible_hostvars_are_read_from_its_caches_and_the_view_only_where_a_node_recorded_nothing(tmp_path):
+    seen = {'address': '10.9.0.1', 'nccl': [{'NCCL_IB_HCA': 'mlx5_4'}, {}]}
+    nodes = {
+        # Through validate: its settings recorded there (playbooks/validate.yml), as Ansible templated them.
+        'a': ({'gpu_fabric_ib': IB, 'gpu_fabric_gdr': GDR},
+              {'gpu_fabric_stages': ['validate'], _fleet_model.SEEN: seen, 'fabric_bench_plan': {'hcas': ['mlx5_0']},
+               'fabric_bench_fleet': {'nodes': ['a']}, 'fabric_collective_result': {'status': 'ok'}}),
+        # Its facts failed: nothing recorded, read through the templated view.
+        'b': ({'gpu_fabric_gdr': GDR}, {'gpu_fabric_failures': [{'stage': 'validate', 'msg': 'x'}]}),
+        # Never answered: no facts, no set_fact.
+        'c': ({}, {}),
+    }
+    hostvars, views = _ansible_hostvars(tmp_path, nodes)
+    model = _fleet_model.read(hostvars, ['a', 'b', 'c', 'gone'])
+    a, b, c, gone = (model['nodes'][host] for host in ('a', 'b', 'c', 'gone'))
+    # From the caches: the facts and set_fact values themselves, not copies.
+    assert a['facts']['ib'] == IB and a['facts']['gdr'] == GDR and a['stages'] == ['validate']
+    assert a['bench']['plan'] == {'hcas': ['mlx5_0']} and model['bench_fleet'] == {'nodes': ['a']}
+    assert model['collective'] == {'status': 'ok'}
+    # What the node recorded wins; the view is built for the nodes that recorded nothing, once each.
+    assert a['address'] == '10.9.0.1' and a['nccl_ib_hca'] == 'mlx5_4'
+    assert b['address'] == 'b.ib' and b['nccl_ib_hca'] == '=mlx5_3' and b['failures'] == [{'stage': 'validate', 'msg': 'x'}]
+    assert c['address'] == 'c.ib' and c['facts'] == {} and c['stages'] == []
+    assert gone['known'] is False and gone['address'] is None
+    assert sorted(views) == ['b', 'c'], views
+    # The same model as through the view of every node (what a plain mapping of the templated variables gives).
+    plain = dict((host, dict(hostvars[host])) for host in ('a', 'b', 'c'))
+    for host in plain:
+        plain[host]['ansible_facts'] = dict(plain[host].get('ansible_facts', {}))
+    assert _fleet_model.read(plain, ['a', 'b', 'c', 'gone']) == model
+    # Parts that need no setting of a user build no view at all.
+    del views[:]
+    _fleet_model.read(hostvars, ['a', 'b', 'c'], ('bench', 'collective', 'capture'))
+    assert views == []
