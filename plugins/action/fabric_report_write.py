@@ -20,7 +20,7 @@ import os
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -102,8 +102,7 @@ class ActionModule(ActionBase):
             except ValueError as exc:
                 problems.append(str(exc))
 
-        files = _report_stage.render(report, html_path, time.time())
-        planned = [(name, to_bytes(files[name], errors='surrogate_or_strict')) for name in _report_stage.FILES]
+        planned = list(_report_stage.render(report, html_path, time.time()))
         try:
             written = write_files(dest, planned, 0o644, bool(self._task.check_mode), bool(self._task.diff))
         except OutputError as exc:

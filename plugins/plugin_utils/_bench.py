@@ -311,9 +311,18 @@ def record_of(test, outcome, before, after, changes=None):
 def _sizes(results):
     """The curve of one pair (every message size of an all-sizes run), compact: the report
     draws bandwidth vs message size from it."""
-    keys = ('bw_avg_gbps', 'bw_peak_gbps', 'lat_typical_us')
-    return [dict([('bytes', integer(row.get('bytes')))] + [(k, number(row[k])) for k in keys if number(row.get(k)) is not None])
-            for row in mappings(results) if integer(row.get('bytes')) is not None]
+    sizes = []
+    for row in mappings(results):
+        size = integer(row.get('bytes'))
+        if size is None:
+            continue
+        entry = {'bytes': size}
+        for name in ('bw_avg_gbps', 'bw_peak_gbps', 'lat_typical_us'):
+            value = number(row.get(name))
+            if value is not None:
+                entry[name] = value
+        sizes.append(entry)
+    return sizes
 
 
 def _test_of(result):
@@ -395,17 +404,21 @@ RECORDS_MAX_CONTAINERS = 2000000
 RECORDS_MAX_DEPTH = 16
 
 
+_CONTAINERS = frozenset((dict, list))
+
+
 def _deeper_than(value, limit):
-    """Whether ``value`` (lists and dicts) nests deeper than ``limit`` levels; without recursion,
-    a level at a time (a stack of every container was a third of the judging of a 1,024-node ring)."""
-    level = [value] if isinstance(value, (dict, list)) else []
+    """Whether ``value`` (json.loads' lists and dicts) nests deeper than ``limit`` levels; without
+    recursion, a level at a time, by exact type (a stack of every container, each checked with
+    isinstance, was a third of the judging of a 1,024-node ring)."""
+    level = [value] if value.__class__ in _CONTAINERS else []
     depth = 1
     while level:
         if depth > limit:
             return True
         deeper = []
         for item in level:
-            deeper.extend([child for child in (item.values() if isinstance(item, dict) else item) if isinstance(child, (dict, list))])
+            deeper += [child for child in (item.values() if item.__class__ is dict else item) if child.__class__ in _CONTAINERS]
         level, depth = deeper, depth + 1
     return False
 
@@ -459,11 +472,10 @@ def read_records(path, host, run_id=None):
     return content['records']
 
 
-def _node_records(host, node, unreadable, check=True):
+def _node_records(host, node, unreadable):
     """A node's records one at a time, checked (a checked copy of every node's records at once
     doubled what the judging holds for a full mesh); from its records file when it has one. A file
-    that cannot be read gives no record, and its reason in ``unreadable``. ``check=False``: the
-    records _checked() would keep, as they are (the caller checks those it reads)."""
+    that cannot be read gives no record, and its reason in ``unreadable``."""
     node = mapping(node)
     records = node.get('records')
     if node.get('records_file'):
@@ -473,10 +485,6 @@ def _node_records(host, node, unreadable, check=True):
             unreadable[host] = str(exc)
             return
     for record in sequence(records):
-        if not check:
-            if isinstance(record, dict) and record.get('side') in ('server', 'client'):
-                yield record
-            continue
         checked = _checked(record)
         if checked is not None:
             yield checked
@@ -520,19 +528,30 @@ def rail_nominal(nodes):
     return dict((kind, max(counts, key=lambda rate, c=counts: (c[rate], rate))) for kind, counts in seen.items())
 
 
-def _judged_rate(nominal, ends):
+def _end(nominal, host, plan, hca, rail, known):
+    """(its port's rate, the nominal rate of its rail and model, the rate it runs at) of one end of
+    a pair; ``known``: {(host, hca, rail): that}, filled as ends are met (a node's ports are the
+    ends of thousands of pairs in a full mesh)."""
+    end = known.get((host, hca, rail))
+    if end is None:
+        mine = nominal.get(_rail_kind(plan, rail, hca)) if hca is not None else None
+        end = known[(host, hca, rail)] = (_rate(plan, hca), mine, _active_rate(plan, hca) if mine else None)
+    return end
+
+
+def _judged_rate(nominal, ends, known=None):
     """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports).
-    ``ends``: [(host, plan, hca, rail)] of the pair. Against the nominal rate of the slower end's kind;
-    where no nominal rate is known, against the slower port's rate (None where neither is known)."""
+    ``ends``: [(host, plan, hca, rail)] of the pair; ``known``: _end()'s. Against the nominal rate of
+    the slower end's kind; where no nominal rate is known, against the slower port's rate (None
+    where neither is known)."""
     rates, nominals, degraded = [], [], []
+    known = {} if known is None else known
     for host, plan, hca, rail in ends:
-        rate = _rate(plan, hca)
+        rate, mine, running = _end(nominal, host, plan, hca, rail, known)
         if rate:
             rates.append(rate)
-        mine = nominal.get(_rail_kind(plan, rail, hca)) if hca is not None else None
         if mine:
             nominals.append(mine)
-            running = _active_rate(plan, hca)
             if running and running < mine:
                 degraded.append({'host': host, 'hca': hca, 'rate_gbps': running})
     rail_rate = min(nominals) if nominals else None
@@ -613,24 +632,19 @@ def report(nodes, options):
     matrix = {}
     counters = []
     # What a client's record needs from its server's (the GPU distance, the failure) and what a
-    # pair without a client record is shown with, per pair: the records themselves are read one
-    # at a time, twice, and never held together (a 256-node full mesh over 8 rails and two memory
-    # kinds is about a million records: tests/bench/controller_scale.py).
+    # pair without a client record is shown with, per pair. Each node's records are read once, one
+    # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
+    # kinds is about a million records: tests/bench/controller_scale.py): a client's pair is
+    # judged as its record is read, and what its server's record adds is added once all are read
+    # (reading every file twice, once for the server sides, was half of the judging).
     server_side = {}
     reported = set()
     unreadable = {}
-    for host in sorted(nodes):
-        # The first pass reads the server side only: the client records are checked in the second.
-        for record in _node_records(host, nodes[host], unreadable, check=False):
-            reported.add(host)
-            if record['side'] == 'server':
-                record = _checked(record)
-                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
-                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
-                    text(record['gpu'].get('gpu')) or None)
+    known = {}
     for host in sorted(nodes):
         plan = mapping(mapping(nodes[host]).get('plan'))
         for record in _node_records(host, nodes[host], unreadable):
+            reported.add(host)
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
                                  'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
@@ -638,15 +652,17 @@ def report(nodes, options):
                                  # The same rules as the fabric's switch ports (module_utils/_rates.py).
                                  'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'),
                                                           _rate(plan, record['hca']))})
-            if record['side'] != 'client':
+            if record['side'] == 'server':
+                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
+                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
+                    text(record['gpu'].get('gpu')) or None)
                 continue
             server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
-            rates = [r for r in (_rate(plan, record['hca']), _rate(server_plan, record['peer_hca'])) if r]
+            ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
+            rates = [end[0] for end in (_end(nominal, *(ends[0] + (known,))), _end(nominal, *(ends[1] + (known,)))) if end[0]]
             # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
-            expected, rail_rate, degraded = _judged_rate(nominal, [(record['server'], server_plan, record['peer_hca'], record['rail']),
-                                                                   (host, plan, record['hca'], record['rail'])])
+            expected, rail_rate, degraded = _judged_rate(nominal, ends, known)
             summary = record.get('summary') or {}
-            server = server_side.get((record['memory'], record['server'], record['client'], record['rail']))
             entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
                      'status': record['status'], 'failure': record.get('failure'),
@@ -655,20 +671,14 @@ def report(nodes, options):
                      'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
                      'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
             if record['memory'] == 'gpu':
-                # The farther of the two sides' GPU<->HCA distances (DISTANCE_CLASSES order).
-                distances = [d for d in (record['gpu'].get('distance'), server[0] if server else None) if d in DISTANCE_CLASSES]
-                entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
+                # The client's side; the server's is added below (the farther of the two distances).
+                entry['gpu_distance'] = record['gpu'].get('distance')
                 # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
-                entry['server_gpu'], entry['client_gpu'] = server[5] if server else None, text(record['gpu'].get('gpu')) or None
+                entry['server_gpu'], entry['client_gpu'] = None, text(record['gpu'].get('gpu')) or None
             if record['status'] != 'ok':
                 entry['verdict'] = 'failed'
                 entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
                                                     (record.get('failure') or {}).get('message', '')))
-                # The server's own failure is often the cause (a busy port, no device, MR failed):
-                # the client then only sees a refused connection, a broken exchange or a hang.
-                if server and server[1]:
-                    entry['server_failure'] = server[1]
-                    entry['reasons'].append('server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
             elif entry['bw_avg_gbps'] is not None and expected:
                 entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
                 if entry['bw_ratio'] < bw_ratio:
@@ -687,6 +697,18 @@ def report(nodes, options):
             value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
             rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
             rail.setdefault(record['server'], {})[record['client']] = value
+    # What each client's pair takes from its server's record.
+    for entry in pairs:
+        server = server_side.get((entry['memory'], entry['server'], entry['client'], entry['rail']))
+        if entry['memory'] == 'gpu':
+            distances = [d for d in (entry['gpu_distance'], server[0] if server else None) if d in DISTANCE_CLASSES]
+            entry['gpu_distance'] = max(distances, key=DISTANCE_CLASSES.index) if distances else None
+            entry['server_gpu'] = server[5] if server else None
+        if entry['status'] != 'ok' and server and server[1]:
+            # The server's own failure is often the cause (a busy port, no device, MR failed):
+            # the client then only sees a refused connection, a broken exchange or a hang.
+            entry['server_failure'] = server[1]
+            entry['reasons'].insert(1, 'server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
     # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
     for pair, (_distance, seen_by_server, status, hca, peer_hca, gpu) in server_side.items():

@@ -190,11 +190,15 @@ def read_bench(path):
 
 
 def render(report, html_path=None, timestamp=None):
-    """{file name: text} of every file of the report; ``html_path``: where report.md says report.html
-    is; ``timestamp``: the Prometheus textfile's time (seconds since the epoch)."""
-    return {'report.json': report_json(report), 'report.html': _html.render(report),
-            'report.md': _report.markdown(report, html_path), 'junit.xml': _report.junit(report),
-            'gpu_fabric.prom': _report.prometheus(report, timestamp)}
+    """(file name, its content as UTF-8 bytes) of every file of the report, in FILES' order, one
+    file rendered at a time (the text of one is dropped before the next is rendered: a 256-node
+    full mesh's report.json alone is about 230 MB); ``html_path``: where report.md says
+    report.html is; ``timestamp``: the Prometheus textfile's time (seconds since the epoch)."""
+    renderers = {'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
+                 'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
+                 'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}
+    for name in FILES:
+        yield name, renderers[name]().encode('utf-8', 'surrogateescape')
 
 
 def _one_line(text, limit=200):
