@@ -98,32 +98,55 @@ def _behind(variables):
 
 def _stores(hostvars):
     """Where Ansible keeps what the nodes' tasks left, when ``hostvars`` is Ansible's (a HostVars:
-    ansible-core 2.16 to 2.21 hold its VariableManager in ``_variable_manager``): the fact cache
-    (modules' ansible_facts) and the set_fact cache (set_fact and register), each {host: {name:
-    value}}; None for any other mapping. Why not hostvars[host]: each one is a VariableManager.get_vars()
-    of the host - every inventory, group and vars-plugin layer merged and the node's facts copied
-    twice (namespaced, and again as top-level variables) - about 9 ms a node with this collection's
-    facts: over 1,024 nodes, 9 s for every task that reads the fleet (tests/bench/controller_scale.py
-    --ansible). The two caches are the layers get_vars() takes these variables from (ansible-core
-    lib/ansible/vars/manager.py); what a user may set, with a template, in another layer (the
-    inventory, group_vars, -e) is never read from them."""
+    ansible-core 2.16 to 2.21 hold its inventory in ``_inventory`` and its VariableManager in
+    ``_variable_manager``): the inventory (each host's own variables: what add_host gave it,
+    playbooks/offline.yml's failure records), the fact cache (modules' ansible_facts) and the
+    set_fact cache (set_fact and register), and how to mark facts read from a cache on disk as
+    data, never templates (None: no need); None for any other mapping. Why not hostvars[host]:
+    each one is a VariableManager.get_vars() of the host - every inventory, group and vars-plugin
+    layer merged and the node's facts copied twice (namespaced, and again as top-level variables) -
+    about 9 ms a node with this collection's facts, 9 s for every task that reads 1,024 nodes
+    (tests/bench/controller_scale.py --ansible). These are the layers get_vars() takes the
+    variables read raw from (ansible-core lib/ansible/vars/manager.py), in its order; what a user
+    may set with a template (SEEN) is not read from them."""
     manager = getattr(hostvars, '_variable_manager', None)
+    inventory = getattr(hostvars, '_inventory', None)
     facts = getattr(manager, '_fact_cache', None)
     set_facts = getattr(manager, '_nonpersistent_fact_cache', None)
-    if manager is None or not hasattr(facts, 'get') or not hasattr(set_facts, 'get'):
+    if manager is None or not hasattr(inventory, 'get_host') or not hasattr(facts, 'get') or not hasattr(set_facts, 'get'):
         return None
-    return facts, set_facts
+    return inventory, facts, set_facts, _unsafe()
+
+
+def _unsafe():
+    """wrap_var, where facts read from the fact cache may be neither this run's module results nor
+    marked unsafe: ansible-core before 2.19 marks a module's result unsafe (a string in it is never
+    templated) before it reaches the cache, but facts a persistent cache plugin (jsonfile, redis)
+    loads from an earlier run come back as plain strings; get_vars() wraps them on every read. From
+    2.19 on no string is a template unless marked trusted. None where nothing is to be done."""
+    try:
+        from ansible import constants
+        from ansible.release import __version__
+        from ansible.utils.unsafe_proxy import wrap_var
+    except ImportError:
+        return None
+    version = tuple(int(part) for part in __version__.split('.')[:2] if part.isdigit())
+    if version >= (2, 19) or getattr(constants, 'CACHE_PLUGIN', 'memory') in ('memory', 'ansible.builtin.memory'):
+        return None
+    return wrap_var
 
 
 def _raw_of(stores, host):
-    facts, set_facts = stores
+    inventory, facts, set_facts, unsafe = stores
     try:
         node_facts = facts.get(host)
     except KeyError:                 # a cache plugin other than memory may raise for a host it never saw
         node_facts = None
-    raw = dict(set_facts.get(host) or {})
+    entry = inventory.get_host(host)
+    raw = dict(getattr(entry, 'vars', None) or {})
+    raw.update(set_facts.get(host) or {})
     # As get_vars() namespaces them: ansible_facts.<name> (this collection's names have no ansible_ prefix).
-    raw['ansible_facts'] = node_facts or {}
+    raw['ansible_facts'] = (unsafe(node_facts) if unsafe else node_facts) if node_facts else {}
     return raw
 
 

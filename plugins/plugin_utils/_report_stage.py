@@ -26,9 +26,10 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _rails
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
 
-# report.json is indented up to 100,000 pair tests (a full mesh of 112 nodes x 8 rails x 2 memories,
-# ~90 MB); beyond, one line: a 256-node full mesh is 473 MB indented and took 2.4 GB more memory to
-# write (the indenting encoder is pure Python), 230 MB compact (tests/bench/controller_scale.py).
+# report.json is indented, a line per pair test, up to 100,000 pair tests (a full mesh of 112 nodes x 8
+# rails x 2 memories); beyond, one line, the least the file and the memory to write it can be (a 256-node
+# full mesh is 230 MB on one line; indented all through, as the standard library indents, it was 473 MB
+# and took 2.4 GB more memory to write: tests/bench/controller_scale.py).
 INDENT_MAX_PAIRS = 100000
 # A baseline is a report.json of an earlier run; one larger than this is no report of ours.
 BASELINE_LIMIT = 1 << 30
@@ -119,7 +120,8 @@ def read_baseline(path):
 # What the standard library's encoder cannot write (a date, a mapping that is no dict) is written as
 # ansible-core's AnsibleJSONEncoder (what to_nice_json uses) writes it. Not that encoder for all of it:
 # from ansible-core 2.19 on, it first walks the whole value for data tags, which took more time than
-# the encoding itself (bench.json of 16,384 pairs: 5.5 of 7.3 s, tests/bench/controller_scale.py).
+# the encoding itself (bench.json of 16,384 pairs, under a profiler: 5.5 of 7.3 s; the whole judging
+# task of tests/bench/controller_scale.py --ansible, 1,024 nodes, went from 8.1 to 3.2 s with the rest below).
 _ANSIBLE_ENCODER = AnsibleJSONEncoder()
 # Each pair test on a line of its own in an indented file: the standard library indents in pure Python,
 # 1.8 s for bench.json of 16,384 pairs; a line per pair is 0.3 s, and one grep per pair.
@@ -190,10 +192,11 @@ def read_bench(path):
 
 
 def render(report, html_path=None, timestamp=None):
-    """(file name, its content as UTF-8 bytes) of every file of the report, in FILES' order, one
-    file rendered at a time (the text of one is dropped before the next is rendered: a 256-node
-    full mesh's report.json alone is about 230 MB); ``html_path``: where report.md says
-    report.html is; ``timestamp``: the Prometheus textfile's time (seconds since the epoch)."""
+    """(file name, its content as UTF-8 bytes) of every file of the report, in FILES' order, each
+    rendered when asked for (its text is dropped once encoded: never the text and the bytes of
+    every file at once; a 256-node full mesh's report.json alone is about 230 MB); ``html_path``:
+    where report.md says report.html is; ``timestamp``: the Prometheus textfile's time (seconds
+    since the epoch)."""
     renderers = {'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
                  'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
                  'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}

@@ -245,6 +245,8 @@ def _ansible_hostvars(tmp_path, nodes):
     for host, (facts, set_facts) in nodes.items():
         manager.set_host_facts(host, facts)
         manager.set_nonpersistent_facts(host, set_facts)
+    # What add_host gives a host (playbooks/offline.yml: a snapshot refused, its failure record).
+    manager._inventory.get_host('c').set_variable('gpu_fabric_failures', [{'stage': 'offline', 'msg': 'refused'}])
 
     class Counted(HostVars):
         views = []
@@ -270,14 +272,14 @@ def test_ansible_hostvars_are_read_from_its_caches_and_the_view_only_where_a_nod
     hostvars, views = _ansible_hostvars(tmp_path, nodes)
     model = _fleet_model.read(hostvars, ['a', 'b', 'c', 'gone'])
     a, b, c, gone = (model['nodes'][host] for host in ('a', 'b', 'c', 'gone'))
-    # From the caches: the facts and set_fact values themselves, not copies.
+    # From the caches: the facts and set_fact values; from the inventory, what add_host set.
     assert a['facts']['ib'] == IB and a['facts']['gdr'] == GDR and a['stages'] == ['validate']
     assert a['bench']['plan'] == {'hcas': ['mlx5_0']} and model['bench_fleet'] == {'nodes': ['a']}
     assert model['collective'] == {'status': 'ok'}
     # What the node recorded wins; the view is built for the nodes that recorded nothing, once each.
     assert a['address'] == '10.9.0.1' and a['nccl_ib_hca'] == 'mlx5_4'
     assert b['address'] == 'b.ib' and b['nccl_ib_hca'] == '=mlx5_3' and b['failures'] == [{'stage': 'validate', 'msg': 'x'}]
-    assert c['address'] == 'c.ib' and c['facts'] == {} and c['stages'] == []
+    assert c['address'] == 'c.ib' and c['facts'] == {} and c['stages'] == [] and c['failures'] == [{'stage': 'offline', 'msg': 'refused'}]
     assert gone['known'] is False and gone['address'] is None
     assert sorted(views) == ['b', 'c'], views
     # The same model as through the view of every node (what a plain mapping of the templated variables gives).
@@ -289,3 +291,15 @@ def test_ansible_hostvars_are_read_from_its_caches_and_the_view_only_where_a_nod
     del views[:]
     _fleet_model.read(hostvars, ['a', 'b', 'c'], ('bench', 'collective', 'capture'))
     assert views == []
+
+
+@pytest.mark.parametrize('version, plugin, wraps', [('2.16.3', 'jsonfile', True), ('2.18.1', 'redis', True),
+                                                     ('2.16.3', 'memory', False), ('2.19.0', 'jsonfile', False)])
+def test_facts_from_a_cache_on_disk_are_marked_unsafe_before_2_19(monkeypatch, version, plugin, wraps):
+    """A persistent fact cache hands back an earlier run's facts as plain strings: before 2.19 a
+    plain string may be templated, so they are wrapped as get_vars() wraps them."""
+    from ansible import constants, release
+    from ansible.utils.unsafe_proxy import wrap_var
+    monkeypatch.setattr(release, '__version__', version)
+    monkeypatch.setattr(constants, 'CACHE_PLUGIN', plugin, raising=False)
+    assert (_fleet_model._unsafe() is wrap_var) is wraps
