@@ -293,8 +293,8 @@ def test_ansible_hostvars_are_read_from_its_caches_and_the_view_only_where_a_nod
     assert views == []
 
 
-@pytest.mark.parametrize('version, plugin, wraps', [('2.16.3', 'jsonfile', True), ('2.18.1', 'redis', True),
-                                                     ('2.16.3', 'memory', False), ('2.19.0', 'jsonfile', False)])
+@pytest.mark.parametrize('version, plugin, wraps', [
+    ('2.16.3', 'jsonfile', True), ('2.18.1', 'redis', True), ('2.16.3', 'memory', False), ('2.19.0', 'jsonfile', False)])
 def test_facts_from_a_cache_on_disk_are_marked_unsafe_before_2_19(monkeypatch, version, plugin, wraps):
     """A persistent fact cache hands back an earlier run's facts as plain strings: before 2.19 a
     plain string may be templated, so they are wrapped as get_vars() wraps them."""
