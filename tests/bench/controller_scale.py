@@ -515,7 +515,7 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
                    ANSIBLE_FILTER_PLUGINS=os.path.join(work, 'filter_plugins'))
         argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(work, 'scale.yml'),
                 '-i', os.path.join(work, 'inventory.ini'), '-e', 'gf_work=%s' % work,
-                '-e', 'gpu_fabric_output_dir=%s' % os.path.join(work, 'out'), '-e', 'gpu_fabric_exit_policy=[]',
+                '-e', 'gpu_fabric_output_dir=%s' % os.path.join(work, 'out'), '-e', "gpu_fabric_exit_policy=findings[?code=='NO_SUCH_CODE']",
                 '-e', 'ansible_python_interpreter=%s' % sys.executable]
         row = {'nodes': count, 'rails': RAILS, 'mode': mode, 'stage': 'ansible', 'input': False, 'keep_raw': keep_raw,
                'hostvars_json_mib': round(hostvars_bytes / 2.0 ** 20, 1)}
@@ -523,6 +523,7 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
                   'p = subprocess.run(sys.argv[1:], capture_output=True, text=True); '
                   'print(json.dumps({"rc": p.returncode, "seconds": time.perf_counter() - t, "started": w, '
                   '"tail": (p.stdout + p.stderr)[-600:], "console_lines": len(p.stdout.splitlines()), '
+                  '"failed": [line[:2000] for line in p.stdout.splitlines() if line.startswith(("fatal:", "failed:"))][:3], '
                   '"peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}))')
         # Its own process group: past the timeout, ansible-playbook and its workers are killed too, not
         # only the wrapper (they would run on, and load the machine, for the next case).
@@ -539,7 +540,8 @@ def ansible_case(count, mode, timeout=900, keep_raw=False, direct=None):
         row.update(seconds=round(measured['seconds'], 1), peak_rss_mib=round(measured['peak_rss_mib'], 1),
                    console_lines=measured['console_lines'])
         if measured['rc']:
-            row['error'] = measured['tail']
+            # The tasks that failed (the console's "fatal:" lines), else the console's tail.
+            row['error'] = '\n'.join(measured['failed']) or measured['tail']
         written = os.path.join(work, 'out', 'report.json')
         if os.path.exists(written):
             # What came out, so that a run that judged nothing cannot pass for a fast one.
