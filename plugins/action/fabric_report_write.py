@@ -37,7 +37,11 @@ def _text(args, name):
     if value is None or value == '':
         return None
     if not isinstance(value, string_types):
-        raise AnsibleActionFail('%s must be a string, got %s' % (name, type(value).__name__))
+        # ansible-core before 2.19 turns a template's result that reads as a Python list or dict
+        # ('[]', "['a']") into one: the user wrote a string, and is told how it arrived.
+        raise AnsibleActionFail('%s must be a string, got %s%s' % (name, type(value).__name__, (
+            ' (%r: ansible-core before 2.19 reads a value that looks like a Python list or dict as one; '
+            'write the expression so that it does not)' % (value,)) if isinstance(value, (list, dict)) else ''))
     return to_text(value)
 
 

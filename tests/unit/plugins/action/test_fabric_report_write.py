@@ -208,7 +208,8 @@ def test_a_baseline_larger_than_the_limit_is_refused(tmp_path, monkeypatch):
     ({'hosts': ['a'], 'dest': '/tmp/x', 'regression_pct': 'nan'}, 'regression_pct must be a number from 0 to 100'),
     ({'hosts': ['a'], 'dest': '/tmp/x', 'regression_pct': 101}, 'regression_pct must be a number from 0 to 100'),
     ({'hosts': ['a'], 'dest': '/tmp/x', 'regression_pct': True}, 'regression_pct must be a number from 0 to 100'),
-    ({'hosts': ['a'], 'dest': '/tmp/x', 'exit_policy': ['x']}, 'exit_policy must be a string'),
+    ({'hosts': ['a'], 'dest': '/tmp/x', 'exit_policy': ['x']}, r"exit_policy must be a string, got list \(\['x'\]: ansible-core before 2.19"),
+    ({'hosts': ['a'], 'dest': '/tmp/x', 'exit_policy': 5}, 'exit_policy must be a string, got int$'),
 ])
 def test_bad_arguments_fail_before_anything_is_written(tmp_path, args, words):
     with pytest.raises(AnsibleActionFail, match=words):
