@@ -124,8 +124,8 @@ def hosts_within(hosts, among=None):
     """The names of ``hosts`` that are in ``among`` (None: every one), in the order of ``hosts``
     (playbooks/vars/nodes.yml: the nodes of a run within --limit). One set of ``among``: Jinja's
     select('in', list) walks the list for every host, and from ansible-core 2.19 on each walk
-    goes through a lazily templated list: 3.5 s for 1,024 hosts, for every task naming the nodes
-    (tests/bench/controller_scale.py --ansible)."""
+    goes through a lazily templated list: 3.5 s for 1,024 hosts, in every task naming the nodes
+    (tests/bench/controller_scale.py --ansible: "Write the collective results" went from 5.1 to 0.3 s)."""
     for name, value in (('hosts', hosts), ('among', among)):
         if value is not None and (isinstance(value, (str, bytes, dict)) or not hasattr(value, '__iter__')):
             raise AnsibleFilterError('hosts_within: %s must be a list of inventory names, got %s' % (name, type(value).__name__))
