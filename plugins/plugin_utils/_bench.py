@@ -410,7 +410,7 @@ _CONTAINERS = frozenset((dict, list))
 def _deeper_than(value, limit):
     """Whether ``value`` (json.loads' lists and dicts) nests deeper than ``limit`` levels; without
     recursion, a level at a time, by exact type (a stack of every container, each checked with
-    isinstance, was a third of the judging of a 1,024-node ring)."""
+    isinstance, was a third of the judging of a 1,024-node ring under a profiler)."""
     level = [value] if value.__class__ in _CONTAINERS else []
     depth = 1
     while level:
@@ -540,8 +540,8 @@ def _end(nominal, host, plan, hca, rail, known):
 
 
 def _judged_rate(nominal, ends, known=None):
-    """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports).
-    ``ends``: [(host, plan, hca, rail)] of the pair; ``known``: _end()'s. Against the nominal rate of
+    """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports, the
+    rates of its ports that are known). ``ends``: [(host, plan, hca, rail)] of the pair; ``known``: _end()'s. Against the nominal rate of
     the slower end's kind; where no nominal rate is known, against the slower port's rate (None
     where neither is known)."""
     rates, nominals, degraded = [], [], []
@@ -555,7 +555,7 @@ def _judged_rate(nominal, ends, known=None):
             if running and running < mine:
                 degraded.append({'host': host, 'hca': hca, 'rate_gbps': running})
     rail_rate = min(nominals) if nominals else None
-    return (rail_rate or (min(rates) if rates else None)), rail_rate, degraded
+    return (rail_rate or (min(rates) if rates else None)), rail_rate, degraded, rates
 
 
 def degraded_text(entry):
@@ -659,9 +659,8 @@ def report(nodes, options):
                 continue
             server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
             ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
-            rates = [end[0] for end in (_end(nominal, *(ends[0] + (known,))), _end(nominal, *(ends[1] + (known,)))) if end[0]]
             # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
-            expected, rail_rate, degraded = _judged_rate(nominal, ends, known)
+            expected, rail_rate, degraded, rates = _judged_rate(nominal, ends, known)
             summary = record.get('summary') or {}
             entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
                      'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
