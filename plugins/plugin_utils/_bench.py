@@ -334,10 +334,45 @@ def _test_of(result):
     return inner if isinstance(inner, dict) and 'pair_id' in inner else None
 
 
+# What report() keys pairs, the matrix and its sort orders by: a record without one of them (or
+# with a null, a number for a node name, a memory kind that is neither) cannot be placed, and
+# one such record made the sort of every pair fail (TypeError between str and None). It is
+# dropped, counted and named (MALFORMED_NAMED of them per node); the others are judged.
+MEMORIES = ('host', 'gpu')
+MALFORMED_NAMED = 5
+
+
+def record_problem(record):
+    """Why ``record`` (one entry of a node's records) cannot be judged, or None."""
+    if not isinstance(record, dict):
+        return 'not a mapping (%s)' % type(record).__name__
+    if record.get('side') not in ('server', 'client'):
+        return 'side is %s, not server or client' % _shown(record.get('side'), 'side' in record)
+    for name in ('server', 'client'):
+        value = record.get(name)
+        if not isinstance(value, str) or not value:
+            return '%s is %s, not a node name' % (name, _shown(value, name in record))
+    if record.get('memory') not in MEMORIES:
+        return 'memory is %s, not host or gpu' % _shown(record.get('memory'), 'memory' in record)
+    rail = record.get('rail')
+    if rail is not None and (isinstance(rail, bool) or not isinstance(rail, (str, int))):
+        return 'rail is %s, not a rail number or HCA name' % _shown(rail, True)
+    return None
+
+
+def _shown(value, present):
+    if not present:
+        return 'missing'
+    if value is None:
+        return 'null'
+    return repr(value)[:60] if isinstance(value, (str, int, float)) else 'a %s' % type(value).__name__
+
+
 def _checked(record):
-    """A record as report() reads it, or None: records travel through hostvars, so they are
-    typed again here (_shape) rather than trusted to be what record_of made."""
-    if not isinstance(record, dict) or record.get('side') not in ('server', 'client'):
+    """A record as report() reads it, or None (record_problem() says why): records travel
+    through hostvars and files, so they are typed again here (_shape) rather than trusted to be
+    what record_of made."""
+    if record_problem(record) is not None:
         return None
     checked = dict(record)
     for name in ('memory', 'rail', 'server', 'client', 'hca', 'peer_hca'):
@@ -472,10 +507,12 @@ def read_records(path, host, run_id=None):
     return content['records']
 
 
-def _node_records(host, node, unreadable):
+def _node_records(host, node, unreadable, malformed=None):
     """A node's records one at a time, checked (a checked copy of every node's records at once
     doubled what the judging holds for a full mesh); from its records file when it has one. A file
-    that cannot be read gives no record, and its reason in ``unreadable``."""
+    that cannot be read gives no record, and its reason in ``unreadable``; a record that cannot be
+    judged (record_problem) is dropped and counted in ``malformed[host]``: {'source', 'dropped',
+    'records': the first MALFORMED_NAMED, each 'record <index>: <what is wrong>'}."""
     node = mapping(node)
     records = node.get('records')
     if node.get('records_file'):
@@ -484,10 +521,15 @@ def _node_records(host, node, unreadable):
         except ValueError as exc:
             unreadable[host] = str(exc)
             return
-    for record in sequence(records):
+    for index, record in enumerate(sequence(records)):
         checked = _checked(record)
         if checked is not None:
             yield checked
+        elif malformed is not None:
+            entry = malformed.setdefault(host, {'source': text(node.get('records_file')) or 'hostvars', 'dropped': 0, 'records': []})
+            entry['dropped'] += 1
+            if len(entry['records']) < MALFORMED_NAMED:
+                entry['records'].append('record %d: %s' % (index, record_problem(record)))
 
 
 def _rate(plan, hca):
@@ -640,10 +682,11 @@ def report(nodes, options):
     server_side = {}
     reported = set()
     unreadable = {}
+    malformed = {}
     known = {}
     for host in sorted(nodes):
         plan = mapping(mapping(nodes[host]).get('plan'))
-        for record in _node_records(host, nodes[host], unreadable):
+        for record in _node_records(host, nodes[host], unreadable, malformed):
             reported.add(host)
             if record.get('counters_delta'):
                 counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
@@ -748,6 +791,8 @@ def report(nodes, options):
               'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
     if unreadable:
         result['records_unreadable'] = unreadable
+    if malformed:
+        result['records_malformed'] = malformed
     return result
 
 
@@ -829,6 +874,12 @@ def console_lines(bench, limit=20, where='bench.json'):
         lines.append('left out %s (%s)' % (host, bench['excluded'][host]))
     for host in sorted(mapping(bench.get('records_unreadable')), key=_rails.natural_key):
         lines.append('records of %s unreadable (%s)' % (host, bench['records_unreadable'][host]))
+    for host in sorted(mapping(bench.get('records_malformed')), key=_rails.natural_key):
+        entry = mapping(bench['records_malformed'][host])
+        named = sequence(entry.get('records'))
+        lines.append('%s malformed record(s) of %s dropped, not judged (%s: %s%s)' % (
+            entry.get('dropped'), host, entry.get('source'), '; '.join(text(r) or '' for r in named),
+            '; ...' if (integer(entry.get('dropped')) or 0) > len(named) else ''))
     bad = sorted((p for p in mappings(bench.get('pairs')) if p.get('verdict') != 'ok'), key=_pair_badness)
     if bad and limit:
         lines.append('%d pair test(s) not healthy, the worst first' % len(bad))

@@ -114,3 +114,56 @@ def test_the_depth_limit_is_exact_for_lists_and_mappings(levels):
     assert _deeper_than(value, 16) is (levels > 16)
     # A wide level counts once: depth, not size.
     assert _deeper_than([[{}] * 50] * 50, 3) is False and _deeper_than([[{'a': []}]], 3) is True
+
+
+# One record that cannot be placed in a pair (every field report() keys pairs, the matrix and their
+# sort orders by), in a records file or in hostvars: it alone is dropped, counted and named.
+_MALFORMED = [
+    ('server', 'drop', 'server is missing'),
+    ('server', None, 'server is null'),
+    ('server', 3, 'server is 3'),
+    ('server', '', "server is ''"),
+    ('client', None, 'client is null'),
+    ('client', ['b'], 'client is a list'),
+    ('memory', None, 'memory is null'),
+    ('memory', 'vram', "memory is 'vram'"),
+    ('side', 'drop', 'side is missing'),
+    ('rail', {'x': 1}, 'rail is a dict'),
+    ('rail', True, 'rail is True'),
+]
+
+
+@pytest.mark.parametrize('from_file', [True, False], ids=['records_file', 'hostvars'])
+@pytest.mark.parametrize('field, value, words', _MALFORMED, ids=['%s-%s' % (f, v) for f, v, _w in _MALFORMED])
+def test_a_malformed_record_is_named_and_costs_only_itself(tmp_path, from_file, field, value, words):
+    nodes = _mesh()
+    healthy = _bench.report(_mesh(), {})
+    bad = dict(nodes['c']['records'][0])
+    if value == 'drop':
+        bad.pop(field)
+    else:
+        bad[field] = value
+    # c's one good record stays, a second (its malformed copy) and a non-mapping come after it.
+    nodes['c']['records'] = nodes['c']['records'] + [bad, 'junk']
+    if from_file:
+        nodes = dict((host, dict(node, records=[], run_id='r', records_file=_bench.write_records(
+            str(tmp_path), host, node['records'], 'r'))) for host, node in nodes.items())
+    result = _bench.report(nodes, {})
+    entry = result['records_malformed']['c']
+    assert entry['dropped'] == 2 and list(result['records_malformed']) == ['c']
+    assert entry['records'][0].startswith('record 1: ' + words) and entry['records'][1] == 'record 2: not a mapping (str)'
+    assert entry['source'] == (nodes['c']['records_file'] if from_file else 'hostvars')
+    # Every other pair is judged as without the bad record.
+    assert result['pairs'] == healthy['pairs'] and result['verdicts'] == healthy['verdicts']
+    lines = _bench.console_lines(result)
+    assert any(line.startswith('2 malformed record(s) of c dropped') and 'record 1: ' + words in line for line in lines), lines
+
+
+def test_malformed_records_are_named_up_to_a_few_and_all_counted():
+    nodes = _mesh()
+    nodes['b']['records'] = nodes['b']['records'] + [{'side': 'client'}] * 40
+    entry = _bench.report(nodes, {})['records_malformed']['b']
+    assert entry['dropped'] == 40 and len(entry['records']) == _bench.MALFORMED_NAMED
+    assert entry['records'][0] == 'record 2: server is missing, not a node name'
+    line = [x for x in _bench.console_lines(_bench.report(nodes, {})) if 'malformed' in x][0]
+    assert line.startswith('40 malformed record(s) of b dropped') and line.endswith('; ...)')
