@@ -25,7 +25,7 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _culprit_search, _fleet_model, _report_stage
 
 display = Display()
@@ -170,7 +170,8 @@ class ActionModule(ActionBase):
                 finished = self._wait(jobs, limit, delay, async_dir, task_vars)
                 state = _culprit_search.update(state, runs, [_culprit_search.verdict_of(r) for r in finished],
                                                time.monotonic() - began)
-                line = _culprit_search.round_line(state)
+                # Host names are the inventory's: printed as shown, never acted on by the terminal.
+                line = _printable.printable(_culprit_search.round_line(state))
                 lines.append(line)
                 display.display('culprit search %s' % line)
         finally:

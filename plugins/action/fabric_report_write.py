@@ -25,6 +25,7 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _report_stage
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
@@ -135,7 +136,8 @@ class ActionModule(ActionBase):
             # matched ids (hundreds on a large fleet) stay out of the console.
             for key in ('files', 'summary', 'matched'):
                 result.pop(key, None)
-            result.update(failed=True, msg='; '.join(problems))
+            # A failure message can quote a file name or a policy given by someone else.
+            result.update(failed=True, msg=_printable.printable('; '.join(problems)))
         else:
             result['msg'] = lines[0]
         return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import to_nice_json
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a terminal may be shown
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what each HCA is for
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose  # the one judge of a port
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model  # the nodes' state, read from hostvars
@@ -76,7 +77,8 @@ def fabric_summary(hostvars, hosts):
     for host in model['hosts']:
         facts = model['nodes'][host]['facts']
         lines.extend(node_summary(host, facts.get('ib'), facts.get('gdr')))
-    return lines
+    # Host names, HCA types and reasons are the nodes' own text: printed, they must not drive the terminal.
+    return _printable.printable_lines(lines)
 
 
 def fabric_facts_files(hostvars, hosts):

@@ -19,6 +19,7 @@ import zlib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a console line may hold
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails in position order
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
@@ -886,4 +887,5 @@ def console_lines(bench, limit=20, where='bench.json'):
         lines.extend(pair_line(entry) for entry in bad[:limit])
     if len(bad) > limit:
         lines.append('... and %d more not healthy, every pair in %s' % (len(bad) - limit, where))
-    return lines
+    # Node names, HCAs and failure messages are the nodes' (or a log's) own text.
+    return _printable.printable_lines(lines)

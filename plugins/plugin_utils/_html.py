@@ -23,6 +23,7 @@ import math
 import statistics
 from html import escape
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._diagnose import LAYERS
 
@@ -92,14 +93,12 @@ SCRIPT = '''
 '''
 
 
-# C0 control characters other than tab and newline, and DEL: a parse error in HTML (WHATWG HTML
-# 13.2.5 'control-character-in-input-stream') that a browser passes on or drops silently, and an
-# escape sequence when the page's text is copied into a terminal. Shown as the visible text \xNN.
-_CONTROLS = dict((code, '\\x%02x' % code) for code in list(range(32)) + [127] if code not in (9, 10))
-
-
+# Control characters (a parse error in HTML: WHATWG HTML 13.2.5 'control-character-in-input-stream',
+# passed on or dropped silently by a browser, an escape sequence when the page's text is copied
+# into a terminal) and bidirectional overrides (which reorder the text that follows them on the
+# page): shown as their visible escapes, as in every other format (module_utils/_printable.py).
 def _e(value):
-    return escape(('' if value is None else str(value)).translate(_CONTROLS))
+    return escape(_printable.printable(value, _printable.LINES))
 
 
 def _badge(status):

@@ -28,7 +28,7 @@ import stat
 import tarfile
 import zlib
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tasks
@@ -36,15 +36,11 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tas
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
 COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
-# What a terminal acts on rather than prints (C0 and C1 controls with ESC and CSI, DEL, the
-# Unicode line separators) and lone surrogates (a non-UTF-8 byte of a file name): Ansible prints
-# a loop label as it is, so a log named '\x1b]0;...\x07.txt' would drive the operator's terminal.
-_UNPRINTABLE_RE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]')
-
-
 def printable(name):
-    """``name`` with each character of _UNPRINTABLE_RE written as its Python escape ('\\x1b')."""
-    return _UNPRINTABLE_RE.sub(lambda match: ascii(match.group())[1:-1], str(name))
+    """``name`` as the console shows it (a loop label, a message): module_utils/_printable.py.
+    Ansible prints a loop label as it is, so a log named '\x1b]0;...\x07.txt' would otherwise
+    drive the operator's terminal."""
+    return _printable.printable(name)
 
 
 def classify(paths):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _fabric
 
 SCHEMA = 'hpc.gpu_fabric/report'
@@ -121,10 +122,10 @@ def policy(report, expression=DEFAULT_POLICY):
 # ---------------------------------------------------------------------------- renderers
 
 # Host names, subjects and causes carry what nodes and tools printed (an ANSI colour code, a
-# NUL, a '<script>' in a perftest log): every renderer escapes them for its own format.
-# XML 1.0 section 2.2 'Char': tab, LF, CR and U+0020 up; no C0 control, no lone surrogate,
-# not U+FFFE/U+FFFF. Such a character is replaced by U+FFFD, in every format alike.
-_NOT_XML_CHAR_RE = re.compile('[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]')
+# NUL, a U+202E, a '<script>' in a perftest log): every renderer makes them printable first
+# (module_utils/_printable.py: controls, format and bidirectional characters and lone surrogates
+# as their visible escapes, which XML 1.0 section 2.2 'Char' then admits too), then escapes them
+# for its own format.
 # What CommonMark gives a meaning to inside a paragraph or a table cell ('|' ends a GFM cell);
 # '<', '>' and '&' become entities, so no HTML inside the Markdown survives either.
 # An '_' between two letters or digits opens no emphasis (CommonMark 6.2, left-flanking '_'),
@@ -135,7 +136,7 @@ _CODE_RE = re.compile(r'^[\w.:-]+$')
 
 
 def _clean(value):
-    return _NOT_XML_CHAR_RE.sub('\ufffd', '%s' % (value,))
+    return _printable.printable('%s' % (value,), _printable.LINES)
 
 
 def escape(value):

@@ -23,7 +23,7 @@ import uuid
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _rails
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _printable, _rails
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
 
 # report.json is indented, a line per pair test, up to 100,000 pair tests (a full mesh of 112 nodes x 8
@@ -205,7 +205,7 @@ def render(report, html_path=None, timestamp=None):
 
 
 def _one_line(text, limit=200):
-    text = ' '.join(('%s' % (text,)).split())
+    text = _printable.printable(' '.join(('%s' % (text,)).split()))
     return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
@@ -223,7 +223,8 @@ def console_lines(report, html_path=None, roots_shown=10):
         lines.append('... and %d more root cause(s) in report.md' % (len(roots) - roots_shown))
     if html_path:
         lines.append('Full report: %s' % html_path)
-    return lines
+    # Host names, codes and causes are other people's text: nothing of it drives the terminal.
+    return _printable.printable_lines(lines)
 
 
 def not_checked(report):
