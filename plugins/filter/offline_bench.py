@@ -15,10 +15,18 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model
 
 
 def offline_logs(files):
+    # A directory is searched here (offline.yml): ansible.builtin.find fails the whole task on a
+    # file name that is not UTF-8, where such a file must cost only itself.
+    refused = []
+    if isinstance(files, str):
+        if not os.path.isdir(files):
+            raise AnsibleFilterError('offline_logs: %s is not a directory of saved outputs' % _offline.printable(files))
+        files, refused = _offline.find_logs(files)
     if not isinstance(files, (list, tuple)):
-        raise AnsibleFilterError('offline_logs: expected a list of paths (or the files of ansible.builtin.find)')
-    paths, refused = _offline.log_entries(files)
-    return dict(_offline.classify(paths), refused=refused)
+        raise AnsibleFilterError('offline_logs: expected a directory, or a list of paths (or the files of ansible.builtin.find)')
+    paths, too_large = _offline.log_entries(files)
+    refused = sorted(refused + too_large, key=lambda entry: entry['log'])
+    return dict(_offline.classify(paths, [entry['log'] for entry in refused]), refused=refused)
 
 
 def offline_snapshots(directory, out_dir):

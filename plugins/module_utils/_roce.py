@@ -70,6 +70,12 @@ SAVED_DIR = '.gpu_fabric_commands/roce_qos'
 # A saved output is a few kB (mlnx_qos -i with its 64-entry DSCP map: ~1.5 kB); one over 1 MiB
 # is no output of these tools and is not read.
 SAVED_MAX_BYTES = 1 << 20
+# A directory of saved outputs holds one file per netdev and kind: a node of 64 netdevs (an
+# 8-HCA node with 8 VFs each) has 64 x 5 = 320. The first SAVED_MAX_NAMES names (sorted) are
+# looked at, the rest counted; of the names refused, the first SAVED_REFUSED_LISTED are listed
+# (and warned about) and the rest counted: 20,000 junk files printed 20,000 warnings.
+SAVED_MAX_NAMES = 1024
+SAVED_REFUSED_LISTED = 10
 # The first line of a saved output written by fabric_capture; the header lines after it say the
 # command and its rc. A file without it (a ticket's paste) is the tool's stdout, rc 0.
 SAVED_MAGIC = '# hpc.gpu_fabric saved output'
@@ -482,7 +488,8 @@ class SavedOutputs(object):
     def __init__(self, paths):
         self.paths = list(paths or [])
         self.files = {}        # (netdev, kind) -> path
-        self.refused = []      # {'path', 'reason'}
+        self.refused = []      # {'path', 'reason'}: the first SAVED_REFUSED_LISTED
+        self.refused_more = 0  # refused, or not looked at (past SAVED_MAX_NAMES), and not listed
         self.read = []         # paths read, in order
         self._notes = {}       # (netdev, kind) -> why it gave nothing
         self._asked = set()
@@ -491,25 +498,33 @@ class SavedOutputs(object):
                 try:
                     names = sorted(os.listdir(path))
                 except OSError as exc:
-                    self.refused.append({'path': path, 'reason': 'cannot list: %s' % (exc.strerror or exc)})
+                    self._refuse(path, 'cannot list: %s' % (exc.strerror or exc))
                     continue
-                for name in names:
+                for name in names[:SAVED_MAX_NAMES]:
                     self._add(os.path.join(path, name), name)
+                if len(names) > SAVED_MAX_NAMES:
+                    self._refuse(path, '%d more file(s) not looked at: a directory of saved outputs holds a few per netdev '
+                                 '(the first %d names are)' % (len(names) - SAVED_MAX_NAMES, SAVED_MAX_NAMES))
             else:
                 self._add(path, os.path.basename(path))
+
+    def _refuse(self, path, reason):
+        if len(self.refused) < SAVED_REFUSED_LISTED:
+            self.refused.append({'path': path, 'reason': reason})
+        else:
+            self.refused_more += 1
 
     def _add(self, path, name):
         match = self._NAME_RE.match(name)
         if not match:
-            self.refused.append({'path': path, 'reason': 'not named <netdev>.<%s>.txt' % '|'.join(SAVED_KINDS)})
+            self._refuse(path, 'not named <netdev>.<%s>.txt' % '|'.join(SAVED_KINDS))
             return
         netdev, kind = match.group('netdev'), match.group('kind')
         problem = netdev_name_problem(netdev)
         if problem:
-            self.refused.append({'path': path, 'reason': 'the netdev name %s is not an interface name (%s)' % (ascii(netdev), problem)})
+            self._refuse(path, 'the netdev name %s is not an interface name (%s)' % (ascii(netdev), problem))
         elif (netdev, kind) in self.files:
-            self.refused.append({'path': path, 'reason': 'a second output of %s for %s (%s is used)'
-                                 % (kind, netdev, self.files[(netdev, kind)])})
+            self._refuse(path, 'a second output of %s for %s (%s is used)' % (kind, netdev, self.files[(netdev, kind)]))
         else:
             self.files[(netdev, kind)] = path
 

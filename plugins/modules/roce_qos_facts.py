@@ -127,10 +127,11 @@ ansible_facts:
         from_log:
           description:
             - With O(from_log), the saved outputs - C(read) (files read), C(unused) (files of netdevs the node has
-              no RoCE port for) and C(refused) (C(path) and C(reason)) - else null.
+              no RoCE port for), C(refused) (C(path) and C(reason); the first 10) and C(refused_more) (how many more were
+              refused, or not looked at past the first 1024 names of a directory) - else null.
           type: dict
           returned: always
-          sample: {read: [/srv/n1/root/.gpu_fabric_commands/roce_qos/ens10f0np0.mlnx_qos.txt], unused: [], refused: []}
+          sample: {read: [/srv/n1/root/.gpu_fabric_commands/roce_qos/ens10f0np0.mlnx_qos.txt], unused: [], refused: [], refused_more: 0}
 '''
 
 import os
@@ -171,10 +172,14 @@ def main():
     ports = without_surrogates(read_roce(sysroot, read_ib(sysroot), run), sysroot.warn, 'gpu_fabric_roce.ports')
     facts = {'ports': ports, 'root': root, 'from_log': None}
     if saved is not None:
-        facts['from_log'] = without_surrogates({'read': saved.read, 'unused': saved.unused(), 'refused': saved.refused},
+        facts['from_log'] = without_surrogates({'read': saved.read, 'unused': saved.unused(), 'refused': saved.refused,
+                                                'refused_more': saved.refused_more},
                                                sysroot.warn, 'gpu_fabric_roce.from_log')
+        # The first few named, the rest counted (SAVED_REFUSED_LISTED): one warning per junk file flooded the console.
         for refused in facts['from_log']['refused']:
             sysroot.warn('from_log: %s not used: %s' % (refused['path'], refused['reason']))
+        if saved.refused_more:
+            sysroot.warn('from_log: %d more file(s) not used, not listed' % saved.refused_more)
     for warning in sysroot.warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={'gpu_fabric_roce': facts})

@@ -43,8 +43,8 @@ def printable(name):
     return _printable.printable(name)
 
 
-def classify(paths):
-    """Log paths -> {'perftest': [{path, server, client, rail, memory}], 'collective': [path],
+def classify(paths, refused=()):
+    """Log paths (and the 'log' of each file not read) -> {'perftest': [{path, server, client, rail, memory}], 'collective': [path],
     'labels': {path: its file name, printable}}.
 
     Any *.log/*.txt/*.json that is not named as a perftest pair is a collective candidate;
@@ -60,8 +60,9 @@ def classify(paths):
             perftest.append(entry)
         elif name.endswith(COLLECTIVE_SUFFIXES):
             collective.append(path)
-    # The name each file is shown by on the console (loop labels, messages).
-    labels = dict((path, printable(os.path.basename(path))) for path in list(paths or []))
+    # The name each file is shown by on the console (loop labels, messages); also of the files
+    # not read (``refused``: their 'log' is already shown escaped), which the summary names.
+    labels = dict((path, printable(os.path.basename(path))) for path in list(paths or []) + list(refused or []))
     return {'perftest': perftest, 'collective': collective, 'labels': labels}
 
 
@@ -538,6 +539,53 @@ def _refuse(result, suffixes, name, message):
         unique = '%s-%d' % (name, count)
     suffixes[name] = count
     taken[unique] = message
+
+
+def _readable_name(path):
+    """True when ``path`` is text Ansible can carry (UTF-8): a file name read with surrogateescape
+    (PEP 383) that is not would make the task that returns it fail, and with it the whole import."""
+    try:
+        path.encode('utf-8')
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def find_logs(directory):
+    """The saved outputs under ``directory``, as ansible.builtin.find found them (recursively,
+    regular files named *.log, *.txt or *.json that are not hidden, no symlink followed):
+    ([{path, size}], [{log, recognised: False, reason}]).
+
+    A name that is not UTF-8 (bytes from another system) is skipped and named, escaped: find
+    returned it as it was, and ansible-core 2.19 refuses such a string in a module's result
+    ('Refusing to deserialize an invalid UTF8 string value'), which lost every log of the import.
+    """
+    files, refused = [], []
+    directory = str(directory)
+
+    def unreadable(error):
+        refused.append({'log': printable(getattr(error, 'filename', None) or directory), 'recognised': False,
+                        'reason': 'not read: %s' % printable(error.strerror or error)})
+
+    for top, dirs, names in os.walk(directory, onerror=unreadable):
+        dirs.sort()
+        for name in sorted(names):
+            if name.startswith('.') or not name.endswith(COLLECTIVE_SUFFIXES):
+                continue
+            path = os.path.join(top, name)
+            try:
+                info = os.lstat(path)
+            except OSError as exc:
+                unreadable(exc)
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if not _readable_name(path):
+                refused.append({'log': printable(path), 'recognised': False,
+                                'reason': 'not read: the file name is not UTF-8 (shown with its bytes escaped); rename it'})
+                continue
+            files.append({'path': path, 'size': info.st_size})
+    return files, refused
 
 
 def log_entries(files):

@@ -184,7 +184,8 @@ def test_module_from_log(node, tmp_path, monkeypatch):
     assert [p['source'] for p in facts['ports']] == ['mlnx_qos'] + [None] * 7
     assert facts['from_log'] == {'read': [os.path.join(str(tmp_path), NETDEV + '.mlnx_qos.txt')], 'unused': [],
                                  'refused': [{'path': os.path.join(str(tmp_path), 'notes.txt'),
-                                              'reason': 'not named <netdev>.<mlnx_qos|dcb_pfc|dcb_app|dcb_ets|dcb_apptrust>.txt'}]}
+                                              'reason': 'not named <netdev>.<mlnx_qos|dcb_pfc|dcb_app|dcb_ets|dcb_apptrust>.txt'}],
+                                 'refused_more': 0}
     assert result['warnings'] == ['from_log: %s not used: %s' % (facts['from_log']['refused'][0]['path'], facts['from_log']['refused'][0]['reason'])]
     result, failed = run_module(roce_qos_facts.main, {'root': node, 'from_log': [str(tmp_path / 'typo')]}, monkeypatch)
     assert failed and result['msg'].startswith('from_log: %s not found' % (tmp_path / 'typo'))
@@ -213,3 +214,37 @@ def test_a_dscp_with_two_priorities_is_a_conflict_found_on_its_port(node, tmp_pa
     assert found[0]['severity'] == 'error' and '(the RDMA DSCP)' in found[0]['cause'] and found[0]['evidence']['ports'][NETDEV]['used'] == [26]
     # A port read by mlnx_qos (the NIC's table, one priority per DSCP) holds no conflict; one not read, None.
     assert [p['dscp_conflicts'] for name, p in ports.items() if name != NETDEV][0] is None
+
+
+@pytest.mark.parametrize('junk', [_roce.SAVED_REFUSED_LISTED + 1, 20000])
+def test_junk_files_in_a_saved_output_directory_give_a_few_warnings_and_a_count(node, tmp_path, monkeypatch, junk):
+    """20,000 junk files printed 20,000 warnings: the first few are named, the rest counted, and the
+    port's own saved output (sorted among them) is still read."""
+    write(tmp_path, NETDEV + '.mlnx_qos.txt', fixture('mlnx_qos', 'netarbiter_cx_pfc_prio3_dscp_trust.txt'))
+    for index in range(junk):
+        (tmp_path / ('junk%05d.bin' % index)).write_bytes(b'')
+    result, failed = run_module(roce_qos_facts.main, {'root': node, 'from_log': str(tmp_path)}, monkeypatch)
+    assert not failed, result
+    facts = result['ansible_facts']['gpu_fabric_roce']
+    assert facts['from_log']['read'] == [os.path.join(str(tmp_path), NETDEV + '.mlnx_qos.txt')]
+    refused = facts['from_log']['refused']
+    assert len(refused) == _roce.SAVED_REFUSED_LISTED and refused[0]['path'].endswith('junk00000.bin')
+    # Every junk file is accounted for: listed, counted as refused, or counted as not looked at.
+    assert len(refused) + facts['from_log']['refused_more'] >= min(junk, _roce.SAVED_MAX_NAMES)
+    if junk > _roce.SAVED_MAX_NAMES:
+        assert any('more file(s) not looked at' in r['reason'] for r in refused) or facts['from_log']['refused_more']
+    warnings = result['warnings']
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WARNINGS_NAMED
+    assert len(warnings) <= WARNINGS_NAMED + 1, warnings
+    assert 'from_log: %d more file(s) not used, not listed' % facts['from_log']['refused_more'] in warnings, warnings
+
+
+def test_sysroot_warnings_are_the_first_few_and_a_count(tmp_path):
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _sysroot
+    sysroot = SysRoot(str(tmp_path))
+    for index in range(50000):
+        sysroot.warn('warning %d' % (index % 30000))    # 20,000 repeats: counted once each
+    shown = sysroot.warnings
+    assert shown[:_sysroot.WARNINGS_NAMED] == ['warning %d' % i for i in range(_sysroot.WARNINGS_NAMED)]
+    assert shown[-1] == '... and %d more warning(s) like these, not shown' % (30000 - _sysroot.WARNINGS_NAMED)
+    assert len(shown) == _sysroot.WARNINGS_NAMED + 1

@@ -6,6 +6,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.hpc.gpu_fabric.plugins.filter.offline_bench import offline_logs
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline
 
 PLANS = {
@@ -81,3 +89,63 @@ def test_collective_from_logs():
     assert [(e['log'], e['recognised']) for e in result['imported_logs']] == [
         ('/l/fleet.log', True), ('/l/intra.log', True), ('/l/notes.txt', False)]
     assert _offline.collective_result([results[2]], nodes_ib) is None
+
+
+# ------------------------------------------------------------------- the logs directory, searched
+
+def _make(base, name, data=b'x'):
+    path = os.path.join(os.fsencode(str(base)), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as handle:
+        handle.write(data)
+    return path
+
+
+# Names that are not UTF-8 (ansible.builtin.find returned them, and ansible-core 2.19 failed the task
+# on its result, losing every log): in the file name, in a directory above it, a lone byte, an
+# overlong encoding, a UTF-16 surrogate encoded in UTF-8, Latin-1.
+BAD_NAMES = [b'run\xff.log', b'sub\xfe/run.log', b'\xc0\xafetc.txt', b'\xed\xa0\x80half.json', b'caf\xe9__b__0__host.txt']
+
+
+@pytest.mark.parametrize('bad', BAD_NAMES, ids=['lone_byte', 'in_directory', 'overlong', 'surrogate', 'latin1_pair'])
+def test_a_log_whose_name_is_not_utf8_is_named_as_not_read_and_costs_only_itself(tmp_path, bad):
+    _make(tmp_path, b'good.log')
+    _make(tmp_path, b'a__b__0__host.txt')
+    _make(tmp_path, bad)
+    kinds = offline_logs(str(tmp_path))
+    assert kinds['collective'] == [str(tmp_path / 'good.log')]
+    assert [entry['path'] for entry in kinds['perftest']] == [str(tmp_path / 'a__b__0__host.txt')]
+    assert len(kinds['refused']) == 1, kinds['refused']
+    refused = kinds['refused'][0]
+    assert refused['recognised'] is False and 'not UTF-8' in refused['reason']
+    # Named with its bytes escaped: text any task, report or console can carry.
+    shown = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), bad))
+    assert refused['log'] == _offline.printable(shown) and refused['log'].encode('utf-8')
+    assert '\\udc' in refused['log']
+    assert kinds['labels'][refused['log']] == _offline.printable(os.path.basename(shown))
+    # Everything the filter returns is text Ansible can return (no lone surrogate anywhere).
+    json.dumps(kinds, ensure_ascii=False).encode('utf-8')
+
+
+def test_the_search_is_as_find_searched(tmp_path):
+    _make(tmp_path, b'deep/er/nccl.log')
+    _make(tmp_path, b'.hidden.log')
+    _make(tmp_path, b'readme.md')
+    _make(tmp_path, b'data.json', b'{}' * 10)
+    os.symlink('/etc/passwd', str(tmp_path / 'link.txt'))
+    os.mkdir(str(tmp_path / 'dir.log'))
+    files, refused = _offline.find_logs(str(tmp_path))
+    assert files == [{'path': str(tmp_path / 'data.json'), 'size': 20}, {'path': str(tmp_path / 'deep' / 'er' / 'nccl.log'), 'size': 1}]
+    assert refused == []
+
+
+def test_a_log_named_with_controls_is_read_and_labelled_escaped(tmp_path):
+    _make(tmp_path, '\x1b]0;owned\x07\u202erun.log'.encode('utf-8'))
+    kinds = offline_logs(str(tmp_path))
+    assert kinds['collective'] == [str(tmp_path / '\x1b]0;owned\x07\u202erun.log')] and kinds['refused'] == []
+    assert list(kinds['labels'].values()) == ['\\x1b]0;owned\\x07\\u202erun.log']
+
+
+def test_offline_logs_refuses_what_is_no_directory(tmp_path):
+    with pytest.raises(AnsibleFilterError, match='is not a directory'):
+        offline_logs(str(tmp_path / 'missing'))
