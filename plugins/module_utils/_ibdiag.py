@@ -94,6 +94,40 @@ _DIAG_ERROR_RE = re.compile(r'^(?:ibwarn:|ibpanic:|iberror:|\S+: iberror:|Query 
 # How many unread lines a parser keeps (each is counted; the facts stay small on a garbage input).
 UNREAD_KEPT = 50
 
+# Caps on records. The readers cap bytes (ib_fabric_facts LOG_LIMIT, 64 MiB), which is no cap on
+# records: 60 MiB of sminfo lines were 660,000 SM records, an 89 MB module result and about 2 GB
+# on the controller. Each cap is a real subnet's size with room; what is past it is not kept,
+# counted in the parse's ``dropped`` ({'sms': n, ...}), and ib_fabric_facts says so (facts
+# 'partial', and the report's FABRIC_INPUT_UNREAD).
+# - Nodes: every CA or router port and every switch (its port 0) holds a unicast LID, and there
+#   are 0xBFFF of them, 0x0001-0xBFFF (IBTA Vol 1, 4.1.3; the kernel's be16 LIDs below
+#   IB_MULTICAST_LID_BASE 0xC000, include/rdma/ib_verbs.h). The largest subnets have
+#   ~48k-64k ports (with LMC 0, one LID each).
+NODES_MAX = 0xBFFF
+# - Port lines (links, both ends of each listed, and perfquery's port blocks): a node port's own
+#   line and, above it, a non-blocking three-level fat tree's switch ports (a leaf's down- and
+#   up-link, a spine's down- and up-link, a core port) are at most 6 per end port: 8 per LID.
+LINKS_MAX = 8 * NODES_MAX
+# - SM records: one master and its standbys (IBTA Vol 1, 14.4.1; opensm answers SMInfoRecord with
+#   one record per SM it knows): a handful on any subnet.
+SMS_MAX = 64
+# - Error lines (ibwarn:, iberror:) kept; each is counted like an unread line past it.
+ERRORS_MAX = UNREAD_KEPT
+
+
+def _keep(records, item, cap, dropped, kind):
+    """Append ``item`` to ``records`` while it holds fewer than ``cap``; else count it in ``dropped[kind]``."""
+    if len(records) < cap:
+        records.append(item)
+        return True
+    dropped[kind] = dropped.get(kind, 0) + 1
+    return False
+
+
+def _room(nodes, *node_ids):
+    """True when the nodes ``node_ids`` are known, or there is room for those that are not (NODES_MAX)."""
+    return len(nodes) + len(set(n for n in node_ids if n is not None and n not in nodes)) <= NODES_MAX
+
 # perfquery.c: "# Port counters: Lid %d port %d (CapMask: ...)" / "# Port extended counters: ...",
 # then "Name:....value" lines (libibmad dump of PortCounters / PortCountersExtended).
 _PQ_HEADER_RE = re.compile(r'^#\s*Port (?:extended )?counters:\s*Lid\s+(?P<lid>\d{1,5})\s+port\s+(?P<port>\d{1,3}|ALL)', re.A)
@@ -150,9 +184,10 @@ def _add_node(nodes, node_id, kind=None, node_guid=None, desc=None, lid=None):
 
 
 def parse_iblinkinfo(text):
-    """iblinkinfo (default or line mode) -> {'nodes', 'links', 'unparsed'} (links may appear
-    from both ends; ``topology()`` merges them)."""
-    nodes, links, unparsed = {}, [], []
+    """iblinkinfo (default or line mode) -> {'nodes', 'links', 'unparsed', 'unparsed_count', 'dropped'}
+    (links may appear from both ends; ``topology()`` merges them)."""
+    nodes, links, unparsed, dropped = {}, [], [], {}
+    count = 0
     header = None
     lines = (text or '').splitlines()
     skip = 0
@@ -170,7 +205,8 @@ def parse_iblinkinfo(text):
             continue
         if match is None:
             if _NOT_AVAILABLE_RE.match(line) is None:
-                unparsed.append({'line': number, 'text': raw[:200], 'reason': _LINKINFO_UNREAD})
+                count += 1
+                _unread(unparsed, number, raw, _LINKINFO_UNREAD)
                 if _HEADER_START_RE.match(raw):
                     # A header not read: the port lines after it belong to no node read so far.
                     header = None
@@ -185,6 +221,10 @@ def parse_iblinkinfo(text):
         else:                                          # an excerpt without headers (grep)
             kind, node_guid, desc = ('ca' if line_guid else None), line_guid, None
         node_id = node_guid or 'lid-%d' % lid
+        peer_id = (guid(match.group('pguid')) or 'lid-%d' % int(match.group('plid'))) if match.group('plid') else None
+        if len(links) >= LINKS_MAX or not _room(nodes, node_id, peer_id):
+            dropped['links'] = dropped.get('links', 0) + 1
+            continue
         _add_node(nodes, node_id, kind, node_guid, desc, lid)
         lane = _lane(match.group('lane'))
         width = int(match.group('width')) if match.group('width') else None
@@ -207,7 +247,7 @@ def parse_iblinkinfo(text):
             'could_be': {'width': '%sX' % could_width.group(1) if could_width else None,
                          'lane_gbps': float(could_speed.group(1)) if could_speed else None},
             'source': 'iblinkinfo'})
-    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
 
 
 # A NodeDescription is 64 bytes of the node's choosing (IBTA NodeDescription; Linux sets it from
@@ -241,8 +281,9 @@ def _iblinkinfo_line(lines, index):
 
 
 def parse_ibnetdiscover(text):
-    """ibnetdiscover's topology file -> {'nodes', 'links', 'unparsed'}."""
-    nodes, links, unparsed = {}, [], []
+    """ibnetdiscover's topology file -> {'nodes', 'links', 'unparsed', 'unparsed_count', 'dropped'}."""
+    nodes, links, unparsed, dropped = {}, [], [], {}
+    count = 0
     current = None
     for number, raw in enumerate((text or '').splitlines(), start=1):
         line = raw.strip()
@@ -251,21 +292,36 @@ def parse_ibnetdiscover(text):
             continue
         match = _ND_PORTS_RE.match(line)
         if match:
-            links.append(_ports_line(nodes, match))
+            if len(links) >= LINKS_MAX or not _room(nodes, guid(match.group('guid')), guid(match.group('pguid'))):
+                dropped['links'] = dropped.get('links', 0) + 1
+            else:
+                links.append(_ports_line(nodes, match))
             continue
         match = _ND_NODE_RE.match(line)
         if match:
             kind = {'Switch': 'switch', 'Ca': 'ca', 'Rt': 'router'}[match.group('type')]
             node_id = guid(match.group('guid'))
+            if not _room(nodes, node_id):
+                # Its port lines go with it (counted as links dropped), never to the node before it.
+                dropped['nodes'] = dropped.get('nodes', 0) + 1
+                current = _DROPPED
+                continue
             lid = int(match.group('lid')) if match.group('lid') else None
             current = _add_node(nodes, node_id, kind, node_id, match.group('desc'), lid)
             current['ports_count'] = int(match.group('ports'))
             continue
         match = _ND_PORT_RE.match(line)
+        if match and current is _DROPPED:
+            dropped['links'] = dropped.get('links', 0) + 1
+            continue
         if not match or current is None:
-            unparsed.append({'line': number, 'text': raw[:200]})
+            count += 1
+            _unread(unparsed, number, raw)
             continue
         pid = guid(match.group('guid'))
+        if len(links) >= LINKS_MAX or not _room(nodes, pid):
+            dropped['links'] = dropped.get('links', 0) + 1
+            continue
         peer_kind = {'S': 'switch', 'H': 'ca', 'R': 'router'}[match.group('kind')]
         plid = int(match.group('lid'))
         _add_node(nodes, pid, peer_kind, pid, match.group('desc'), plid)
@@ -283,7 +339,11 @@ def parse_ibnetdiscover(text):
             'width': '%dX' % width if width else None, 'lanes': width, 'lane_gbps': lane, 'speed': speed,
             'gbps': round(width * lane, 4) if width and lane else None,
             'could_be': {'width': None, 'lane_gbps': None}, 'source': 'ibnetdiscover'})
-    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
+
+
+# The node whose header was past NODES_MAX: its port lines are dropped with it.
+_DROPPED = {}
 
 
 def _ports_line(nodes, match):
@@ -382,7 +442,11 @@ def topology(linkinfo=None, netdiscover=None):
             links.append(link)
     unparsed = [dict(item, tool=tool) for tool, part in (('ibnetdiscover', netdiscover), ('iblinkinfo', linkinfo)) if part
                 for item in part['unparsed']]
-    return {'nodes': nodes, 'links': links, 'unparsed': unparsed}
+    counts = dict((tool, part.get('unparsed_count', len(part['unparsed']))) for tool, part in
+                  (('ibnetdiscover', netdiscover), ('iblinkinfo', linkinfo)) if part)
+    dropped = dict((tool, dict(part['dropped'])) for tool, part in (('ibnetdiscover', netdiscover), ('iblinkinfo', linkinfo))
+                   if part and part.get('dropped'))
+    return {'nodes': nodes, 'links': links, 'unparsed': unparsed, 'unparsed_counts': counts, 'dropped': dropped}
 
 
 def _unread(unparsed, number, line, reason=None):
@@ -415,7 +479,7 @@ def parse_sminfo(text):
     6881', after 'priority 0') is joined with the lines that follow until it holds its state. A
     record whose state never comes is listed in ``unparsed`` with a state of None, never given one."""
     lines = [line.rstrip() for line in (text or '').splitlines()]
-    sms, errors, unparsed = [], [], []
+    sms, errors, unparsed, dropped = [], [], [], {}
     count, index = 0, 0
     while index < len(lines):
         number, line = index + 1, lines[index].strip()
@@ -438,26 +502,27 @@ def parse_sminfo(text):
             if match:
                 lid = match.group('lid')
                 state = int(match.group('state')) if match.group('state') is not None else None
-                sms.append({'lid': int(lid, 16) if lid.startswith('0x') else int(lid), 'guid': guid(match.group('guid')),
+                _keep(sms, {'lid': int(lid, 16) if lid.startswith('0x') else int(lid), 'guid': guid(match.group('guid')),
                             'activity': int(match.group('activity')), 'priority': int(match.group('priority')),
-                            'state': state, 'state_name': match.group('state_name') or SM_STATES.get(state)})
+                            'state': state, 'state_name': match.group('state_name') or SM_STATES.get(state)},
+                      SMS_MAX, dropped, 'sms')
                 if state is not None:
                     continue
             count += 1
             _unread(unparsed, number, line)
         elif line.startswith('sminfo:') or _DIAG_ERROR_RE.match(line):
-            errors.append(line[:300])
+            _keep(errors, line[:300], ERRORS_MAX, dropped, 'errors')
         else:
             count += 1
             _unread(unparsed, number, line)
-    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count}
+    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
 
 
 def parse_saquery_sminfo(text):
     """``saquery SMIR`` output -> {'sms': [...as parse_sminfo], 'errors': [...], 'unparsed': [...],
     'unparsed_count'}. A record without its LID, GUID, priority or state is listed in ``unparsed``
     (from its header line), never completed with a guess."""
-    sms, errors, unparsed = [], [], []
+    sms, errors, unparsed, dropped = [], [], [], {}
     count, record, start = 0, None, 0
 
     def close():
@@ -465,8 +530,9 @@ def parse_saquery_sminfo(text):
             return 0
         if all(k in record for k in ('LID', 'GUID', 'Priority', 'SMState')):
             state = record['SMState']
-            sms.append({'lid': record['LID'], 'guid': guid('0x%x' % record['GUID']), 'activity': record.get('ActCount'),
-                        'priority': record['Priority'], 'state': state, 'state_name': SM_STATES.get(state)})
+            _keep(sms, {'lid': record['LID'], 'guid': guid('0x%x' % record['GUID']), 'activity': record.get('ActCount'),
+                        'priority': record['Priority'], 'state': state, 'state_name': SM_STATES.get(state)},
+                  SMS_MAX, dropped, 'sms')
             return 0
         _unread(unparsed, start, '%s (incomplete: %s)' % (_SMIR_HEADER, ', '.join(sorted(record)) or 'no field'))
         return 1
@@ -486,12 +552,12 @@ def parse_saquery_sminfo(text):
         elif line in _SMIR_LABELS and record is not None:
             continue
         elif _DIAG_ERROR_RE.match(line) or line.startswith('saquery:'):
-            errors.append(line[:300])
+            _keep(errors, line[:300], ERRORS_MAX, dropped, 'errors')
         else:
             count += 1
             _unread(unparsed, number, line)
     count += close()
-    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count}
+    return {'sms': sms, 'errors': errors, 'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
 
 
 def parse_perfquery(text, unread=None):
@@ -500,7 +566,7 @@ def parse_perfquery(text, unread=None):
     gets 'count' and 'lines' ([{'line', 'text'}]) of the lines no pattern read: a '#' line other than
     a header is a comment (a shell prompt kept with the output), a header wrapped after 'CapMask2:'
     (a mail paste) is read with its continuation."""
-    blocks, current = [], None
+    blocks, current, dropped = [], None, {}
     lines = (text or '').splitlines()
     count, kept, open_header = 0, [], False
     for index, line in enumerate(lines):
@@ -511,7 +577,8 @@ def parse_perfquery(text, unread=None):
         if header:
             port = header.group('port')
             current = {'lid': int(header.group('lid')), 'port': int(port) if port.isdigit() else None, 'counters': {}}
-            blocks.append(current)
+            if not _keep(blocks, current, LINKS_MAX, dropped, 'ports'):
+                current = {'lid': None, 'port': None, 'counters': {}}     # read, not kept
             open_header = not stripped.endswith(')')
             continue
         if open_header and re.match(r'^[0-9A-Za-z: ]*\)$', stripped, re.A):
@@ -527,10 +594,10 @@ def parse_perfquery(text, unread=None):
         name, value = field.group('name'), field.group('value')
         if name == 'PortSelect' and (current is None or 'port_select' in current):
             current = {'lid': None, 'port': None, 'counters': {}}
-            blocks.append(current)
+            _keep(blocks, current, LINKS_MAX, dropped, 'ports')
         if current is None:
             current = {'lid': None, 'port': None, 'counters': {}}
-            blocks.append(current)
+            _keep(blocks, current, LINKS_MAX, dropped, 'ports')
         if name == 'PortSelect':
             current['port_select'] = _pq_int(value)
             if current['port'] is None:
@@ -542,4 +609,6 @@ def parse_perfquery(text, unread=None):
     if isinstance(unread, dict):
         unread['count'] = unread.get('count', 0) + count
         unread.setdefault('lines', []).extend(kept[:max(0, UNREAD_KEPT - len(unread['lines']))])
+        for kind, number in dropped.items():
+            unread.setdefault('dropped', {})[kind] = unread.get('dropped', {}).get(kind, 0) + number
     return [b for b in blocks if b['counters']]

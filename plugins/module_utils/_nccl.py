@@ -94,6 +94,40 @@ _NO_VERBS_RE = re.compile(r'Failed to open libibverbs')
 # init.cc: 'DMA-BUF is available on GPU device 0' - NCCL registers GPU buffers with dma-buf where the NIC can.
 _DMABUF_RE = re.compile(r'^DMA-BUF is available on GPU device')
 HOSTS_MAX = 4096
+# Caps on records (the readers cap bytes, _paths.LOG_LIMIT, which is no cap on records): what is
+# past a cap is not kept, counted in the parse's ``dropped`` ({'results': n, ...}) and named in
+# ``problems`` (the run is then judged on what was kept, and says so).
+# - Ranks: one per GPU. An InfiniBand subnet has at most 0xBFFF unicast LIDs (IBTA Vol 1,
+#   4.1.3), one per NIC port, and a GPU node has one NIC per GPU: 65,536 ranks is more than
+#   one fabric holds.
+RANKS_MAX = 65536
+# - Result rows: one per message size and collective. A sweep doubling from 8 B to 16 GiB
+#   (-b 8 -e 16G -f 2) is 32 rows; a linear one (-i) of 4,096 steps is longer than any run a
+#   fabric test makes, and each row is read twice (out of place, in place).
+RESULTS_MAX = 4096
+# - Lines that could not be read, listed with why (each names one line): the first few tell.
+PROBLEMS_MAX = 50
+
+
+def _keep(records, item, cap, parsed, kind):
+    """Append ``item`` to ``records`` while it holds fewer than ``cap``, else count it in parsed['dropped']."""
+    if len(records) < cap:
+        records.append(item)
+        return True
+    parsed.setdefault('dropped', {})[kind] = parsed.get('dropped', {}).get(kind, 0) + 1
+    return False
+
+
+def _dropped_problems(parsed):
+    """One entry in ``problems`` per kind of record dropped past its cap (the first of them)."""
+    caps = {'ranks': RANKS_MAX, 'results': RESULTS_MAX, 'problems': PROBLEMS_MAX}
+    for kind, count in sorted((parsed.get('dropped') or {}).items()):
+        note = {'line': None, 'text': kind, 'reason': '%d more %s past the first %d not kept (module_utils/_nccl.py %s_MAX)'
+                % (count, kind, caps.get(kind, 0), kind.upper())}
+        if len(parsed['problems']) >= PROBLEMS_MAX:
+            parsed['problems'][-1] = note
+        else:
+            parsed['problems'].append(note)
 
 # First kind that matches wins (a missing binary is also a failed launch); each (kind, pattern) names what failed. Texts: Open MPI
 # help-ras-base.txt / help-orte-rmaps-base.txt ('not enough slots'), Open MPI
@@ -497,8 +531,10 @@ def summarize(parsed):
     wrongs = [row[side]['wrong'] for row in results for side in ('out_of_place', 'in_place') if row[side]['wrong'] is not None]
     parsed['wrong_total'] = sum(wrongs) if wrongs else None
     parsed['hosts'] = []
+    seen = set()      # a list's 'in' over RANKS_MAX ranks of as many hosts is quadratic
     for rank in parsed['ranks']:
-        if rank['host'] not in parsed['hosts']:
+        if rank['host'] not in seen:
+            seen.add(rank['host'])
             parsed['hosts'].append(rank['host'])
     return parsed
 
@@ -535,10 +571,10 @@ def parse_text(stdout, stderr=''):
             continue
         match = _DEVICE_RE.match(stripped if stripped.startswith('#') else '#' + stripped)
         if match:
-            parsed['ranks'].append({'rank': _int(match.group('rank')), 'group': _int(match.group('group')),
+            _keep(parsed['ranks'], {'rank': _int(match.group('rank')), 'group': _int(match.group('group')),
                                     'pid': _int(match.group('pid')), 'host': match.group('host'),
                                     'device': _int(match.group('device')), 'bus_id': match.group('bus'),
-                                    'name': match.group('name')})
+                                    'name': match.group('name')}, RANKS_MAX, parsed, 'ranks')
             continue
         match = _TESTS_VERSION_RE.match(stripped)
         if match:
@@ -557,7 +593,7 @@ def parse_text(stdout, stderr=''):
         if match:
             value = match.group('value').split()[0] if match.group('value') else ''
             if _float(value) is None:
-                parsed['problems'].append(_problem(number, stripped, 'the average line holds no finite number'))
+                _keep(parsed['problems'], _problem(number, stripped, 'the average line holds no finite number'), PROBLEMS_MAX, parsed, 'problems')
             else:
                 parsed['avg_busbw_gbs'] = float(value)
                 parsed['complete'] = True
@@ -566,7 +602,7 @@ def parse_text(stdout, stderr=''):
         if match:
             count = _int(match.group('count'))
             if count is None:
-                parsed['problems'].append(_problem(number, stripped, 'the out of bounds count is not a readable integer'))
+                _keep(parsed['problems'], _problem(number, stripped, 'the out of bounds count is not a readable integer'), PROBLEMS_MAX, parsed, 'problems')
             else:
                 parsed['out_of_bounds'] = {'count': count, 'ok': match.group('verdict') == 'OK'}
             continue
@@ -585,15 +621,15 @@ def parse_text(stdout, stderr=''):
         if columns is None:
             columns = _inferred_columns(tokens)
             if columns is None:
-                parsed['problems'].append(_problem(number, stripped, 'a result row of %d fields without a column header'
-                                                   % len(tokens)))
+                _keep(parsed['problems'], _problem(number, stripped, 'a result row of %d fields without a column header'
+                                                   % len(tokens)), PROBLEMS_MAX, parsed, 'problems')
                 continue
             parsed['columns'] = columns
         row, why = _row(tokens, columns)
         if row is None:
-            parsed['problems'].append(_problem(number, stripped, why))
+            _keep(parsed['problems'], _problem(number, stripped, why), PROBLEMS_MAX, parsed, 'problems')
             continue
-        parsed['results'].append(row)
+        _keep(parsed['results'], row, RESULTS_MAX, parsed, 'results')
         last_row = position
     parsed['transport'] = _transport(info)
     parsed['transport'].update(gpu_evidence(info, parsed['ranks']))
@@ -606,6 +642,7 @@ def parse_text(stdout, stderr=''):
     # one before a result row: the benchmark went on ('Failed to open libibverbs', nccl-tests issue 82).
     if not parsed['complete']:
         parsed['failure'] = find_failure(lines[last_row + 1:] if last_row is not None else lines)
+    _dropped_problems(parsed)
     return summarize(parsed)
 
 
@@ -699,20 +736,25 @@ def parse_json(text):
     devices = config.get('devices') if isinstance(config.get('devices'), list) else []
     for index, device in enumerate(devices):
         if not isinstance(device, dict):
-            parsed['problems'].append({'line': None, 'text': 'config.devices[%d]' % index, 'reason': 'not an object'})
+            _keep(parsed['problems'], {'line': None, 'text': 'config.devices[%d]' % index, 'reason': 'not an object'},
+                  PROBLEMS_MAX, parsed, 'problems')
             continue
-        parsed['ranks'].append({'rank': _json_int(device.get('rank')), 'group': _json_int(device.get('group')),
+        _keep(parsed['ranks'], {'rank': _json_int(device.get('rank')), 'group': _json_int(device.get('group')),
                                 'pid': _json_int(device.get('pid')), 'host': device.get('hostname'),
                                 'device': _json_int(device.get('device')), 'bus_id': device.get('device_hex'),
-                                'name': device.get('device_info')})
+                                'name': device.get('device_info')}, RANKS_MAX, parsed, 'ranks')
     code = doc.get('nccl_version')
     parsed['versions'].update(tool='nccl-tests', library=_json_int(code), library_version=_library_version(code))
     validation = config.get('validation')
     for index, row in enumerate(doc['results']):
+        if len(parsed['results']) >= RESULTS_MAX:
+            _keep(parsed['results'], None, RESULTS_MAX, parsed, 'results')
+            continue
         try:
             parsed['results'].append(_json_row(row, validation))
         except ValueError as exc:
-            parsed['problems'].append({'line': None, 'text': 'results[%d]' % index, 'reason': str(exc)[:TEXT_MAX]})
+            _keep(parsed['problems'], {'line': None, 'text': 'results[%d]' % index, 'reason': str(exc)[:TEXT_MAX]},
+                  PROBLEMS_MAX, parsed, 'problems')
     oob = doc.get('out_of_bounds')
     if isinstance(oob, dict) and 'count' in oob:
         if _json_int(oob['count']) is None:
@@ -731,7 +773,8 @@ def parse_json(text):
     errors = doc.get('errors') if isinstance(doc.get('errors'), list) else []
     errors = [str(error).strip() for error in errors if str(error).strip()]
     if errors:
-        parsed['failure'] = find_failure(errors) or {'kind': 'nccl_init_failed', 'message': errors[0], 'lines': errors}
+        parsed['failure'] = find_failure(errors) or {'kind': 'nccl_init_failed', 'message': errors[0], 'lines': errors[:PROBLEMS_MAX]}
+    _dropped_problems(parsed)
     return summarize(parsed)
 
 

@@ -347,6 +347,16 @@ def _find_failure(segments):
     return {'kind': first[0], 'message': first[1], 'lines': lines}
 
 
+# Caps on records (the readers cap bytes, _paths.LOG_LIMIT, which is no cap on records): what is
+# past a cap is not kept, counted in the parse's ``dropped`` and said in ``tool_warnings``.
+# - Result rows: -a prints 23 sizes (2 B to 8 MiB); --run_infinitely one row per interval
+#   (perftest's -D duration, 5 s by default): 8,192 rows are over 11 hours of it.
+RESULTS_MAX = 8192
+# - Rows that could not be read, and distinct tool warnings: the first few tell.
+UNREAD_MAX = 50
+WARNINGS_MAX = 50
+
+
 def parse_output(stdout, stderr=''):
     """Parse what a perftest tool printed (or a saved log, given as ``stdout``).
 
@@ -363,6 +373,7 @@ def parse_output(stdout, stderr=''):
     err_segments = _segments(stderr)
     warnings = []
     unread = []
+    dropped = {}
     settings = {}
     raw = {}
     results = []
@@ -394,7 +405,10 @@ def parse_output(stdout, stderr=''):
             continue
         if all(_NUMBER_RE.match(t) for t in tokens) and len(tokens) % len(columns) == 0:
             for pos in range(0, len(tokens), len(columns)):
-                results.append(_row(columns, tokens[pos:pos + len(columns)]))
+                if len(results) < RESULTS_MAX:
+                    results.append(_row(columns, tokens[pos:pos + len(columns)]))
+                else:
+                    dropped['results'] = dropped.get('results', 0) + 1
         elif _NUMERIC_START_RE.match(tokens[0]):
             # Looks like a row but is not one of this table: say where and why.
             bad = [t for t in tokens if not _NUMBER_RE.match(t)]
@@ -404,7 +418,10 @@ def parse_output(stdout, stderr=''):
                 why = 'not a number: %s' % bad[0][:40]
             else:
                 why = '%d values for the %d columns of the header on line %d' % (len(tokens), len(columns), header_line)
-            unread.append({'line': number, 'text': segment.strip()[:200], 'reason': why})
+            if len(unread) < UNREAD_MAX:
+                unread.append({'line': number, 'text': segment.strip()[:200], 'reason': why})
+            else:
+                dropped['unread'] = dropped.get('unread', 0) + 1
     _gpu_lines([s for s in out_segments + err_segments if s is not None], settings)
     test = None
     if title is not None:
@@ -415,13 +432,23 @@ def parse_output(stdout, stderr=''):
     if (settings or raw) and 'memory' not in settings:
         settings['memory'] = 'host'
     error = _find_failure([s for s in err_segments + out_segments if s is not None])
-    seen = []
+    seen, distinct = [], set()     # a list's 'in' over every warning line was quadratic
     for warning in warnings:
-        if warning not in seen:
-            seen.append(warning)
-    return {'test': test, 'settings': settings, 'banner': raw, 'results': results,
-            'tool_warnings': seen, 'error': error, 'units': units, 'unread': unread,
-            'table_line': header_line}
+        if warning not in distinct:
+            distinct.add(warning)
+            if len(seen) < WARNINGS_MAX:
+                seen.append(warning)
+            else:
+                dropped['tool_warnings'] = dropped.get('tool_warnings', 0) + 1
+    caps = {'results': RESULTS_MAX, 'unread': UNREAD_MAX, 'tool_warnings': WARNINGS_MAX}
+    for kind, count in sorted(dropped.items()):
+        seen.append('hpc.gpu_fabric: %d more %s past the first %d not kept (module_utils/_perftest.py)' % (count, kind, caps[kind]))
+    parsed = {'test': test, 'settings': settings, 'banner': raw, 'results': results,
+              'tool_warnings': seen, 'error': error, 'units': units, 'unread': unread,
+              'table_line': header_line}
+    if dropped:
+        parsed['dropped'] = dropped
+    return parsed
 
 
 def summarize(results, test=None):

@@ -240,9 +240,11 @@ def parse_dcb_ets(text):
     """``dcb ets show dev IF`` -> (prio_tc, tc_tsa, tc_bw), each a dict or None."""
     prio_tc = dict((parse_int(p), parse_int(t)) for p, t in _pairs(text, 'prio-tc') or []
                    if parse_int(p) in PRIORITIES and parse_int(t) is not None)
-    tsa = dict((parse_int(t), value.lower()) for t, value in _pairs(text, 'tc-tsa') or [] if parse_int(t) is not None)
+    # Traffic classes are 0-7 as priorities are (IEEE 802.1Q 8.6.8; dcb-ets(8)): a class outside them
+    # is no record of a NIC, and without this bound a 1 MiB saved output made a dict of 100,000 of them.
+    tsa = dict((parse_int(t), value.lower()) for t, value in _pairs(text, 'tc-tsa') or [] if parse_int(t) in PRIORITIES)
     bw = dict((parse_int(t), parse_int(value)) for t, value in _pairs(text, 'tc-bw') or []
-              if parse_int(t) is not None and parse_int(value) is not None)
+              if parse_int(t) in PRIORITIES and parse_int(value) is not None)
     return prio_tc or None, tsa or None, bw or None
 
 

@@ -226,6 +226,29 @@ def _add_unread(unread, tool, parsed):
     for item in parsed.get('unparsed') or []:
         if len(unread['lines']) < _ibdiag.UNREAD_KEPT:
             unread['lines'].append(dict(item, tool=tool))
+    _add_dropped(unread, tool, parsed.get('dropped'))
+
+
+# What each cap of module_utils/_ibdiag.py stands for, as the facts name what was dropped.
+_CAPS = {'sms': ('SM record(s)', _ibdiag.SMS_MAX), 'errors': ('error line(s)', _ibdiag.ERRORS_MAX),
+         'links': ('port line(s)', _ibdiag.LINKS_MAX), 'nodes': ('node(s)', _ibdiag.NODES_MAX),
+         'ports': ('port counter block(s)', _ibdiag.LINKS_MAX)}
+
+
+def _add_dropped(unread, tool, dropped):
+    """Records past a cap (module_utils/_ibdiag.py): counted per tool and kind, and, as lines
+    the report names (FABRIC_INPUT_UNREAD), first among the lines not read."""
+    for kind, count in sorted((dropped or {}).items()):
+        if not count:
+            continue
+        mine = unread.setdefault('dropped', {}).setdefault(tool, {})
+        mine[kind] = mine.get(kind, 0) + count
+        what, cap = _CAPS.get(kind, (kind, None))
+        unread['count'] += count
+        note = {'line': None, 'tool': tool, 'text': '%d %s past the first %s not kept: more than a subnet holds (%s)'
+                % (count, what, cap, 'module_utils/_ibdiag.py'), 'reason': 'over the cap on records'}
+        unread['lines'].insert(0, note)
+        del unread['lines'][_ibdiag.UNREAD_KEPT:]
 
 
 def discover(module, runner, sm_lids, interval, ports):
@@ -236,8 +259,13 @@ def discover(module, runner, sm_lids, interval, ports):
     text = runner.run('ibnetdiscover')
     netdiscover = _ibdiag.parse_ibnetdiscover(text[0]) if text else None
     topology = _ibdiag.topology(linkinfo, netdiscover)
-    for item in topology['unparsed']:
-        _add_unread(unread, item['tool'], {'unparsed': [dict((k, v) for k, v in item.items() if k != 'tool')], 'unparsed_count': 1})
+    for tool in ('ibnetdiscover', 'iblinkinfo'):
+        _add_unread(unread, tool, {'unparsed': [dict((k, v) for k, v in item.items() if k != 'tool')
+                                                for item in topology['unparsed'] if item['tool'] == tool],
+                                   'unparsed_count': topology['unparsed_counts'].get(tool, 0),
+                                   'dropped': topology['dropped'].get(tool)})
+    for key in ('unparsed_counts', 'dropped'):
+        topology.pop(key, None)
 
     sms, errors = [], []
     _ask_sm(runner, [], 'local port', sms, errors, unread)
@@ -274,7 +302,8 @@ def discover(module, runner, sm_lids, interval, ports):
                 if text is None:
                     break
                 blocks.extend(_ibdiag.parse_perfquery(text[0], counted))
-        _add_unread(unread, 'perfquery', {'unparsed': counted['lines'], 'unparsed_count': counted['count']})
+        _add_unread(unread, 'perfquery', {'unparsed': counted['lines'], 'unparsed_count': counted['count'],
+                                          'dropped': counted.get('dropped')})
         if blocks or not runner.from_log:
             reads.append({'read_at': read_at, 'ports': blocks})
     return {'topology': topology, 'sm': {'sms': sms, 'errors': errors},
