@@ -566,7 +566,7 @@ def parse_perfquery(text, unread=None):
     gets 'count' and 'lines' ([{'line', 'text'}]) of the lines no pattern read: a '#' line other than
     a header is a comment (a shell prompt kept with the output), a header wrapped after 'CapMask2:'
     (a mail paste) is read with its continuation."""
-    blocks, current, dropped = [], None, {}
+    blocks, current, dropped, ports_seen = [], None, {}, set()
     lines = (text or '').splitlines()
     count, kept, open_header = 0, [], False
     for index, line in enumerate(lines):
@@ -577,8 +577,14 @@ def parse_perfquery(text, unread=None):
         if header:
             port = header.group('port')
             current = {'lid': int(header.group('lid')), 'port': int(port) if port.isdigit() else None, 'counters': {}}
-            if not _keep(blocks, current, LINKS_MAX, dropped, 'ports'):
+            # One block per port and read: a port's second block (a paste repeated 70,000 times)
+            # is no record of another port, and is counted with those past the cap.
+            where = (current['lid'], current['port'])
+            if where in ports_seen or not _keep(blocks, current, LINKS_MAX, dropped, 'ports'):
+                if where in ports_seen:
+                    dropped['ports'] = dropped.get('ports', 0) + 1
                 current = {'lid': None, 'port': None, 'counters': {}}     # read, not kept
+            ports_seen.add(where)
             open_header = not stripped.endswith(')')
             continue
         if open_header and re.match(r'^[0-9A-Za-z: ]*\)$', stripped, re.A):

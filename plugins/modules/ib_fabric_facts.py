@@ -18,6 +18,10 @@ description:
     the time of each read).
   - Every line of a tool's output that no pattern read is counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread)
     and makes the status C(partial) - a fabric built from input that was not read is never C(ok).
+  - Records past what a subnet holds (SM records past 64, port lines past 8 per unicast LID, nodes past the 0xBFFF
+    unicast LIDs, error lines past 50, a port's second counter block; module_utils/_ibdiag.py) are not kept:
+    they are counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread) (C(dropped), and a line that names them),
+    and make the status C(partial). The byte cap (64 MiB a saved output) is no cap on records.
   - Each tool runs with an argument list and a timeout. A tool that is not installed, fails or times out is
     said in RV(ansible_facts.gpu_fabric_ib_fabric.tools); a node without an InfiniBand port returns
     C(status=no_ib_port). Neither fails the task.
@@ -113,8 +117,9 @@ ansible_facts:
           returned: always
           sample: {reads: [], interval_s: 5}
         unread:
-          description: C(count) of the lines of the tools' outputs that no pattern read, and C(lines) (the first 50,
-            each with C(tool), C(line) number and C(text)).
+          description: C(count) of the lines of the tools' outputs that no pattern read or records past a cap, C(lines)
+            (the first 50, each with C(tool), C(line) number and C(text)) and, where records were past a cap,
+            C(dropped) ({tool - {C(sms), C(errors), C(links), C(nodes) or C(ports) - count}}).
           type: dict
           returned: always
           sample: {count: 0, lines: []}
