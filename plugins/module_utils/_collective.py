@@ -110,8 +110,20 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
         reasons.append('GPUDirect RDMA was not used (the NCCL log says so): data went through host memory')
     if transport.get('net') == 'Socket':
         reasons.append('NCCL used the Socket transport, not RDMA')
+    dropped = dropped_text(result)
+    if dropped:
+        # Said on top of the verdict: it stands on the records that were kept.
+        reasons.append(dropped)
     verdict.update(status=status, reasons=reasons)
     return verdict
+
+
+def dropped_text(result):
+    """What the parser did not keep past its caps on records (module_utils/_nccl.py: ``dropped``), in words; '' if nothing."""
+    dropped = mapping(mapping(result).get('dropped'))
+    counts = ['%d %s' % (integer(count) or 0, text(kind)) for kind, count in sorted(dropped.items()) if integer(count)]
+    return ('judged on the records kept: %s past the caps on records not kept (more than a fabric run prints)'
+            % ', '.join(counts)) if counts else ''
 
 
 def normalize(result):

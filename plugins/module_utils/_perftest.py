@@ -355,6 +355,8 @@ RESULTS_MAX = 8192
 # - Rows that could not be read, and distinct tool warnings: the first few tell.
 UNREAD_MAX = 50
 WARNINGS_MAX = 50
+# How the note of what was dropped starts among the tool's warnings (the pair's report shows it).
+DROPPED_NOTE = 'hpc.gpu_fabric: '
 
 
 def parse_output(stdout, stderr=''):
@@ -442,7 +444,7 @@ def parse_output(stdout, stderr=''):
                 dropped['tool_warnings'] = dropped.get('tool_warnings', 0) + 1
     caps = {'results': RESULTS_MAX, 'unread': UNREAD_MAX, 'tool_warnings': WARNINGS_MAX}
     for kind, count in sorted(dropped.items()):
-        seen.append('hpc.gpu_fabric: %d more %s past the first %d not kept (module_utils/_perftest.py)' % (count, kind, caps[kind]))
+        seen.append(DROPPED_NOTE + '%d more %s past the first %d not kept (module_utils/_perftest.py)' % (count, kind, caps[kind]))
     parsed = {'test': test, 'settings': settings, 'banner': raw, 'results': results,
               'tool_warnings': seen, 'error': error, 'units': units, 'unread': unread,
               'table_line': header_line}

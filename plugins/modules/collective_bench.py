@@ -326,10 +326,17 @@ problems:
     - Lines of the output that could not be read - C(line) (number, or null for a JSON field), C(text) (the line or the
       JSON field, truncated) and C(reason) (for example a result row with the wrong number of fields, an average line
       holding no number, a JSON value of the wrong type). Launcher prefixes (C([1,0]<stdout>:), C(srun --label)) are
-      removed before reading.
+      removed before reading. The first 50; past them, and past the caps on records, a line says how many more.
   returned: always
   type: list
   elements: dict
+dropped:
+  description:
+    - Records past the parser's caps (module_utils/_nccl.py - 65,536 ranks, 4,096 result rows, 50 problems), counted
+      and not kept; the verdict says it stands on the records kept.
+  returned: when records were past a cap
+  type: dict
+  sample: {results: 12000}
   sample: [{line: 17, text: "8 2 float sum -1 42.56 0.00 0.00 0", reason: "a result row has 9 fields, the table has 13 columns"}]
 format:
   description: C(json) or C(text), the output that was parsed.
@@ -405,6 +412,9 @@ def validate(params):
 def result_of(parsed, status, failure):
     result = dict((key, parsed[key]) for key in RESULT_KEYS)
     result.update(status=status, failure=failure)
+    if parsed.get('dropped'):
+        # Records past the parser's caps (module_utils/_nccl.py): counted, and said in the verdict.
+        result['dropped'] = dict(parsed['dropped'])
     return result
 
 

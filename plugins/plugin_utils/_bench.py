@@ -18,6 +18,7 @@ import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._perftest import DROPPED_NOTE
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a console line may hold
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
@@ -736,6 +737,8 @@ def report(nodes, options):
             # test through a degraded port is still judged.
             if degraded:
                 entry['reasons'].append(degraded_text(entry))
+            # Rows or warnings past the parser's caps on records (module_utils/_perftest.py): judged on those kept.
+            entry['reasons'].extend(w for w in sequence(record.get('warnings')) if isinstance(w, str) and w.startswith(DROPPED_NOTE))
             pairs.append(entry)
             value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
             rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})

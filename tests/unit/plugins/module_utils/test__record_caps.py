@@ -206,3 +206,29 @@ def test_dcb_ets_keeps_only_the_eight_traffic_classes():
     text = 'tc-tsa ' + ' '.join('%d:ets' % tc for tc in range(100000)) + '\ntc-bw ' + ' '.join('%d:1' % tc for tc in range(100000))
     prio_tc, tsa, bw = _roce.parse_dcb_ets(text)
     assert sorted(tsa) == list(range(8)) and sorted(bw) == list(range(8))
+
+
+def test_a_collective_judged_on_capped_records_says_so(monkeypatch, tmp_path):
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+    from ansible_collections.hpc.gpu_fabric.plugins.modules import collective_bench
+    log = tmp_path / 'run.log'
+    log.write_text(fixture('nccl_tests', 'gcm_a100_allreduce_1node_8gpu.txt'))
+    monkeypatch.setattr(_nccl, 'RESULTS_MAX', 3)
+    result, failed = run_module(collective_bench.main, {'from_log': str(log)}, monkeypatch)
+    assert not failed, result
+    assert len(result['results']) == 3 and result['dropped']['results'] > 0
+    verdict = _collective.judge(result, 100.0)
+    assert any(r.startswith('judged on the records kept: %d results past the caps' % result['dropped']['results'])
+               for r in verdict['reasons']), verdict
+
+
+def test_a_pair_judged_on_capped_rows_says_so(monkeypatch):
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from tests.unit.plugins.plugin_utils.test__bench import _mesh
+    monkeypatch.setattr(_perftest, 'RESULTS_MAX', 2)
+    parsed = _perftest.parse_output(fixture('perftest', 'aks_ib_write_bw_hdr_sweep_gbits.txt'))
+    nodes = _mesh()
+    record = [r for r in nodes['c']['records'] if r['side'] == 'client'][0]
+    record['warnings'] = parsed['tool_warnings']
+    pair = [p for p in _bench.report(nodes, {})['pairs'] if p['client'] == 'c'][0]
+    assert parsed['tool_warnings'][-1] in pair['reasons']
