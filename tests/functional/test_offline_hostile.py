@@ -44,6 +44,11 @@ ADDRESS_SPACE = 1 << 30
 GIB = 1 << 30
 
 NODE_DESC = 'sys/devices/pci0000:00/0000:00:02.0/0000:03:00.0/infiniband/mlx5_0/node_desc'
+HCA_TYPE = 'sys/devices/pci0000:00/0000:00:02.0/0000:03:00.0/infiniband/mlx5_0/hca_type'
+# What a terminal acts on: clear the screen, set the title, ring the bell, reverse what follows.
+CONTROLS = '\x1b[2J\x1b]0;owned\x07\u202e'
+RAW = ('\x1b', '\x07', '\x00', '\u202e')
+JUNK_FILES = 20000
 
 
 def _base_members(tmp_path):
@@ -154,6 +159,14 @@ def _build(tmp_path, secret):
     # failed gdr_facts and then the report of every node. Analysed like any node now.
     add('superscript', _tar_body(_renamed(members, 'mlx5_0', 'mlx5_0\u00b2')))
     del out['superscript']
+    # An HCA type that would clear the operator's screen and set the terminal's title, and a
+    # saved-output directory of 20,000 junk files (20,000 console warnings): analysed like any node.
+    crafted = dict(members)
+    crafted[HCA_TYPE] = dict(members[HCA_TYPE], data=('MT4129' + CONTROLS + '\n').encode('utf-8'))
+    junk = [(_info('.gpu_fabric_commands/roce_qos', tarfile.DIRTYPE, mode=0o755), None)]
+    junk += [(_info('.gpu_fabric_commands/roce_qos/junk%05d.bin' % index, size=1), b'x') for index in range(JUNK_FILES)]
+    add('crafted', _tar_body(crafted, junk))
+    del out['crafted']
     # A directory where a tarball is expected ("Is a directory" stopped the run before any report).
     (snapshots / 'x.tar.gz').mkdir()
     out['x'] = 'snapshot x.tar.gz refused: not a regular file (a directory)'
@@ -182,6 +195,14 @@ def _logs(tmp_path):
                   for line in text.splitlines(True))
     assert bad != text
     (logs / 'bad_avg.log').write_text(bad)
+    # A name that is not UTF-8 (find failed on it, and every log was lost), one in a directory
+    # whose name is not, and one named to drive the terminal.
+    with open(os.path.join(os.fsencode(str(logs)), b'run\xff\xfe.log'), 'w') as handle:
+        handle.write(text)
+    os.mkdir(os.path.join(os.fsencode(str(logs)), b'sub\xc0'))
+    with open(os.path.join(os.fsencode(str(logs)), b'sub\xc0', b'x.log'), 'w') as handle:
+        handle.write(text)
+    (logs / ('title%s.log' % CONTROLS)).write_text(text)
     return str(logs)
 
 
@@ -253,6 +274,26 @@ def test_hostile_snapshots_never_reach_the_controller(tmp_path):
     assert imported['good.log']['recognised'] and imported['good.log']['status'] == 'ok'
     # Read as a failed run (its average line holds no number), not as a measurement.
     assert bad['recognised'] and bad['status'] == 'failed', bad
+    # Names that are not UTF-8 are named (escaped) as not read; each costs only itself.
+    skipped = sorted(e['log'] for e in report['collective']['imported_logs'] if 'not UTF-8' in (e.get('reason') or ''))
+    assert [os.path.basename(e) for e in skipped] == ['run\\udcff\\udcfe.log', 'x.log'], skipped
+    assert 'sub\\udcc0' in skipped[1]
+    assert imported['title%s.log' % CONTROLS]['recognised'], sorted(imported)
+
+    # The crafted node is analysed; nothing on the console acts on the terminal, and its junk
+    # files are summarised, not one warning each.
+    assert 'crafted' not in failed and report['hosts']['crafted']['ports'] == 1, report['hosts'].get('crafted')
+    console = run.stdout + run.stderr
+    assert not [ascii(c) for c in RAW if c in console], [line for line in console.splitlines() if any(c in line for c in RAW)][:5]
+    assert '\\x1b[2J' in run.stdout      # the log's label, shown escaped
+    assert console.count('junk') < 40, console.count('junk')
+    assert 'more file(s) not used, not listed' in console, said
+    # The HCA type reached the facts as the node had it (data is kept; only what is shown is escaped).
+    with open(os.path.join(out, 'facts', 'crafted.json'), encoding='utf-8') as handle:
+        assert json.load(handle)['ib']['devices'][0]['hca_type'].startswith('MT4129\x1b[2J')
+    with open(os.path.join(out, 'report.html'), encoding='utf-8') as handle:
+        html = handle.read()
+    assert not [ascii(c) for c in RAW if c in html]
 
     # Nothing from outside the snapshots in any output, and nothing but files, directories and
     # links (every one of them pointing inside the output) - no setuid or world-writable mode.
