@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_summary import fabric_summary
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _culprit_search, _fleet_model, _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model, _offline, _report_stage
 from tests.bench import diagnosis_accuracy
 
 # Clear the screen, ring the bell, a NUL, set the window title, reverse what follows, C1 CSI, DEL.
@@ -123,8 +123,3 @@ def test_the_report_json_keeps_the_text_as_it_was():
     report = json.loads(dict(_report_stage.render(_report(), None, 0))['report.json'])
     assert HOST in report['hosts']
 
-
-def test_culprit_search_round_lines_are_shown_escaped():
-    line = _printable.printable('round 1: ' + HOSTILE)
-    assert not any(c in line for c in RAW)
-    assert hasattr(_culprit_search, 'round_line')
