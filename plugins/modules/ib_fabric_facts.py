@@ -19,7 +19,7 @@ description:
   - Every line of a tool's output that no pattern read is counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread)
     and makes the status C(partial) - a fabric built from input that was not read is never C(ok).
   - Records past what a subnet holds (SM records past 64, port lines past 8 per unicast LID, nodes past the 0xBFFF
-    unicast LIDs, error lines past 50, a port's second counter block; module_utils/_ibdiag.py) are not kept:
+    unicast LIDs, error lines past 50, a port's second counter block; module_utils/_ibdiag.py) are not kept;
     they are counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread) (C(dropped), and a line that names them),
     and make the status C(partial). The byte cap (64 MiB a saved output) is no cap on records.
   - Each tool runs with an argument list and a timeout. A tool that is not installed, fails or times out is
