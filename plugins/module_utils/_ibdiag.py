@@ -169,11 +169,22 @@ def _speed_name(lane_gbps):
     return _SPEED_OF.get(lane_gbps) if lane_gbps is not None else None
 
 
+# A NodeDescription is 64 bytes (IBTA Vol 1, 14.2.5.2 NodeDescription): one longer than twice that
+# is no node's, and is cut there. With the caps on records this bounds the result: a 60 MiB line
+# was otherwise copied into the node and both ends of every link it named.
+DESC_MAX = 128
+
+
+def _desc(desc):
+    return desc[:DESC_MAX] if isinstance(desc, str) else desc
+
+
 def _end(node, lid, port, desc=None, node_guid=None):
-    return {'node': node, 'lid': lid, 'port': port, 'desc': desc, 'guid': node_guid}
+    return {'node': node, 'lid': lid, 'port': port, 'desc': _desc(desc), 'guid': node_guid}
 
 
 def _add_node(nodes, node_id, kind=None, node_guid=None, desc=None, lid=None):
+    desc = _desc(desc)
     node = nodes.setdefault(node_id, {'id': node_id, 'type': None, 'guid': None, 'desc': None, 'lids': []})
     node['type'] = node['type'] or kind
     node['guid'] = node['guid'] or node_guid

@@ -107,6 +107,9 @@ RANKS_MAX = 65536
 RESULTS_MAX = 4096
 # - Lines that could not be read, listed with why (each names one line): the first few tell.
 PROBLEMS_MAX = 50
+# - A rank's host, bus id and device name: a host name is at most 253 characters (RFC 1035 2.3.4);
+#   a longer field is cut there, so that the rank cap bounds the result too.
+HOST_TEXT_MAX = 255
 
 
 def _keep(records, item, cap, parsed, kind):
@@ -572,9 +575,9 @@ def parse_text(stdout, stderr=''):
         match = _DEVICE_RE.match(stripped if stripped.startswith('#') else '#' + stripped)
         if match:
             _keep(parsed['ranks'], {'rank': _int(match.group('rank')), 'group': _int(match.group('group')),
-                                    'pid': _int(match.group('pid')), 'host': match.group('host'),
-                                    'device': _int(match.group('device')), 'bus_id': match.group('bus'),
-                                    'name': match.group('name')}, RANKS_MAX, parsed, 'ranks')
+                                    'pid': _int(match.group('pid')), 'host': match.group('host')[:HOST_TEXT_MAX],
+                                    'device': _int(match.group('device')), 'bus_id': match.group('bus')[:HOST_TEXT_MAX],
+                                    'name': match.group('name')[:HOST_TEXT_MAX]}, RANKS_MAX, parsed, 'ranks')
             continue
         match = _TESTS_VERSION_RE.match(stripped)
         if match:

@@ -232,3 +232,19 @@ def test_a_pair_judged_on_capped_rows_says_so(monkeypatch):
     record['warnings'] = parsed['tool_warnings']
     pair = [p for p in _bench.report(nodes, {})['pairs'] if p['client'] == 'c'][0]
     assert parsed['tool_warnings'][-1] in pair['reasons']
+
+
+def test_long_fields_are_cut_so_that_the_record_caps_bound_the_result():
+    """A NodeDescription is 64 bytes, a host name at most 253 characters: a field of a MB is cut, so that
+    the caps on records also bound the bytes of the result."""
+    text = fixture('iblinkinfo', 'linpack_edr_sb7700.txt')
+    line = next(x for x in text.splitlines() if '==(' in x and '"' in x)
+    start = line.index('"') + 1
+    huge = line[:start] + 'x' * (1 << 20) + line[start:]
+    parsed = _ibdiag.parse_iblinkinfo(huge)
+    assert parsed['links'], parsed['unparsed']
+    descs = [n['desc'] for n in parsed['nodes'].values()] + [e['desc'] for link in parsed['links'] for e in (link['a'], link['b']) if e]
+    assert max(len(d or '') for d in descs) <= _ibdiag.DESC_MAX and len(json.dumps(parsed)) < 10000
+    rank = '#  Rank  0 Group  0 Pid  1 on %s device  0 [0x07] NVIDIA A100-SXM4-40GB\n' % ('h' * (1 << 20))
+    ranks = _nccl.parse_text(rank)['ranks']
+    assert len(ranks) == 1 and len(ranks[0]['host']) == _nccl.HOST_TEXT_MAX
