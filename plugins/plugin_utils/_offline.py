@@ -36,9 +36,14 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tas
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
 COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
+# How deep the logs directory is searched: a ticket's outputs are a few levels deep; os.walk
+# recurses, and a tree thousands of levels deep would end the search (RecursionError).
+LOGS_MAX_DEPTH = 32
+
+
 def printable(name):
     """``name`` as the console shows it (a loop label, a message): module_utils/_printable.py.
-    Ansible prints a loop label as it is, so a log named '\x1b]0;...\x07.txt' would otherwise
+    Ansible prints a loop label as it is, so a log named '\\x1b]0;...\\x07.txt' would otherwise
     drive the operator's terminal."""
     return _printable.printable(name)
 
@@ -569,6 +574,10 @@ def find_logs(directory):
 
     for top, dirs, names in os.walk(directory, onerror=unreadable):
         dirs.sort()
+        if dirs and top.count(os.sep) - directory.rstrip(os.sep).count(os.sep) >= LOGS_MAX_DEPTH:
+            refused.append({'log': printable(top), 'recognised': False,
+                            'reason': 'not searched: %d directories below, more than %d levels deep' % (len(dirs), LOGS_MAX_DEPTH)})
+            dirs[:] = []
         for name in sorted(names):
             if name.startswith('.') or not name.endswith(COLLECTIVE_SUFFIXES):
                 continue

@@ -149,3 +149,13 @@ def test_a_log_named_with_controls_is_read_and_labelled_escaped(tmp_path):
 def test_offline_logs_refuses_what_is_no_directory(tmp_path):
     with pytest.raises(AnsibleFilterError, match='is not a directory'):
         offline_logs(str(tmp_path / 'missing'))
+
+
+def test_a_tree_deeper_than_any_ticket_is_named_not_searched(tmp_path):
+    deep = os.path.join(str(tmp_path), *(['d'] * (_offline.LOGS_MAX_DEPTH + 5)))
+    os.makedirs(deep)
+    _make(tmp_path, b'good.log')
+    _make(deep.encode(), b'lost.log')
+    files, refused = _offline.find_logs(str(tmp_path))
+    assert files == [{'path': str(tmp_path / 'good.log'), 'size': 1}]
+    assert len(refused) == 1 and 'more than %d levels deep' % _offline.LOGS_MAX_DEPTH in refused[0]['reason']
