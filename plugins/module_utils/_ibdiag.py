@@ -103,7 +103,8 @@ UNREAD_KEPT = 50
 #   are 0xBFFF of them, 0x0001-0xBFFF (IBTA Vol 1, 4.1.3; the kernel's be16 LIDs below
 #   IB_MULTICAST_LID_BASE 0xC000, include/rdma/ib_verbs.h). The largest subnets have
 #   ~48k-64k ports (with LMC 0, one LID each).
-NODES_MAX = 0xBFFF
+MAX_UNICAST_LID = 0xBFFF
+NODES_MAX = MAX_UNICAST_LID
 # - Port lines (links, both ends of each listed, and perfquery's port blocks): a node port's own
 #   line and, above it, a non-blocking three-level fat tree's switch ports (a leaf's down- and
 #   up-link, a spine's down- and up-link, a core port) are at most 6 per end port: 8 per LID.

@@ -144,8 +144,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import witho
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'saquery', 'perfquery')
-# IB LIDs are 16 bit; unicast LIDs 0x0001-0xBFFF (IBTA Vol 1, 4.1.3).
-MAX_UNICAST_LID = 0xBFFF
+# IB LIDs are 16 bit; unicast LIDs 0x0001-0xBFFF (IBTA Vol 1, 4.1.3): module_utils/_ibdiag.py.
+MAX_UNICAST_LID = _ibdiag.MAX_UNICAST_LID
 # A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
 # switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
 LOG_LIMIT = 64 << 20
