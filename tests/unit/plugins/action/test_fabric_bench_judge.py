@@ -179,3 +179,25 @@ def test_a_judging_that_fails_leaves_the_report_written_and_the_run_failed(tmp_p
     assert not os.path.exists(tmp_path / 'bench.json')
     with open(tmp_path / 'report.json') as handle:
         assert json.load(handle)['bench'] is None
+
+
+@pytest.mark.parametrize('bad', [{'side': 'client', 'memory': 'host', 'client': 'c', 'rail': 0},
+                                 dict(_record('a', 'c', 'client', 390.0), client=None),
+                                 dict(_record('a', 'c', 'client', 390.0), memory=None)],
+                         ids=['no_server', 'null_client', 'null_memory'])
+def test_a_malformed_record_costs_only_itself_and_is_named_on_the_console(tmp_path, bad):
+    """One such record made the judging fail with a TypeError: every pair's verdict was lost."""
+    hostvars = hostvars_with_files(tmp_path)
+    expected = json.loads(json.dumps(bench_report(hostvars_with_files(tmp_path / 'clean'), ['a', 'b', 'c'])))
+    path = hostvars['c']['fabric_bench_records_file']
+    records = _bench.read_records(path, 'c', 'run-1')
+    _bench.write_records(os.path.dirname(path), 'c', records[:1] + [bad] + records[1:], 'run-1')
+    dest = tmp_path / 'out'
+    result = run(fabric_bench_judge, {'hosts': ['a', 'b', 'c'], 'dest': str(dest)}, hostvars)
+    assert not result.get('failed'), result.get('msg')
+    written = json.loads((dest / 'bench.json').read_text())
+    assert written['pairs'] == expected['pairs'] and written['verdicts'] == {'ok': 1, 'low': 1, 'failed': 1}
+    assert written['records_malformed']['c']['dropped'] == 1 and written['records_malformed']['c']['source'] == path
+    assert [line for line in result['lines'] if 'malformed' in line] == [
+        '1 malformed record(s) of c dropped, not judged (%s: %s)' % (path, written['records_malformed']['c']['records'][0])]
+    assert written['records_malformed']['c']['records'][0].startswith('record 1: ')
