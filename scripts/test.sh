@@ -56,6 +56,8 @@ mkdir -p "$TMPDIR"
 export ANSIBLE_HOME=$base/ansible
 export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
 mkdir -p "$ANSIBLE_HOME"
+# The log is plain text, whatever TERM says (gf_plain_output).
+gf_plain_output
 # The copy is importable as ansible_collections.hpc.gpu_fabric, and its tests as tests.*.
 export PYTHONPATH=$base:$tree
 export ANSIBLE_COLLECTIONS_PATH=$base
@@ -76,12 +78,17 @@ run_step() {
 }
 
 step_units() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -n 2 tests/unit); }
-step_sanity() {
+# A subshell: HOME points into the run's temp dir for ansible-test only. ansible-test keeps its
+# sanity venvs and the get-pip.py cache below ~/.ansible/test (create_sanity_virtualenv in
+# _internal/commands/sanity/__init__.py, bootstrap in _util/target/setup/requirements.py), which
+# left 129 MB in the home directory after every run; gf_ansible_test_home says what comes along.
+step_sanity() (
+    gf_ansible_test_home "$base/home"
     gf_seed_get_pip
     # --local: the tree is new every run, and --venv would rebuild its venvs in it
     # (15-19 s against 6-7 s measured here); the requirements are in our venv.
-    (cd "$tree" && ansible-test sanity --local --python "$pyver" --color no)
-}
+    cd "$tree" && ansible-test sanity --local --python "$pyver" --color no
+)
 # antsibull-changelog lint checks changelogs/fragments/ and changelog.yaml (about a second).
 step_lint() { (cd "$REPO" && ansible-lint --offline -q && antsibull-changelog lint); }
 # One worker per core, two to four: the tests are ansible-playbook runs, one per simulated
