@@ -45,7 +45,7 @@ trap 'rm -rf "$base"' EXIT
 export TMPDIR=$base/tmp
 mkdir -p "$TMPDIR"
 # Ansible's own files too, which default below the home directory and stayed there: ANSIBLE_HOME
-# (~/.ansible) holds ansible-core's local temp files, SSH control sockets and galaxy cache, and
+# (~/.ansible) holds ansible-core's local temp files and galaxy cache, and
 # molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
 # ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
 # temp files in ~/.ansible/tmp. Not ANSIBLE_ASYNC_DIR: a local-connection module inherits the
@@ -55,6 +55,9 @@ mkdir -p "$TMPDIR"
 # The tests that start async jobs give ansible_async_dir inside their own directory.
 export ANSIBLE_HOME=$base/ansible
 export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
+# The SSH connection's control sockets do not follow ANSIBLE_HOME: control_path_dir defaults to
+# ~/.ansible/cp (ansible/plugins/connection/ssh.py), where the netns scenario left its directory.
+export ANSIBLE_SSH_CONTROL_PATH_DIR=$ANSIBLE_HOME/cp
 mkdir -p "$ANSIBLE_HOME"
 # The log is plain text, whatever TERM says (gf_plain_output).
 gf_plain_output
