@@ -49,10 +49,10 @@ mkdir -p "$TMPDIR"
 # molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
 # ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
 # temp files in ~/.ansible/tmp. Not ANSIBLE_ASYNC_DIR: a local-connection module inherits the
-# controller's environment, and that variable is how a module knows it runs as an async job, one
-# meant to outlive the controller (module_utils/_process.py ParentWatch): every module would then
-# outlive a killed ansible-playbook (tests/unit/plugins/module_utils/test__process_parent.py).
-# The tests that start async jobs give ansible_async_dir inside their own directory.
+# controller's environment, and module_utils/_process.py ParentWatch once took that variable alone
+# for an async job, one meant to outlive the controller (it now also asks for async_wrapper as the
+# module's parent: tests/unit/plugins/module_utils/test__process_parent.py). The tests that start
+# async jobs give ansible_async_dir inside their own directory.
 export ANSIBLE_HOME=$base/ansible
 export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
 # The SSH connection's control sockets do not follow ANSIBLE_HOME: control_path_dir defaults to
