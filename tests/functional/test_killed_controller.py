@@ -2,9 +2,12 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""ansible-playbook SIGKILLed while offline.yml unpacks the snapshots: the worker that unpacks
-(ansible-core forks one per task and leaves it running when its ansible-playbook dies) stops
-within seconds (plugin_utils/_controller_watch.py)."""
+"""A SIGKILLed controller leaves nothing of ours running. ansible-playbook killed while offline.yml
+unpacks the snapshots: the worker that unpacks (ansible-core forks one per task and leaves it
+running when its ansible-playbook dies) stops within seconds (plugin_utils/_controller_watch.py).
+ansible killed while perftest_run waits on a server that never answers: the module stops its
+perftest stand-ins within seconds (module_utils/_process.py ParentWatch), also with
+ANSIBLE_ASYNC_DIR in the controller's environment, as scripts/demo.sh has it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import tarfile
 import time
 
 import pytest
+
+from tests.functional.test_perftest_run import ansible_cmd, free_port, leftovers, node, sim_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,6 +68,14 @@ def _descendants(pid):
     return found
 
 
+def _cmdline(pid):
+    try:
+        with open('/proc/%d/cmdline' % pid, 'rb') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return b''
+
+
 def _alive(pids):
     return [pid for pid in pids if (_stat(pid) or ('X',))[0] not in ('Z', 'X')]
 
@@ -102,6 +115,32 @@ def test_sigkilled_playbook_leaves_no_unpacking_worker(tmp_path):
     finally:
         for pid in _alive(workers):
             os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigkilled_ansible_leaves_no_perftest_stand_in(tmp_path_factory, tmp_path):
+    root = node(tmp_path_factory, 'nvidia_h100_8x_ndr')
+    port = free_port()
+    env = sim_env(root, GF_SIM_PERFTEST_HANG='1', ANSIBLE_ASYNC_DIR=str(tmp_path / 'async'))
+    proc = subprocess.Popen(ansible_cmd({'test': 'ib_send_bw', 'role': 'loopback', 'tcp_port': port, 'timeout': 300}),
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    module = []
+    try:
+        # Both stand-ins run (the server hangs on its client): the module waits on them.
+        assert _wait_for(lambda: len(leftovers(root)) >= 2, 60), 'the stand-ins never started'
+        module = [pid for pid in _descendants(proc.pid) if b'AnsiballZ_perftest_run' in _cmdline(pid)]
+        assert module, 'no module process below ansible'
+        proc.kill()
+        proc.wait()
+        killed = time.time()
+        assert _wait_for(lambda: not leftovers(root) and not _alive(module), 10), \
+            'left running: stand-ins %s, module %s' % (leftovers(root), _alive(module))
+        assert time.time() - killed < 5
+    finally:
+        for pid in leftovers(root) + [str(pid) for pid in _alive(module)]:
+            os.kill(int(pid), signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
