@@ -16,8 +16,12 @@ workers hold too, so the write never fails, it waits).
 ``stop_with_controller`` - called where our controller-side code starts - watches the worker's
 parent from a thread, and when it is gone ends the worker at once (os._exit: no cleanup of the
 controller's is left to run, and nothing would read its result). Modules have their own watch
-(module_utils/_process.py ParentWatch); workers that run only ansible-core's code stay (the
-README says how to find and end them).
+(module_utils/_process.py ParentWatch), which ends the module's run; but a task that loops runs
+every item in the same worker, which then starts the module for the next item, whose watch no
+longer sees the controller it never knew: the modules that tasks run in loops (perftest_watch
+follows the benchmark step by step; offline.yml's perftest_run and collective_bench read one log
+each) have ``WatchedModuleAction`` for action plugin. Workers that run only ansible-core's code
+stay (the README says how to find and end them).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import multiprocessing
 import os
 import threading
 import time
+
+from ansible.plugins.action.normal import ActionModule as _NormalAction
 
 # How often the parent is looked at: a worker outlives its controller by at most this.
 INTERVAL = 0.5
@@ -65,3 +71,13 @@ def _watch(parent, interval):
     while os.getppid() == parent:
         time.sleep(interval)
     os._exit(EXIT_STATUS)
+
+
+class WatchedModuleAction(_NormalAction):
+    """The action plugin of a module that tasks run in loops: ansible-core's own action for a module
+    (ansible/plugins/action/normal.py: check mode, async and all), in a worker that ends with its
+    ansible-playbook."""
+
+    def run(self, tmp=None, task_vars=None):
+        stop_with_controller()
+        return super(WatchedModuleAction, self).run(tmp, task_vars)

@@ -9,6 +9,7 @@ context (ansible/utils/multiprocessing.py)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import time
 
 import pytest
+from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
 
@@ -98,3 +100,15 @@ def test_no_watch_outside_a_worker():
     """A test, a module or ansible-playbook itself: not a multiprocessing child, nothing to watch."""
     assert _controller_watch.controller_pid() is None
     assert _controller_watch.stop_with_controller() is None
+
+
+@pytest.mark.parametrize('name', ['perftest_watch', 'perftest_run', 'collective_bench'])
+def test_modules_run_in_loops_have_the_watched_action(name, monkeypatch):
+    """A loop runs every item in one worker: the module's own watch cannot end the next items."""
+    action = importlib.import_module('ansible_collections.hpc.gpu_fabric.plugins.action.%s' % name).ActionModule
+    assert issubclass(action, _controller_watch.WatchedModuleAction) and issubclass(action, NormalAction)
+    calls = []
+    monkeypatch.setattr(_controller_watch, 'stop_with_controller', lambda: calls.append('watch'))
+    monkeypatch.setattr(NormalAction, 'run', lambda self, tmp=None, task_vars=None: calls.append('module') or {'ok': task_vars})
+    assert action.run(object.__new__(action), task_vars={'x': 1}) == {'ok': {'x': 1}}
+    assert calls == ['watch', 'module']
