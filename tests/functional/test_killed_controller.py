@@ -108,7 +108,7 @@ def test_sigkilled_playbook_leaves_no_unpacking_worker(tmp_path):
         proc.wait()
         killed = time.time()
         assert _wait_for(lambda: not _alive(workers), 10), 'left running: %s' % _alive(workers)
-        assert time.time() - killed < 3
+        assert time.time() - killed < 5   # unwatched, it unpacked on for 7.6 s here
         # It stopped where it was: the last snapshot was never reached.
         time.sleep(1)
         assert not (out / 'offline' / ('node%d' % (SNAPSHOTS - 1))).exists()
