@@ -257,6 +257,51 @@ gf_collection_tree() {
     printf '%s\n' "$dest"
 }
 
+# gf_plain_output : no colour in anything the test command runs, so that its log is plain text.
+#
+# molecule colours its own output and, through ANSIBLE_FORCE_COLOR, every ansible-playbook it
+# runs whenever TERM names an xterm, terminal or not (should_do_markup in molecule/ansi_output.py
+# and enrich/console.py: PY_COLORS, CLICOLOR, FORCE_COLOR, ANSIBLE_FORCE_COLOR, then NO_COLOR
+# wins); the molecule step was most of a CI log's lines, nearly all of them with ANSI escapes.
+# NO_COLOR (https://no-color.org) also quiets ansible-lint (rich) and PY_COLORS pytest;
+# ANSIBLE_NOCOLOR every ansible-playbook run.
+gf_plain_output() {
+    export NO_COLOR=1 PY_COLORS=0 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
+}
+
+# gf_ansible_test_home DIR : make DIR the home directory (HOME) of this shell, for ansible-test.
+#
+# ansible-test writes below ~/.ansible/test whatever --local says: the sanity tests' venvs
+# (create_sanity_virtualenv in _internal/commands/sanity/__init__.py: ~/.ansible/test/venv),
+# the get-pip.py cache (~/.ansible/test/cache, _util/target/setup/requirements.py, which
+# gf_seed_get_pip fills), and these paths have no option, only HOME. Call it in a subshell.
+# Its pip runs get HOME and no PIP_* or XDG_* variable (common_environment in _internal/util.py),
+# so pip's user configuration (the package index of an offline machine) is copied along, and
+# pip's download cache is linked, so that the wheels are not fetched again.
+gf_ansible_test_home() {
+    local home=${1:?gf_ansible_test_home DIR} real=${HOME:-} conf
+    mkdir -p "$home"
+    if [[ -n $real && $real != "$home" ]]; then
+        for conf in .config/pip/pip.conf .pip/pip.conf; do
+            if [[ -f $real/$conf ]]; then
+                mkdir -p "$home/${conf%/*}"
+                cp "$real/$conf" "$home/$conf"
+            fi
+        done
+        if [[ -d $real/.cache/pip ]]; then
+            mkdir -p "$home/.cache"
+            ln -sfn "$real/.cache/pip" "$home/.cache/pip"
+        fi
+    fi
+    # A venv's scripts start with '#!<venv>/bin/python', and Linux reads 127 characters of that
+    # line (BINPRM_BUF_SIZE, include/uapi/linux/binfmts.h); ansible-test names its venvs
+    # <home>/.ansible/test/venv/sanity.import.plugin/3.NN/<8 hex>/bin/python (65 more, and 2 for #!).
+    if ((${#home} > 60)); then
+        gf_log "warning: $home is long: ansible-test's venvs below it may get shebangs over 127 characters (set GF_TEST_TMP to a shorter directory)"
+    fi
+    export HOME=$home
+}
+
 # gf_seed_get_pip : let ansible-test --venv/--local bootstrap pip offline.
 #
 # ansible-test fills every venv it makes by running get-pip.py, downloaded from

@@ -45,17 +45,22 @@ trap 'rm -rf "$base"' EXIT
 export TMPDIR=$base/tmp
 mkdir -p "$TMPDIR"
 # Ansible's own files too, which default below the home directory and stayed there: ANSIBLE_HOME
-# (~/.ansible) holds ansible-core's local temp files, SSH control sockets and galaxy cache, and
+# (~/.ansible) holds ansible-core's local temp files and galaxy cache, and
 # molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
 # ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
 # temp files in ~/.ansible/tmp. Not ANSIBLE_ASYNC_DIR: a local-connection module inherits the
-# controller's environment, and that variable is how a module knows it runs as an async job, one
-# meant to outlive the controller (module_utils/_process.py ParentWatch): every module would then
-# outlive a killed ansible-playbook (tests/unit/plugins/module_utils/test__process_parent.py).
-# The tests that start async jobs give ansible_async_dir inside their own directory.
+# controller's environment, and module_utils/_process.py ParentWatch once took that variable alone
+# for an async job, one meant to outlive the controller (it now also asks for async_wrapper as the
+# module's parent: tests/unit/plugins/module_utils/test__process_parent.py). The tests that start
+# async jobs give ansible_async_dir inside their own directory.
 export ANSIBLE_HOME=$base/ansible
 export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
+# The SSH connection's control sockets do not follow ANSIBLE_HOME: control_path_dir defaults to
+# ~/.ansible/cp (ansible/plugins/connection/ssh.py), where the netns scenario left its directory.
+export ANSIBLE_SSH_CONTROL_PATH_DIR=$ANSIBLE_HOME/cp
 mkdir -p "$ANSIBLE_HOME"
+# The log is plain text, whatever TERM says (gf_plain_output).
+gf_plain_output
 # The copy is importable as ansible_collections.hpc.gpu_fabric, and its tests as tests.*.
 export PYTHONPATH=$base:$tree
 export ANSIBLE_COLLECTIONS_PATH=$base
@@ -76,12 +81,19 @@ run_step() {
 }
 
 step_units() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -n 2 tests/unit); }
-step_sanity() {
+# A subshell: HOME points into the run's temp dir for ansible-test only. ansible-test keeps its
+# sanity venvs and the get-pip.py cache below ~/.ansible/test (create_sanity_virtualenv in
+# _internal/commands/sanity/__init__.py, bootstrap in _util/target/setup/requirements.py), which
+# stayed in the home directory after every run; gf_ansible_test_home says what comes along.
+# The price: its venvs are made again on every run (9 of them, pip installs from the index);
+# GF_ANSIBLE_TEST_HOME names a directory that keeps them between runs instead.
+step_sanity() (
+    gf_ansible_test_home "${GF_ANSIBLE_TEST_HOME:-$base/home}"
     gf_seed_get_pip
     # --local: the tree is new every run, and --venv would rebuild its venvs in it
     # (15-19 s against 6-7 s measured here); the requirements are in our venv.
-    (cd "$tree" && ansible-test sanity --local --python "$pyver" --color no)
-}
+    cd "$tree" && ansible-test sanity --local --python "$pyver" --color no
+)
 # antsibull-changelog lint checks changelogs/fragments/ and changelog.yaml (about a second).
 step_lint() { (cd "$REPO" && ansible-lint --offline -q && antsibull-changelog lint); }
 # One worker per core, two to four: the tests are ansible-playbook runs, one per simulated

@@ -26,7 +26,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search, _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _culprit_search, _fleet_model, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch, _culprit_search, _fleet_model, _report_stage
 
 display = Display()
 
@@ -116,6 +116,7 @@ class ActionModule(ActionBase):
         return results
 
     def run(self, tmp=None, task_vars=None):
+        _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         nodes = args.get('nodes')

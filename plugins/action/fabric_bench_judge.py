@@ -22,7 +22,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model, _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch, _fleet_model, _offline, _report_stage
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
 THRESHOLDS = _bench.THRESHOLDS
@@ -55,6 +55,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(('hosts', 'dest', 'results', 'limit') + THRESHOLDS)
 
     def run(self, tmp=None, task_vars=None):
+        _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
         result = super(ActionModule, self).run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args

@@ -23,6 +23,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
 
@@ -58,6 +59,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(('dest', 'files', 'mode'))
 
     def run(self, tmp=None, task_vars=None):
+        _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         dest = args.get('dest')

@@ -26,7 +26,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch, _fleet_model, _report_stage
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
 
 display = Display()
@@ -67,6 +67,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(('hosts', 'dest', 'baseline', 'regression_pct', 'exit_policy'))
 
     def run(self, tmp=None, task_vars=None):
+        _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
         result = super(ActionModule, self).run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args

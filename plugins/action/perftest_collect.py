@@ -26,7 +26,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch
 
 
 # The longest wait for a job: 30 days (a 1,024-node full mesh's budget, fabric_bench's
@@ -64,6 +64,7 @@ class ActionModule(ActionBase):
                                     module_args={'jid': jid, 'mode': mode, '_async_dir': async_dir})
 
     def run(self, tmp=None, task_vars=None):
+        _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         job = args.get('job')

@@ -11,7 +11,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch, _fleet_model, _offline
 
 
 def offline_logs(files):
@@ -36,6 +36,8 @@ def offline_snapshots(directory, out_dir):
         raise AnsibleFilterError('offline_snapshots: %r is not a directory of snapshots' % (directory,))
     if not isinstance(out_dir, str) or not out_dir:
         raise AnsibleFilterError('offline_snapshots: give the output directory')
+    # Minutes of unpacking on a large fleet: not for a worker whose ansible-playbook is gone.
+    _controller_watch.stop_with_controller()
     try:
         return _offline.unpack_snapshots(directory, out_dir)
     except OSError as exc:

@@ -171,7 +171,11 @@ class ParentWatch(object):
     Async tasks are left alone: async_wrapper runs them in a session of their own precisely so
     that they outlive the controller (ansible/modules/async_wrapper.py: setsid, double fork), and
     the action plugin puts ANSIBLE_ASYNC_DIR in their environment
-    (ansible/plugins/action/__init__.py _execute_module, wrap_async).
+    (ansible/plugins/action/__init__.py _execute_module, wrap_async). That variable alone does not
+    make an async job: with the local connection every module inherits the controller's
+    environment, where ANSIBLE_ASYNC_DIR may be a setting (scripts/demo.sh exports it), so an
+    async job is one whose parent is async_wrapper (the process that waits for it and kills it
+    at its time limit).
     """
 
     INTERVAL = 0.5
@@ -186,7 +190,12 @@ class ParentWatch(object):
 
     @staticmethod
     def wanted():
-        return 'ANSIBLE_ASYNC_DIR' not in os.environ and os.path.isdir('/proc/self')
+        if not os.path.isdir('/proc/self'):
+            return False
+        if 'ANSIBLE_ASYNC_DIR' not in os.environ:
+            return True
+        parent = _proc_stat(os.getppid())
+        return parent is None or b'async_wrapper' not in parent[2]
 
     def _ancestors(self):
         chain, pid = [], self.parent

@@ -252,8 +252,10 @@ def verdict(report, expression=None):
     if matched:
         ids = matched_ids(matched)
         shown = ids[:MATCHED_SHOWN]
+        # Plain text, not a Python list: ansible-core 2.19 prints a failed task's message twice
+        # (its error line and the result), and YAML doubled every quote of the list's repr.
         reasons.append('exit policy %s matched: %s%s' % (
-            expression or '(default: any root-cause error)', shown,
+            expression or '(default: any root-cause error)', ', '.join(str(item) for item in shown),
             ' and %d more (report.md lists them)' % (len(ids) - len(shown)) if len(ids) > len(shown) else ''))
     nothing = [f for f in report['findings'] if f['code'] == F.RUN_NOTHING_VALIDATED]
     if nothing and nothing[0]['id'] not in ids:   # said once: the policy's match names it already

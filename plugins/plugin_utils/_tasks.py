@@ -29,17 +29,24 @@ def truncate(value, length, end='...', leeway=5):
     return value[:length - len(end)].rsplit(' ', 1)[0] + end
 
 
+# ansible-core 2.19 starts the message of an unreachable result with it; the report says it its own way.
+_UNREACHABLE_PREFIX = 'Task failed: '
+
+
 def failure_record(failed, stage, task=None, unreachable=False):
     """The record a rescue keeps in ``gpu_fabric_failures`` (read by the report: HOST_TASK_FAILED, or
     HOST_UNREACHABLE where ``unreachable``): {stage, task, msg, unreachable}.
 
     ``failed`` is the failed task's result (ansible_failed_result: its msg, else its stderr, else
-    'failed', cut to FAILURE_MSG_LENGTH as the rescues cut it) or a message of the playbook's own
-    (kept whole); ``task`` the failed task (ansible_failed_task: its name) or a name."""
+    'failed', cut to FAILURE_MSG_LENGTH as the rescues cut it), the connection check's result of a
+    node that did not answer, or a message of the playbook's own (kept whole); ``task`` the failed
+    task (ansible_failed_task: its name) or a name."""
     if hasattr(failed, 'keys'):
         msg = truncate(str(failed['msg'] if 'msg' in failed else failed.get('stderr', 'failed')), FAILURE_MSG_LENGTH)
     else:
         msg = str(failed)
+    if unreachable and msg.startswith(_UNREACHABLE_PREFIX):
+        msg = msg[len(_UNREACHABLE_PREFIX):]
     name = task.get('name', '') if hasattr(task, 'get') else task
     return {'stage': str(stage), 'task': '' if name is None else str(name), 'msg': msg, 'unreachable': bool(unreachable)}
 

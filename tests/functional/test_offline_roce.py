@@ -55,7 +55,7 @@ def test_roce_snapshots_are_judged_offline(tmp_path):
     assert offline.returncode == 2, offline.stdout[-4000:] + offline.stderr[-3000:]
     stats = recap(offline)
     assert stats['r1']['failed'] == stats['r2']['failed'] == 0 and stats['localhost']['failed'] == 1
-    assert "exit policy (default: any root-cause error) matched: ['ROCE_PFC_OFF@r2/all RoCE ports']" in offline.stdout
+    assert "exit policy (default: any root-cause error) matched: ROCE_PFC_OFF@r2/all RoCE ports" in offline.stdout
     with open(os.path.join(out, 'report.json')) as handle:
         report = json.load(handle)
     codes = dict((host, set(f['code'] for f in report['findings'] if f['host'] == host)) for host in ('r1', 'r2'))

@@ -76,6 +76,8 @@ def scripts(tmp_path):
     module, holder = tmp_path / 'module.py', tmp_path / 'fake-ansible-playbook.py'
     module.write_text(MODULE)
     holder.write_text(HOLDER)
+    # The parent of an async job: ansible-core's async_wrapper.py, as its command line names it.
+    (tmp_path / 'async_wrapper.py').write_text(HOLDER)
     started = []
     yield str(module), str(holder), started
     for proc in started:
@@ -128,14 +130,30 @@ def test_sigkilled_controller_above_a_living_worker_stops_the_tool(scripts):
 
 
 def test_an_async_job_outlives_its_controller(scripts):
-    """async_wrapper jobs are meant to outlive the controller: no watch under ANSIBLE_ASYNC_DIR."""
+    """async_wrapper jobs are meant to outlive the controller: no watch under async_wrapper with
+    ANSIBLE_ASYNC_DIR."""
     module, holder, started = scripts
     word = '303.%d' % os.getpid()
-    parent, sleeper = _start(started, [sys.executable, holder, '/tmp/async', sys.executable, module, word], word)
+    wrapper = os.path.join(os.path.dirname(holder), 'async_wrapper.py')
+    parent, sleeper = _start(started, [sys.executable, wrapper, '/tmp/async', sys.executable, module, word], word)
     try:
         parent.kill()
         parent.wait()
         time.sleep(2.5)
         assert _alive(sleeper)
+    finally:
+        _cleanup(word)
+
+
+def test_async_dir_in_the_environment_alone_is_no_async_job(scripts):
+    """A local-connection module inherits the controller's environment, where ANSIBLE_ASYNC_DIR
+    may be a setting (scripts/demo.sh exports it): without async_wrapper above it, it is watched."""
+    module, holder, started = scripts
+    word = '304.%d' % os.getpid()
+    parent, sleeper = _start(started, [sys.executable, holder, '/tmp/async', sys.executable, module, word], word)
+    try:
+        parent.kill()
+        parent.wait()
+        assert _wait_for(lambda: not _alive(sleeper), 5), 'the tool outlived its controller'
     finally:
         _cleanup(word)

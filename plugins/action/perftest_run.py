@@ -1,0 +1,15 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Runs the module perftest_run as ansible-core runs any module, in a worker that ends when its
+ansible-playbook is killed (documentation: plugins/modules/perftest_run.py; why:
+plugins/plugin_utils/_controller_watch.py): offline.yml reads one saved perftest output a loop item."""
+
+from __future__ import annotations
+
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._controller_watch import WatchedModuleAction
+
+
+class ActionModule(WatchedModuleAction):
+    pass
