@@ -86,7 +86,9 @@ def test_the_test_command_uses_them():
     sanity = re.search(r'^step_sanity\(\) \(\n(.*?)^\)$', script, re.M | re.S)
     assert sanity, 'step_sanity is no longer a subshell'
     body = sanity.group(1)
-    assert body.index('gf_ansible_test_home "${GF_ANSIBLE_TEST_HOME:-$base/') < body.index('gf_seed_get_pip') < body.index('ansible-test sanity')
+    assert body.index('gf_ansible_test_home "${GF_ANSIBLE_TEST_HOME:-') < body.index('gf_seed_get_pip') < body.index('ansible-test sanity')
+    # A documented cache beside the compat venvs, never ansible-test's default ~/.ansible/test.
+    assert '/.cache}/hpc.gpu_fabric/ansible-test}"' in body
     # SSH control sockets do not follow ANSIBLE_HOME (ansible/plugins/connection/ssh.py: ~/.ansible/cp).
     assert re.search(r'^export ANSIBLE_SSH_CONTROL_PATH_DIR=\$ANSIBLE_HOME/', script, re.M)
 
