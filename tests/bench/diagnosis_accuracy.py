@@ -16,18 +16,28 @@ alone and in fleets (UNUSUAL_FLEETS: ``unusual_findings_above_info``,
 ``unusual_fleet_findings_above_info``). The facts are read with the modules' readers
 from rendered snapshot roots.
 
-Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv active)
+Usage, from the checkout's root (venv active: .venv/bin/python):
+    python -m tests.bench.diagnosis_accuracy            # every case: ~10 min on one core; one line per case on stderr
+    python -m tests.bench.diagnosis_accuracy --quick    # each fault alone, no pairs, no fabric faults
+The JSON result goes to stdout.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
 import json
+import os
 import sys
 import tempfile
+import time
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+try:
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+except ImportError:     # run from the checkout without PYTHONPATH: the checkout's own link to itself (.collections)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), '.collections'))
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 
@@ -173,18 +183,29 @@ def case(profile_name, fault_names):
     return all(EXPECTED[name][0] in roots for name in fault_names), sorted(roots), on_peers, link_check(found, causes)
 
 
-def run():
+def progress(text):
+    """One line on stderr as the run goes (the JSON result is stdout's)."""
+    sys.stderr.write(text + '\n')
+    sys.stderr.flush()
+
+
+def run(pairs=True):
     cases = [(name,) for name in sorted(EXPECTED)]
     cases += [pair for pair in itertools.combinations(sorted(EXPECTED), 2)
-              if EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
+              if pairs and EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
     results = []
-    for names in cases:
+    for number, names in enumerate(cases, 1):
+        started = time.time()
         try:
             right, roots, on_peers, links = case(EXPECTED[names[0]][1], names)
         except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
             results.append({'faults': names, 'skipped': str(exc)})
+            progress('case %d of %d: %s: skipped (%s)' % (number, len(cases), ' + '.join(names), exc))
             continue
         results.append({'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers, 'links': links})
+        progress('case %d of %d: %s: %s (%.1f s)' % (number, len(cases), ' + '.join(names), 'right' if right else
+                                                     'WRONG, roots %s' % ', '.join(roots), time.time() - started))
+    progress('healthy profiles, alone and as fleets; unusual hardware; faults no rule names')
     healthy = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
                    for name in HEALTHY)
     # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
@@ -233,10 +254,11 @@ def fabric_run():
     base = node_facts('nvidia_h100_8x_ndr')
     healthy = [f for f in _diagnose.diagnose(fabric_nodes((), base)) if f['severity'] != 'info']
     cases = []
-    for name in sorted(FABRIC_EXPECTED):
+    for number, name in enumerate(sorted(FABRIC_EXPECTED), 1):
         found = _diagnose.diagnose(fabric_nodes((name,), base))
         roots = sorted(set(f['code'] for f in found if f['explained_by'] is None and f['severity'] != 'info'))
         cases.append({'fault': name, 'right': FABRIC_EXPECTED[name] in roots, 'roots': roots})
+        progress('fabric case %d of %d: %s: %s' % (number, len(FABRIC_EXPECTED), name, 'right' if cases[-1]['right'] else 'WRONG'))
     return {'cases': len(cases), 'right': sum(c['right'] for c in cases), 'wrong': [c for c in cases if not c['right']],
             'results': cases, 'healthy_findings_above_info': sorted(set('%s@%s' % (f['code'], f['host']) for f in healthy))}
 
@@ -468,8 +490,17 @@ def two_node_run():
             and not [f for f in found if f['code'] == 'BENCH_DEVICE_UNEXPLAINED'], 'symptoms': len(symptoms)}
 
 
-def main():
-    print(json.dumps(dict(run(), fabric=fabric_run()), indent=1))
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='python -m tests.bench.diagnosis_accuracy', description=(
+        "Accuracy of the diagnosis on the simulator's fault catalog (tests/sim/faults.py): each fault alone and in "
+        "pairs, beside healthy peers. One line per case on stderr as it goes; the JSON result on stdout."))
+    parser.add_argument('--quick', action='store_true',
+                        help='each fault alone only: no pairs of faults, no fabric faults (about a tenth of the time)')
+    args = parser.parse_args(argv)
+    result = run(pairs=not args.quick)
+    if not args.quick:
+        result['fabric'] = fabric_run()
+    print(json.dumps(result, indent=1))
     return 0
 
 
