@@ -28,16 +28,13 @@ import argparse
 import copy
 import itertools
 import json
-import os
+import multiprocessing
 import sys
 import tempfile
 import time
 
-try:
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
-except ImportError:     # run from the checkout without PYTHONPATH: the checkout's own link to itself (.collections)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), '.collections'))
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+# Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 
@@ -163,11 +160,14 @@ def unusual_fleet(spec):
 
 def unusual_run():
     """Findings above info on the healthy-but-unusual profiles alone and in their fleets (goal: none)."""
-    alone = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
-                 for name in UNUSUAL)
-    fleets = dict((name, sorted(set('%s@%s' % (f['code'], f['host']) for f in _diagnose.diagnose(unusual_fleet(spec))
-                                    if f['severity'] != 'info')))
-                  for name, spec in sorted(UNUSUAL_FLEETS.items()))
+    alone, fleets = {}, {}
+    for name in UNUSUAL:
+        alone[name] = [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info']
+        progress('unusual profile %s alone: %s' % (name, ', '.join(alone[name]) or 'nothing above info'))
+    for name, spec in sorted(UNUSUAL_FLEETS.items()):
+        fleets[name] = sorted(set('%s@%s' % (f['code'], f['host']) for f in _diagnose.diagnose(unusual_fleet(spec))
+                                  if f['severity'] != 'info'))
+        progress('unusual fleet %s: %s' % (name, ', '.join(fleets[name]) or 'nothing above info'))
     return alone, fleets
 
 
@@ -189,29 +189,42 @@ def progress(text):
     sys.stderr.flush()
 
 
-def run(pairs=True):
+def _case_result(names):
+    started = time.time()
+    try:
+        right, roots, on_peers, links = case(EXPECTED[names[0]][1], names)
+    except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
+        return {'faults': names, 'skipped': str(exc)}, time.time() - started
+    return {'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers, 'links': links}, time.time() - started
+
+
+def run(pairs=True, faults=None, jobs=1):
+    """The fault cases (each fault alone, and with ``pairs`` each pair on one profile; with ``faults``
+    only the cases that inject one of them) and the healthy and unusual fleets; ``jobs`` processes."""
     cases = [(name,) for name in sorted(EXPECTED)]
     cases += [pair for pair in itertools.combinations(sorted(EXPECTED), 2)
               if pairs and EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
+    cases = [names for names in cases if not faults or set(names) & set(faults)]
     results = []
-    for number, names in enumerate(cases, 1):
-        started = time.time()
-        try:
-            right, roots, on_peers, links = case(EXPECTED[names[0]][1], names)
-        except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
-            results.append({'faults': names, 'skipped': str(exc)})
-            progress('case %d of %d: %s: skipped (%s)' % (number, len(cases), ' + '.join(names), exc))
-            continue
-        results.append({'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers, 'links': links})
-        progress('case %d of %d: %s: %s (%.1f s)' % (number, len(cases), ' + '.join(names), 'right' if right else
-                                                     'WRONG, roots %s' % ', '.join(roots), time.time() - started))
-    progress('healthy profiles, alone and as fleets; unusual hardware; faults no rule names')
-    healthy = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
-                   for name in HEALTHY)
-    # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
-    healthy_fleet = dict((name, sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
-                                           if f['severity'] != 'info' and f['code'].startswith('FLEET_'))))
-                         for name in HEALTHY)
+    pool = multiprocessing.Pool(jobs) if jobs > 1 else None
+    try:
+        for number, (result, seconds) in enumerate(pool.imap(_case_result, cases) if pool else map(_case_result, cases), 1):
+            results.append(result)
+            progress('case %d of %d: %s: %s (%.1f s)' % (
+                number, len(cases), ' + '.join(result['faults']), 'skipped (%s)' % result['skipped'] if 'skipped' in result
+                else 'right' if result['right'] else 'WRONG, roots %s' % ', '.join(result['roots']), seconds))
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    healthy, healthy_fleet = {}, {}
+    for name in HEALTHY:
+        healthy[name] = [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info']
+        # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
+        healthy_fleet[name] = sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
+                                         if f['severity'] != 'info' and f['code'].startswith('FLEET_')))
+        progress('healthy profile %s, alone and as a fleet: %s' % (name, ', '.join(healthy[name] + healthy_fleet[name])
+                                                                  or 'nothing above info'))
     judged = [r for r in results if 'right' in r]
     unusual_alone, unusual_fleets = unusual_run()
     return {'unusual_findings_above_info': unusual_alone, 'unusual_fleet_findings_above_info': unusual_fleets,
@@ -471,6 +484,7 @@ def unknown_run():
         check = link_check(found, causes)
         results[name] = {'right': devices == [list(expected)] and not check['misattributed'] and not check['off_path']
                          and not check['unknown_wrong'], 'devices': devices, 'links': check}
+        progress('fault no rule names, %s: %s' % (name, 'right' if results[name]['right'] else 'WRONG'))
     return results
 
 
@@ -495,10 +509,13 @@ def main(argv=None):
         "Accuracy of the diagnosis on the simulator's fault catalog (tests/sim/faults.py): each fault alone and in "
         "pairs, beside healthy peers. One line per case on stderr as it goes; the JSON result on stdout."))
     parser.add_argument('--quick', action='store_true',
-                        help='each fault alone only: no pairs of faults, no fabric faults (about a tenth of the time)')
+                        help='each fault alone only: no pairs of faults, no fabric faults (27 cases instead of 179)')
+    parser.add_argument('--fault', action='append', choices=sorted(EXPECTED), metavar='NAME',
+                        help='only the cases that inject this fault (repeatable); no fabric faults')
+    parser.add_argument('--jobs', type=int, default=1, help='cases run in this many processes at once (default 1)')
     args = parser.parse_args(argv)
-    result = run(pairs=not args.quick)
-    if not args.quick:
+    result = run(pairs=not args.quick, faults=args.fault, jobs=max(1, args.jobs))
+    if not args.quick and not args.fault:
         result['fabric'] = fabric_run()
     print(json.dumps(result, indent=1))
     return 0
