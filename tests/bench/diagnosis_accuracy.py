@@ -223,8 +223,8 @@ def run(pairs=True, faults=None, jobs=1):
         # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
         healthy_fleet[name] = sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
                                          if f['severity'] != 'info' and f['code'].startswith('FLEET_')))
-        progress('healthy profile %s, alone and as a fleet: %s' % (name, ', '.join(healthy[name] + healthy_fleet[name])
-                                                                  or 'nothing above info'))
+        above = healthy[name] + healthy_fleet[name]
+        progress('healthy profile %s, alone and as a fleet: %s' % (name, ', '.join(above) or 'nothing above info'))
     judged = [r for r in results if 'right' in r]
     unusual_alone, unusual_fleets = unusual_run()
     return {'unusual_findings_above_info': unusual_alone, 'unusual_fleet_findings_above_info': unusual_fleets,
