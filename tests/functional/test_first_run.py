@@ -264,8 +264,9 @@ def test_a_mistyped_role_variable_is_one_line_whether_or_not_its_role_runs(tmp_p
     what is expected - in the console and in the report - without the benchmark (whose role the value is for) and
     with it, where role argument validation printed the role's whole argument spec. The node's facts are kept."""
     line = "fabric_bench_bw_ratio='abc': role fabric_bench expects a number (float)"
-    for extra in ([], ['-e', 'gpu_fabric_benchmark=true']):
-        out = str(tmp_path / ('bench' if extra else 'plain'))
+    # Plain; with the benchmark; in --check, where configure.yml (the drift, on this machine) refuses it first.
+    for name, extra in (('plain', []), ('bench', ['-e', 'gpu_fabric_benchmark=true']), ('check', ['--check'])):
+        out = str(tmp_path / name)
         result = run_playbook('localhost,', out, '-c', 'local', '-e', 'fabric_bench_bw_ratio=abc', *extra)
         assert result.returncode == 2, result.stdout[-4000:]
         console = result.stdout + result.stderr
@@ -274,6 +275,7 @@ def test_a_mistyped_role_variable_is_one_line_whether_or_not_its_role_runs(tmp_p
         # The lines about it: the fatal line, and the report's root cause.
         assert len([text for text in console.splitlines() if 'fabric_bench_bw_ratio' in text]) <= 3, console[-4000:]
         report = report_of(out)
+        # Once in the report, also where configure.yml and validate.yml both refused it.
         failed = [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED']
         assert len(failed) == 1 and line in failed[0]['cause'] and len(failed[0]['cause']) < 300, failed
         with open(os.path.join(out, 'report.md')) as handle:
