@@ -63,10 +63,11 @@ def variable_error(name, value):
         try:
             value = check(value)
         except (TypeError, ValueError):
-            return '%s=%s: role %s expects %s (%s)' % (name, _shown(value), role, expected, kind)
+            # No ': ' in the line: the yaml result format prints it unquoted (a quoted one doubles its quotes).
+            return '%s=%s is not %s (%s), as role %s expects' % (name, _shown(value), expected, kind, role)
     choices = option.get('choices')
     if choices and value not in choices:
-        return '%s=%s: role %s expects one of %s' % (name, _shown(value), role, ', '.join(str(c) for c in choices))
+        return '%s=%s is not one that role %s takes (%s)' % (name, _shown(value), role, ', '.join(str(c) for c in choices))
     return None
 
 
@@ -83,7 +84,7 @@ def role_variable_errors(variables):
             value = variables[name]
         except AnsibleError as exc:
             # A template in the value that cannot be rendered: said as one line too.
-            errors.append('%s: %s' % (name, printable(' '.join(str(exc).split()))[:200]))
+            errors.append('%s cannot be rendered (%s)' % (name, printable(' '.join(str(exc).split()))[:200]))
             continue
         error = variable_error(name, value)
         if error:

@@ -17,10 +17,10 @@ ERRORS = FilterModule().filters()['role_variable_errors']
 
 
 def test_a_mistyped_value_is_one_short_line_naming_variable_value_and_type():
-    assert ERRORS({'fabric_bench_bw_ratio': 'abc'}) == ["fabric_bench_bw_ratio='abc': role fabric_bench expects a number (float)"]
+    assert ERRORS({'fabric_bench_bw_ratio': 'abc'}) == ["fabric_bench_bw_ratio='abc' is not a number (float), as role fabric_bench expects"]
     # memlock_soft is raw ('unlimited' or a number): anything goes.
     assert ERRORS({'fabric_bench_k': '2.5', 'memlock_soft': 'unlimited'}) == \
-        ["fabric_bench_k='2.5': role fabric_bench expects a whole number (int)"]
+        ["fabric_bench_k='2.5' is not a whole number (int), as role fabric_bench expects"]
 
 
 def test_what_a_role_takes_from_the_command_line_is_taken():
@@ -32,8 +32,8 @@ def test_what_a_role_takes_from_the_command_line_is_taken():
 
 def test_choices_and_booleans_are_checked():
     errors = ERRORS({'fabric_collective_launcher': 'mpi', 'fabric_bench_all_sizes': 'maybe'})
-    assert "fabric_bench_all_sizes='maybe': role fabric_bench expects true or false (bool)" in errors
-    assert "fabric_collective_launcher='mpi': role fabric_collective expects one of mpirun, srun, local" in errors
+    assert "fabric_bench_all_sizes='maybe' is not true or false (bool), as role fabric_bench expects" in errors
+    assert "fabric_collective_launcher='mpi' is not one that role fabric_collective takes (mpirun, srun, local)" in errors
 
 
 def test_a_long_or_hostile_value_is_cut_and_escaped():
@@ -46,3 +46,10 @@ def test_every_role_variable_is_known_and_the_input_must_be_a_mapping():
     assert {'fabric_bench_bw_ratio', 'fabric_collective_launcher', 'memlock_soft'} <= set(role_options())
     with pytest.raises(AnsibleFilterError):
         ERRORS(['fabric_bench_bw_ratio'])
+
+
+def test_every_string_form_the_end_to_end_run_gives_is_taken():
+    # tests/functional/test_string_variables.py gives every numeric and boolean role variable as -e text.
+    from tests.functional.test_string_variables import STRINGS
+    given = dict(pair.split('=', 1) for pair in STRINGS)
+    assert len(given) > 30 and ERRORS(given) == []
