@@ -66,7 +66,12 @@ def variable_error(name, value):
             # No ': ' in the line: the yaml result format prints it unquoted (a quoted one doubles its quotes).
             return '%s=%s is not %s (%s), as role %s expects' % (name, _shown(value), expected, kind, role)
     choices = option.get('choices')
-    if choices and value not in choices:
+    # A list's choices are its elements' (as role argument validation checks them: parameters._validate_argument_values).
+    refused = [item for item in (value if kind == 'list' else [value]) if item not in choices] if choices else []
+    if refused and kind == 'list':
+        return '%s=%s has %s, which role %s does not take (%s)' % (name, _shown(value), ', '.join(_shown(item) for item in refused),
+                                                                  role, ', '.join(str(c) for c in choices))
+    if refused:
         return '%s=%s is not one that role %s takes (%s)' % (name, _shown(value), role, ', '.join(str(c) for c in choices))
     return None
 

@@ -36,6 +36,13 @@ def test_choices_and_booleans_are_checked():
     assert "fabric_collective_launcher='mpi' is not one that role fabric_collective takes (mpirun, srun, local)" in errors
 
 
+def test_a_list_is_checked_element_by_element_against_its_choices():
+    assert ERRORS({'fabric_bench_memory': ['host'], 'fabric_bench_hcas': ['mlx5_0']}) == []
+    assert ERRORS({'fabric_bench_memory': 'host,gpu'}) == []
+    assert ERRORS({'fabric_bench_memory': ['host', 'disk']}) == \
+        ["fabric_bench_memory=['host', 'disk'] has 'disk', which role fabric_bench does not take (host, gpu)"]
+
+
 def test_a_long_or_hostile_value_is_cut_and_escaped():
     [line] = ERRORS({'fabric_bench_bw_ratio': '\x1b]0;x\x07' + 'a' * 500})
     assert '\x1b' not in line and '\\x1b' in line and len(line) < 150
