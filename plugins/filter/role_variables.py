@@ -68,11 +68,11 @@ def variable_error(name, value):
     choices = option.get('choices')
     # A list's choices are its elements' (as role argument validation checks them: parameters._validate_argument_values).
     refused = [item for item in (value if kind == 'list' else [value]) if item not in choices] if choices else []
+    takes = ', '.join(str(c) for c in choices or [])
     if refused and kind == 'list':
-        return '%s=%s has %s, which role %s does not take (%s)' % (name, _shown(value), ', '.join(_shown(item) for item in refused),
-                                                                  role, ', '.join(str(c) for c in choices))
+        return '%s=%s has %s, which role %s does not take (%s)' % (name, _shown(value), ', '.join(_shown(i) for i in refused), role, takes)
     if refused:
-        return '%s=%s is not one that role %s takes (%s)' % (name, _shown(value), role, ', '.join(str(c) for c in choices))
+        return '%s=%s is not one that role %s takes (%s)' % (name, _shown(value), role, takes)
     return None
 
 
