@@ -96,8 +96,8 @@ EXAMPLES = r'''
   ignore_errors: true
 
 - name: Show the pairs that are not healthy
-  ansible.builtin.debug:
-    msg: "{{ gpu_fabric_bench.lines | default(['the benchmark judging failed: ' ~ gpu_fabric_bench.msg]) | join('\n') }}"
+  hpc.gpu_fabric.fabric_console:
+    lines: "{{ gpu_fabric_bench.lines | default(['the benchmark judging failed: ' ~ gpu_fabric_bench.msg]) }}"
 '''
 
 RETURN = r'''

@@ -71,15 +71,20 @@ def ib_findings(host, ib, role_of=None):
             best = max(others) if others else None
             lanes_lost = port.get('width') == '1X' and port.get('link_layer') != 'Ethernet'
             if lanes_lost or (best and port.get('rate_gbps') and port['rate_gbps'] < best):
+                # sysfs's rate names the width already ('100 Gb/sec (1X NDR)', drivers/infiniband/core/sysfs.c
+                # rate_show): said once.
+                trained = port.get('rate') or 'an unknown rate'
+                if port.get('width') and port['width'] not in trained:
+                    trained = '%s (%s)' % (trained, port['width'])
                 found.append(finding(
                     F.IB_RATE_DEGRADED, host, subject,
                     {'rate': port.get('rate'), 'width': port.get('width'), 'others_gbps': best, 'role': mine.get('role'),
                      'model': list(group[0]) if group[0] else None},
-                    'the link trained at %s (%s)%s: every test and every ring through it runs at this rate' % (
-                        port.get('rate'), port.get('width'),
+                    'the link trained at %s%s: every test and every ring through it runs at this rate' % (
+                        trained,
                         ', below the node\'s other %s ports of its model and role (%s, %s Gb/s)' % (
                             port.get('link_layer'), mine.get('role') or '?', best) if best and port.get('rate_gbps')
-                        and port['rate_gbps'] < best else ', on a single lane (1X)'),
+                        and port['rate_gbps'] < best else ', on a single lane'),
                     at=[('hca', host, device['name'])]))
             counters = dict((k, v) for k, v in (port.get('counters') or {}).items() if k in ERROR_COUNTERS and v)
             if counters or port.get('counters_saturated'):

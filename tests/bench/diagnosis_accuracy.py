@@ -16,17 +16,24 @@ alone and in fleets (UNUSUAL_FLEETS: ``unusual_findings_above_info``,
 ``unusual_fleet_findings_above_info``). The facts are read with the modules' readers
 from rendered snapshot roots.
 
-Usage: python -m tests.bench.diagnosis_accuracy   (from the checkout, venv active)
+Usage, from the checkout's root (venv active: .venv/bin/python):
+    python -m tests.bench.diagnosis_accuracy            # every case: ~10 min on one core; one line per case on stderr
+    python -m tests.bench.diagnosis_accuracy --quick    # each fault alone, no pairs, no fabric faults
+The JSON result goes to stdout.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
 import json
+import multiprocessing
 import sys
 import tempfile
+import time
 
+# Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
@@ -153,11 +160,14 @@ def unusual_fleet(spec):
 
 def unusual_run():
     """Findings above info on the healthy-but-unusual profiles alone and in their fleets (goal: none)."""
-    alone = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
-                 for name in UNUSUAL)
-    fleets = dict((name, sorted(set('%s@%s' % (f['code'], f['host']) for f in _diagnose.diagnose(unusual_fleet(spec))
-                                    if f['severity'] != 'info')))
-                  for name, spec in sorted(UNUSUAL_FLEETS.items()))
+    alone, fleets = {}, {}
+    for name in UNUSUAL:
+        alone[name] = [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info']
+        progress('unusual profile %s alone: %s' % (name, ', '.join(alone[name]) or 'nothing above info'))
+    for name, spec in sorted(UNUSUAL_FLEETS.items()):
+        fleets[name] = sorted(set('%s@%s' % (f['code'], f['host']) for f in _diagnose.diagnose(unusual_fleet(spec))
+                                  if f['severity'] != 'info'))
+        progress('unusual fleet %s: %s' % (name, ', '.join(fleets[name]) or 'nothing above info'))
     return alone, fleets
 
 
@@ -173,24 +183,48 @@ def case(profile_name, fault_names):
     return all(EXPECTED[name][0] in roots for name in fault_names), sorted(roots), on_peers, link_check(found, causes)
 
 
-def run():
+def progress(text):
+    """One line on stderr as the run goes (the JSON result is stdout's)."""
+    sys.stderr.write(text + '\n')
+    sys.stderr.flush()
+
+
+def _case_result(names):
+    started = time.time()
+    try:
+        right, roots, on_peers, links = case(EXPECTED[names[0]][1], names)
+    except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
+        return {'faults': names, 'skipped': str(exc)}, time.time() - started
+    return {'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers, 'links': links}, time.time() - started
+
+
+def run(pairs=True, faults=None, jobs=1):
+    """The fault cases (each fault alone, and with ``pairs`` each pair on one profile; with ``faults``
+    only the cases that inject one of them) and the healthy and unusual fleets; ``jobs`` processes."""
     cases = [(name,) for name in sorted(EXPECTED)]
     cases += [pair for pair in itertools.combinations(sorted(EXPECTED), 2)
-              if EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
+              if pairs and EXPECTED[pair[0]][1] == EXPECTED[pair[1]][1] and pair not in CONTRADICT]
+    cases = [names for names in cases if not faults or set(names) & set(faults)]
     results = []
-    for names in cases:
-        try:
-            right, roots, on_peers, links = case(EXPECTED[names[0]][1], names)
-        except (KeyError, ValueError) as exc:   # a pair that cannot be combined on one profile
-            results.append({'faults': names, 'skipped': str(exc)})
-            continue
-        results.append({'faults': names, 'right': right, 'roots': roots, 'on_peers': on_peers, 'links': links})
-    healthy = dict((name, [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info'])
-                   for name in HEALTHY)
-    # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
-    healthy_fleet = dict((name, sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
-                                           if f['severity'] != 'info' and f['code'].startswith('FLEET_'))))
-                         for name in HEALTHY)
+    pool = multiprocessing.Pool(jobs) if jobs > 1 else None
+    try:
+        for number, (result, seconds) in enumerate(pool.imap(_case_result, cases) if pool else map(_case_result, cases), 1):
+            results.append(result)
+            progress('case %d of %d: %s: %s (%.1f s)' % (
+                number, len(cases), ' + '.join(result['faults']), 'skipped (%s)' % result['skipped'] if 'skipped' in result
+                else 'right' if result['right'] else 'WRONG, roots %s' % ', '.join(result['roots']), seconds))
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    healthy, healthy_fleet = {}, {}
+    for name in HEALTHY:
+        healthy[name] = [f['code'] for f in _diagnose.diagnose({'node': node_facts(name)}) if f['severity'] != 'info']
+        # The fleet rule on identical nodes: whatever it adds to the single-node findings is false.
+        healthy_fleet[name] = sorted(set(f['code'] for f in _diagnose.diagnose(fleet(name))
+                                         if f['severity'] != 'info' and f['code'].startswith('FLEET_')))
+        above = healthy[name] + healthy_fleet[name]
+        progress('healthy profile %s, alone and as a fleet: %s' % (name, ', '.join(above) or 'nothing above info'))
     judged = [r for r in results if 'right' in r]
     unusual_alone, unusual_fleets = unusual_run()
     return {'unusual_findings_above_info': unusual_alone, 'unusual_fleet_findings_above_info': unusual_fleets,
@@ -233,10 +267,11 @@ def fabric_run():
     base = node_facts('nvidia_h100_8x_ndr')
     healthy = [f for f in _diagnose.diagnose(fabric_nodes((), base)) if f['severity'] != 'info']
     cases = []
-    for name in sorted(FABRIC_EXPECTED):
+    for number, name in enumerate(sorted(FABRIC_EXPECTED), 1):
         found = _diagnose.diagnose(fabric_nodes((name,), base))
         roots = sorted(set(f['code'] for f in found if f['explained_by'] is None and f['severity'] != 'info'))
         cases.append({'fault': name, 'right': FABRIC_EXPECTED[name] in roots, 'roots': roots})
+        progress('fabric case %d of %d: %s: %s' % (number, len(FABRIC_EXPECTED), name, 'right' if cases[-1]['right'] else 'WRONG'))
     return {'cases': len(cases), 'right': sum(c['right'] for c in cases), 'wrong': [c for c in cases if not c['right']],
             'results': cases, 'healthy_findings_above_info': sorted(set('%s@%s' % (f['code'], f['host']) for f in healthy))}
 
@@ -449,6 +484,7 @@ def unknown_run():
         check = link_check(found, causes)
         results[name] = {'right': devices == [list(expected)] and not check['misattributed'] and not check['off_path']
                          and not check['unknown_wrong'], 'devices': devices, 'links': check}
+        progress('fault no rule names, %s: %s' % (name, 'right' if results[name]['right'] else 'WRONG'))
     return results
 
 
@@ -468,8 +504,20 @@ def two_node_run():
             and not [f for f in found if f['code'] == 'BENCH_DEVICE_UNEXPLAINED'], 'symptoms': len(symptoms)}
 
 
-def main():
-    print(json.dumps(dict(run(), fabric=fabric_run()), indent=1))
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='python -m tests.bench.diagnosis_accuracy', description=(
+        "Accuracy of the diagnosis on the simulator's fault catalog (tests/sim/faults.py): each fault alone and in "
+        "pairs, beside healthy peers. One line per case on stderr as it goes; the JSON result on stdout."))
+    parser.add_argument('--quick', action='store_true',
+                        help='each fault alone only: no pairs of faults, no fabric faults (27 cases instead of 179)')
+    parser.add_argument('--fault', action='append', choices=sorted(EXPECTED), metavar='NAME',
+                        help='only the cases that inject this fault (repeatable); no fabric faults')
+    parser.add_argument('--jobs', type=int, default=1, help='cases run in this many processes at once (default 1)')
+    args = parser.parse_args(argv)
+    result = run(pairs=not args.quick, faults=args.fault, jobs=max(1, args.jobs))
+    if not args.quick and not args.fault:
+        result['fabric'] = fabric_run()
+    print(json.dumps(result, indent=1))
     return 0
 
 

@@ -257,3 +257,32 @@ def test_a_threshold_the_judging_refuses_stops_the_benchmark_before_any_pair_and
     assert failed == ['n1', 'n2'], failed
     assert report['bench'] is None and not os.path.exists(os.path.join(out, 'bench.json'))
     assert not os.path.exists(os.path.join(out, 'bench-records'))
+
+
+def test_a_mistyped_role_variable_is_one_line_whether_or_not_its_role_runs(tmp_path):
+    """Every -e value is a string: one its role would refuse is said in one line naming the variable, the value and
+    what is expected - in the console and in the report - without the benchmark (whose role the value is for) and
+    with it, where role argument validation printed the role's whole argument spec. The node's facts are kept."""
+    line = "fabric_bench_bw_ratio='abc' is not a number (float), as role fabric_bench expects"
+    # Plain; with the benchmark; in --check, where configure.yml (the drift, on this machine) refuses it first.
+    for name, extra in (('plain', []), ('bench', ['-e', 'gpu_fabric_benchmark=true']), ('check', ['--check'])):
+        out = str(tmp_path / name)
+        result = run_playbook('localhost,', out, '-c', 'local', '-e', 'fabric_bench_bw_ratio=abc', *extra)
+        assert result.returncode == 2, result.stdout[-4000:]
+        console = result.stdout + result.stderr
+        assert [text for text in console.splitlines() if line in text], console[-4000:]
+        assert '_AnsibleTaggedStr' not in console and 'argument_spec' not in console, console[-4000:]
+        # The lines about it: each play that refuses it (configure.yml too in --check) prints the task's error and its
+        # result, and the report its root cause; each line short.
+        about = [text for text in console.splitlines() if 'fabric_bench_bw_ratio' in text]
+        assert len(about) <= (5 if name == 'check' else 3) and max(len(text) for text in about) <= 200, console[-4000:]
+        report = report_of(out)
+        # Once in the report, also where configure.yml and validate.yml both refused it.
+        failed = [f for f in report['findings'] if f['code'] == 'HOST_TASK_FAILED']
+        assert len(failed) == 1 and line in failed[0]['cause'] and len(failed[0]['cause']) < 300, failed
+        with open(os.path.join(out, 'report.md')) as handle:
+            text = handle.read()
+        assert line in text and '_AnsibleTaggedStr' not in text and 'argument_spec' not in text
+        # Validated all the same: its facts are in the report.
+        assert os.path.getsize(os.path.join(out, 'facts', 'localhost.json')) > 0
+        assert report['hosts']['localhost']['status'] == 'error'

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -49,7 +50,23 @@ def test_built_tarball_installs_and_validate_fabric_runs_from_it(tmp_path):
     os.mkdir(work)
     env = _env(install)
 
-    built = run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--output-path', build, REPO], work, env)
+    # What a first run from the checkout leaves in it (README "First run on one real node": the default
+    # gpu_fabric_output_dir ./fabric-report, capture.yml's ./fabric-snapshots): a node's report, facts and
+    # snapshots, which must not ship (galaxy.yml build_ignore). Left alone where a real run left them.
+    made = []
+    for top, files in (('fabric-report', ('report.json', 'report.html', 'facts/gpu01.json', 'bench-records/gpu01.records.json.gz')),
+                       ('fabric-snapshots', ('gpu01.tar.gz', 'capture.json'))):
+        if not os.path.exists(os.path.join(REPO, top)):
+            made.append(os.path.join(REPO, top))
+            for name in files:
+                os.makedirs(os.path.dirname(os.path.join(REPO, top, name)), exist_ok=True)
+                with open(os.path.join(REPO, top, name), 'w') as handle:
+                    handle.write('{}')
+    try:
+        built = run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--output-path', build, REPO], work, env)
+    finally:
+        for path in made:
+            shutil.rmtree(path)
     assert built.returncode == 0, built.stdout + built.stderr
     tarballs = os.listdir(build)
     assert len(tarballs) == 1 and tarballs[0].startswith('hpc-gpu_fabric-'), tarballs
@@ -59,7 +76,8 @@ def test_built_tarball_installs_and_validate_fabric_runs_from_it(tmp_path):
     # What must ship, and what must not (galaxy.yml build_ignore).
     assert {'playbooks/validate_fabric.yml', 'plugins/filter/report_html.yml', 'changelogs/changelog.yaml',
             'tests/fixtures/real/h200-vm-snapshot/vm.tar.gz'} <= names
-    assert not [n for n in names if n.split('/')[0] in ('.venv', '.collections', 'out', '.ci') or n.endswith('.pyc')]
+    assert not [n for n in names if n.split('/')[0] in ('.venv', '.collections', 'out', '.ci', 'fabric-report', 'fabric-snapshots')
+                or n.endswith('.pyc')]
 
     installed = run([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'install', '-p', install, tarball], work, env)
     assert installed.returncode == 0, installed.stdout + installed.stderr
@@ -81,6 +99,15 @@ def test_built_tarball_installs_and_validate_fabric_runs_from_it(tmp_path):
     assert [(f['code'], f['host']) for f in report['findings'] if f['severity'] == 'error'] == \
         [('HOST_NOTHING_TO_CHECK', 'localhost')], report['findings']
     assert {'report.html', 'report.md', 'junit.xml', 'gpu_fabric.prom'} <= set(os.listdir(out))
+    # Each node's facts beside the report in the default directory too, not only with gpu_fabric_output_dir given.
+    with open(os.path.join(out, 'facts', 'localhost.json')) as handle:
+        assert {'ib', 'gdr'} <= set(json.load(handle))
+    # The console without the checkout's ansible.cfg (ansible-core's default result format, json): the summary is
+    # one console line per line, as from a checkout - not one JSON string with '\n' escapes.
+    lines = played.stdout.splitlines()
+    assert 'localhost: 0 RDMA device(s), 0/0 port(s) ACTIVE; 0 GPU(s); GPUDirect RDMA NOT ready' in lines, played.stdout[-3000:]
+    assert not [line for line in lines if 'RDMA device(s)' in line and ('\\n' in line or '"' in line)], played.stdout[-3000:]
+    assert '1 host(s): 0 ok, 1 with errors, 0 unreachable; 1 error(s), 0 warning(s), 1 root cause(s).' in lines
     # report.md links the HTML by its absolute path, in the user's directory.
     with open(os.path.join(out, 'report.md')) as handle:
         assert 'Full report: %s/report.html' % os.path.realpath(out) in handle.read()

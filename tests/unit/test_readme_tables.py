@@ -11,6 +11,7 @@
   or an `-e name=value` example in the docs tells users to set.
 - docs/roles.md "Variables": every role's variables, generated from its meta/argument_specs.yml
   (`PYTHONPATH=.collections python -m tests.unit.test_readme_tables` prints the table to paste).
+- README "Content": every filter of plugins/filter; README "The simulator": every fault of tests/sim/faults.py.
 - docs/architecture.md says what every file of plugins/module_utils, plugin_utils, action and filter
   is, and names no file that does not exist.
 """
@@ -18,6 +19,7 @@
 from __future__ import annotations
 
 import glob
+import importlib
 import json
 import os
 import re
@@ -153,6 +155,49 @@ def test_every_module_is_in_the_readme():
     assert [name for name, what in modules.items() if len(what) < 20] == [], 'a module row without what it does'
 
 
+def filter_names():
+    """Every filter the collection's filter plugins provide (plugins/filter/*.py)."""
+    names = set()
+    for path in glob.glob(os.path.join(REPO, 'plugins', 'filter', '*.py')):
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name != '__init__':
+            names.update(importlib.import_module('ansible_collections.hpc.gpu_fabric.plugins.filter.' + name).FilterModule().filters())
+    return names
+
+
+def readme_filters():
+    """The filters README.md "## Content" names in its filter rows: a row's `hpc.gpu_fabric.<name>`, and the `names`
+    its text gives."""
+    names = set()
+    for row in _table(_read(os.path.join(REPO, 'README.md')), '## Content'):
+        if 'filter' in row[1]:
+            names.update(name.split('.')[-1] for cell in (row[0], row[2]) for name in _names(cell))
+    return names
+
+
+def test_every_filter_is_in_the_readme():
+    missing = sorted(filter_names() - readme_filters())
+    assert not missing, 'filters missing from README.md "## Content": %s' % ', '.join(missing)
+    stale = sorted(name.split('.')[-1] for row in _table(_read(os.path.join(REPO, 'README.md')), '## Content')
+                   if 'filter' in row[1] for name in _names(row[0])
+                   if name.startswith('hpc.gpu_fabric.') and name.split('.')[-1] not in filter_names())
+    assert not stale, 'README.md "## Content" names filters that do not exist: %s' % ', '.join(stale)
+
+
+def catalog_faults():
+    """The simulator's fault catalog (tests/sim/faults.py CATALOG), by the keys of its dict literals."""
+    text = _read(os.path.join(REPO, 'tests', 'sim', 'faults.py'))
+    return set(re.findall(r"^    '(\w+)': _fault\(", text, re.M))
+
+
+def test_every_simulated_fault_is_in_the_readme():
+    text = _read(os.path.join(REPO, 'README.md'))
+    section = text[text.index('## The simulator'):text.index('## Tests')]
+    listed = set(re.findall(r'`(\w+)`', section))
+    missing = sorted(catalog_faults() - listed)
+    assert not missing, 'faults of tests/sim/faults.py missing from README.md "## The simulator": %s' % ', '.join(missing)
+
+
 def test_run_state_is_assigned_by_the_playbooks_not_by_users():
     text = ''.join(_read(path) for path in _ansible_files())
     for name in set(RUN_STATE) & set(read_variables()):
@@ -224,6 +269,8 @@ def test_the_table_parser_reads_what_it_is_given():
     # The checks above pass trivially if the parser finds no rows.
     assert len(readme_modules()) >= 10 and len(readme_variables()) >= 8 and len(roles_md_variables()) >= 50
     assert {'gpu_fabric_root', 'gpu_fabric_output_dir', 'gpu_fabric_discover_fabric'} <= set(read_variables())
+    assert len(filter_names()) >= 40 and {'fabric_summary', 'role_variable_errors'} <= readme_filters()
+    assert len(catalog_faults()) >= 28 and {'port_down', 'roce_congestion', 'gpu_link_narrow'} <= catalog_faults()
 
 
 if __name__ == '__main__':

@@ -64,7 +64,22 @@ def test_1x_infiniband_is_a_fault_in_any_role():
                       device('mlx5_9', 'MT4123', port(25.0, '1X', 'InfiniBand'))]}
     found = _diagnose.ib_findings('n', ib, {'mlx5_0': {'role': 'compute'}, 'mlx5_9': {'role': 'storage'}})
     assert [(f['code'], f['subject'], f['severity']) for f in found] == [('IB_RATE_DEGRADED', 'mlx5_9/1', 'error')]
-    assert 'single lane (1X)' in found[0]['cause']
+    assert found[0]['cause'].startswith('the link trained at 25 Gb/sec (1X), on a single lane: ')
+
+
+def test_a_degraded_link_names_its_width_once():
+    # sysfs's rate string names the width and speed already (tests/fixtures/public/sysfs_ib/procfs_mlx5_0_1x_edr_hwcounters.txt: "25 Gb/sec (1X EDR)").
+    slow = port(100.0, '1X', 'InfiniBand')
+    slow['rate'] = '100 Gb/sec (1X NDR)'
+    ib = {'devices': [device('mlx5_0', 'MT4129', port(400.0, '4X', 'InfiniBand')), device('mlx5_1', 'MT4129', slow)]}
+    found = _diagnose.ib_findings('n', ib, {'mlx5_0': {'role': 'compute'}, 'mlx5_1': {'role': 'compute'}})
+    assert [f['code'] for f in found] == ['IB_RATE_DEGRADED']
+    assert found[0]['cause'].startswith('the link trained at 100 Gb/sec (1X NDR), below the node')
+    assert found[0]['cause'].count('1X') == 1
+    # A rate string without the width (a hand-made snapshot) still gets it.
+    slow['rate'] = '100 Gb/sec'
+    found = _diagnose.ib_findings('n', ib, {'mlx5_0': {'role': 'compute'}, 'mlx5_1': {'role': 'compute'}})
+    assert found[0]['cause'].startswith('the link trained at 100 Gb/sec (1X), below the node')
 
 
 def test_roce_without_v2_gid_on_a_storage_port_is_info():
