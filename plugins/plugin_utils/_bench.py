@@ -357,7 +357,8 @@ _LISTEN_FAILED = re.compile(r"Couldn't listen to port|Failed to bind socket")
 FOLLOW_ON_KINDS = ('exchange_failed', 'timeout', 'connect_failed', 'peer_lost', 'peer_moved_on', 'unparsed')
 
 
-def _never_reached(failure):
+def never_reached(failure):
+    """Does one side's failure say its test never reached the hardware (SETUP_KINDS, or perftest's server could not listen)?"""
     failure = mapping(failure)
     kind = text(failure.get('kind'))
     return kind in SETUP_KINDS or (kind == 'connect_failed' and bool(_LISTEN_FAILED.search(text(failure.get('message')) or '')))
@@ -370,7 +371,7 @@ def failure_cause(pair):
     pair = mapping(pair)
     client, server = mapping(pair.get('failure')), mapping(pair.get('server_failure'))
     if server and (not client or (text(client.get('kind')) in FOLLOW_ON_KINDS
-                                  and (text(server.get('kind')) not in FOLLOW_ON_KINDS or _never_reached(server)))):
+                                  and (text(server.get('kind')) not in FOLLOW_ON_KINDS or never_reached(server)))):
         side, failure = 'server', server
     elif client:
         side, failure = 'client', client
@@ -390,7 +391,7 @@ def not_reached(pair):
     if mapping(pair).get('verdict') != 'failed':
         return None
     cause = failure_cause(pair)
-    return cause if cause is not None and _never_reached(cause) else None
+    return cause if cause is not None and never_reached(cause) else None
 
 
 def _checked(record):

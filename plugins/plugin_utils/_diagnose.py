@@ -482,8 +482,11 @@ def _run_broken(broken):
     and tests; on the run, not on a node (nothing was measured of any node)."""
     causes = {}
     for pair, cause in broken:
-        entry = causes.setdefault((cause['host'], cause['kind'], cause['message']), set())
-        entry.add(pair_subject(pair))
+        # Each end's own cause where both could not set up (both beacons' ports taken), not only the one that decided.
+        ends = [(pair.get(side), failure) for side, failure in (('server', pair.get('server_failure')), ('client', pair.get('failure')))
+                if _bench.never_reached(failure)]
+        for host, failure in ends or [(cause['host'], cause)]:
+            causes.setdefault((host, failure.get('kind'), failure.get('message') or ''), set()).add(pair_subject(pair))
     listed = sorted(causes.items(), key=lambda item: (natural_key(item[0][0] or ''), item[0][1], item[0][2]))
     nodes = sorted(set(host for pair, _c in broken for host in (pair.get('server'), pair.get('client')) if host), key=natural_key)
     failing = sorted(set(host for (host, _k, _m) in causes if host), key=natural_key)
