@@ -551,7 +551,7 @@ def explains(root, symptom, host=None):
     """Does a finding of code ``root`` explain the finding ``symptom`` (when one of the root's
     places is on the symptom's path: on_path)? ``host``: the root finding's host, where the
     caller has it: a condition that names the failing end (a third part True) then holds only for
-    a root on the node whose side of the pair failed (``evidence.failed_side.host``)."""
+    a root on a node whose side of the pair failed so (``evidence.failed_side``'s ``hosts``)."""
     entry = REGISTRY.get(root)
     if entry is None or symptom['code'] not in entry.explains:
         return False

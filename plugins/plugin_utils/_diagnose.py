@@ -494,7 +494,7 @@ def _run_broken(broken):
     if len(listed) > _CAUSES_SAID:
         said += '; and %d more cause(s) in the evidence' % (len(listed) - _CAUSES_SAID)
     return finding(F.BENCH_RUN_BROKEN, None, 'pairwise',
-                   {'tests': len(broken), 'nodes': nodes, 'failed_on': failing,
+                   {'tests': len(broken), 'nodes': nodes, 'failed_on': failing, 'causes_total': len(listed),
                     'causes': [{'host': host, 'kind': kind, 'message': message, 'tests': len(tests),
                                 'subjects': sorted(tests)[:20]} for (host, kind, message), tests in listed[:RUN_BROKEN_CAUSES]]},
                    '%d pair test(s) over %s never reached the hardware: the benchmark could not set them up on %s (%s). '
@@ -738,7 +738,9 @@ def link_causes(findings):
     closed): a symptom is never pinned on a device it did not touch. Where several roots are on
     the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
     the GDR chain, not a slow port), then a root whose own place is on the path before a node-wide
-    one, then the lowest layer, then the order given. A symptom
+    one, then the lowest layer, then the order given. A failed pair is judged by the failure that
+    made it fail (evidence.failed_side, _bench.failure_cause): GPU memory its end could not register
+    is that end's peer-memory chain, never its peer's (F.explains with the root's host). A symptom
     explained by something that is itself explained points at that root.
     """
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
