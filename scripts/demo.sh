@@ -11,6 +11,10 @@
 #
 # GF_DEMO_DIR: where everything goes (default out/demo). Exit status 0 when the report was
 # written: the exit policy matching the injected faults is what the demo shows, not a failure.
+# Exit status 3 when the benchmark itself broke (BENCH_RUN_BROKEN: its tests never reached the
+# simulated hardware, e.g. its beacon port taken by another run on this machine): the demo did
+# not show what it is for. The benchmark's ports are perftest_run's defaults; give others with
+# -e fabric_bench_beacon_port=N -e fabric_bench_base_port=M to run two demos side by side.
 # GF_VENV: the virtualenv (default .venv); one made by gf_venv_compat (scripts/lib.sh) runs the
 # demo on its ansible-core, whose version heads ansible.log.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -49,7 +53,8 @@ if [[ ! -s $out/report/report.json || ! -s $out/report/report.html ]]; then
 fi
 gf_log ""
 gf_log "================================================================ summary"
-python - "$out/report/report.json" <<'EOF'
+broken=0
+python - "$out/report/report.json" <<'EOF' || broken=$?
 import json
 import sys
 
@@ -65,10 +70,21 @@ for item in report['findings']:
 search = (report.get('collective') or {}).get('search') or {}
 if search.get('culprits'):
     print('collective: the node(s) that slow the fleet down: %s' % ', '.join(search['culprits']))
+# The benchmark that broke (never reached the hardware) is no injected fault: the demo failed.
+broken = [f for f in report['findings'] if f['code'] == 'BENCH_RUN_BROKEN']
+for item in broken:
+    print('the benchmark broke: %s' % item['cause'], file=sys.stderr)
+sys.exit(3 if broken else 0)
 EOF
 gf_log ""
 gf_log "report:        file://$out/report/report.html"
 gf_log "also:          $out/report/{report.json,report.md,junit.xml,gpu_fabric.prom}"
 gf_log "node facts:    $out/report/facts/"
+((broken == 0 || broken == 3)) || gf_die "the summary of $out/report/report.json could not be printed"
+if ((broken == 3)); then
+    gf_log "ansible-playbook exited $rc: the benchmark broke (BENCH_RUN_BROKEN above): its tests never reached the"
+    gf_log "simulated hardware, so the report does not show the injected faults; free what it names and run again."
+    exit 3
+fi
 ((rc == 0)) || gf_log "ansible-playbook exited $rc: the exit policy matched the injected faults, as it should."
 exit 0

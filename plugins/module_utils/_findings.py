@@ -33,15 +33,37 @@ Code = namedtuple('Code', 'code layers severity other explains doc remedy remedi
 REGISTRY = OrderedDict()
 
 
+def _failed_side(symptom):
+    """The failure a pair's symptom names as its cause: ``evidence.failed_side`` (the judging's
+    plugin_utils/_bench.py failure_cause: the server's own failure where the client only saw its
+    effect), else the client's ``evidence.failure``; {} where neither is a mapping."""
+    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    for name in ('failed_side', 'failure'):
+        if isinstance(evidence.get(name), dict):
+            return evidence[name]
+    return {}
+
+
 def _failure_kind(symptom):
-    failure = (symptom.get('evidence') or {}).get('failure')
-    return failure.get('kind') if isinstance(failure, dict) else None
+    return _failed_side(symptom).get('kind')
+
+
+def _gpu_memory_test(symptom):
+    """A pair's test in GPU memory (bench_findings puts the memory kind in its evidence)."""
+    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    return evidence.get('memory') == 'gpu'
 
 
 # A root explains a symptom only when the symptom looks like what that root causes: a memlock
 # limit makes ibv_reg_mr fail (mr_failed), not a peer vanish; a lost node makes its pairs fail
 # through it (lost peers, refused or hung connections), not a buffer refused.
 _MR_FAILED = (lambda symptom: _failure_kind(symptom) in ('mr_failed', None), 'mr_failed')
+# GPU memory that could not be registered (ibv_reg_mr refused: no peer-memory client), on a pair whose host-memory
+# test did not pass (a slow port at the other end, say): the GPUDirect RDMA chain of the end that failed. The third
+# part, True: only a root on a node whose side failed so explains it (evidence.failed_side's hosts, where the
+# symptom names them), never its peer's.
+_GPU_MR_FAILED = (lambda symptom: _gpu_memory_test(symptom) and _failure_kind(symptom) == 'mr_failed',
+                  'GPU memory, mr_failed on its node', True)
 # GPUs of one node that did not talk peer-to-peer while no variable forbade it: P2P was impossible there.
 _P2P_IMPOSSIBLE = (lambda symptom: not (symptom.get('evidence') or {}).get('variables'), 'no variable forbids P2P')
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
@@ -72,6 +94,8 @@ def gdr_not_used(symptom):
 # A peer-memory root explains a slow collective where the run says GPUDirect RDMA was not used.
 _GPU_MEMORY_SYMPTOMS = ('BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_CULPRIT',
                         ('COLLECTIVE_BUSBW_LOW', (gdr_not_used, 'GPUDirect RDMA not used')))
+# The peer-memory chain's roots: ibv_reg_mr of GPU memory fails without a peer-memory client, whatever the host memory did.
+_PEER_MEMORY_SYMPTOMS = _GPU_MEMORY_SYMPTOMS + (('BENCH_PAIR_FAILED', _GPU_MR_FAILED),)
 _NO_OFED = ('install MLNX OFED (its ib_core carries the peer-memory client API the inbox stack lacks), or use the dma-buf '
             'path (kernel >= 5.12 and a dma-buf capable GPU driver, NCCL_DMABUF_ENABLE)')
 
@@ -211,19 +235,19 @@ GDR_MM_KOBJ_NOT_EXPORTED = _register(
     'GDR_MM_KOBJ_NOT_EXPORTED', 'ib_gpu', 'error',
     'kernel without the `mm_kobj` export (removed upstream, and in RHEL 9.6) → OFED without `HAVE_MM_KOBJ_EXPORTED` → no memory_peers client',
     'a kernel that exports mm_kobj, then rebuild MLNX OFED against it (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True)
 GDR_OFED_STALE_BUILD = _register(
     'GDR_OFED_STALE_BUILD', 'ib_gpu', 'error', 'the kernel exports `mm_kobj`, OFED was built without it: rebuild',
     'rebuild MLNX OFED for the running kernel (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True)
 GDR_PEERMEM_NOT_LOADED = _register(
     'GDR_PEERMEM_NOT_LOADED', 'ib_gpu', 'error', 'peer-memory module not loaded',
     'load the peer-memory module now and at boot (role rdma_modules, tag rdma_modules)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
 GDR_MEMORY_PEERS_MISSING = _register(
     'GDR_MEMORY_PEERS_MISSING', 'ib_gpu', 'error', 'module loaded, no memory_peers client',
     'check the kernel log of the peer-memory module; reload it (role ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_GPU_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
 # What blocks a peer-memory path as a node says it (_gdr.peer_verdict's ``blocker``, deepest root
 # first as _gdr.PEER_OUTCOMES) -> the root's code. The controller names the finding: this module
 # is imported by no module, so the registry never travels to a node.
@@ -341,6 +365,16 @@ BENCH_NOT_RUN = _register(
     'BENCH_NOT_RUN', 'benchmark', 'error',
     'fewer than two nodes could run the mesh: nothing was tested, `evidence.skipped` says why',
     'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and perftest (%(test)s) installed')
+# Pair tests that never reached the hardware (plugin_utils/_bench.py not_reached): the benchmark could not set
+# them up, so they say nothing of any device and no device verdict follows from them; the run is what failed.
+BENCH_RUN_BROKEN = _register(
+    'BENCH_RUN_BROKEN', 'benchmark', 'error',
+    'pair tests that never reached the hardware: the benchmark could not set them up (its beacon port or perftest\'s TCP '
+    'port in use, perftest missing, arguments refused); `evidence.causes` names each node\'s cause, no device verdict '
+    'follows from these tests',
+    'free what the causes name (another benchmark run, a leftover perftest server: ss -ltnp on the node) or give the '
+    'benchmark free ports (fabric_bench_beacon_port, fabric_bench_base_port), install perftest where it is missing, and '
+    'run the benchmark again: these pairs were not tested', scope='run')
 # Symptoms that no finding on their path explains, on the one device all their tests share
 # (_diagnose.unexplained_findings): a fault no rule names, said once on its device.
 BENCH_DEVICE_UNEXPLAINED = _register(
@@ -513,14 +547,22 @@ EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY
 SYMPTOMS = frozenset(code for entry in REGISTRY.values() for code in entry.explains)
 
 
-def explains(root, symptom):
+def explains(root, symptom, host=None):
     """Does a finding of code ``root`` explain the finding ``symptom`` (when one of the root's
-    places is on the symptom's path: on_path)?"""
+    places is on the symptom's path: on_path)? ``host``: the root finding's host, where the
+    caller has it: a condition that names the failing end (a third part True) then holds only for
+    a root on a node whose side of the pair failed so (``evidence.failed_side``'s ``hosts``)."""
     entry = REGISTRY.get(root)
     if entry is None or symptom['code'] not in entry.explains:
         return False
     condition = entry.explains[symptom['code']]
-    return condition is None or bool(condition[0](symptom))
+    if condition is None:
+        return True
+    if not condition[0](symptom):
+        return False
+    side = _failed_side(symptom)
+    failed_on = side.get('hosts') if isinstance(side.get('hosts'), list) and side.get('hosts') else [side.get('host')]
+    return not (len(condition) > 2 and condition[2] and host is not None and None not in failed_on and host not in failed_on)
 
 
 def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, at=None, path=None, **values):
@@ -590,10 +632,12 @@ def named(root, symptom):
     """Does the symptom itself name the root's kind of cause? GPUDirect RDMA not used, or GPU memory
     slower than or failing where host memory did not (the GPU's side of the test): a root that breaks
     GPUDirect RDMA or costs GPU memory (the registry's gpu_memory: the peer-memory chain, ACS, a far NIC,
-    IOMMU translation); a buffer that could not be registered (mr_failed): the locked-memory limit.
+    IOMMU translation) - and GPU memory that could not be registered (mr_failed) names it too; a buffer
+    that could not be registered (mr_failed): the locked-memory limit.
     ``root``: a code."""
     if root in REGISTRY and REGISTRY[root].gpu_memory:
-        return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED)
+        return gdr_not_used(symptom) or symptom.get('code') in (BENCH_GPU_MEMORY_LOW, BENCH_GPU_MEMORY_FAILED) or (
+            _gpu_memory_test(symptom) and _failure_kind(symptom) == 'mr_failed')
     if root in (HOST_LOST, HOST_TASK_FAILED) and _failure_kind(symptom) in ('node_lost', 'peer_lost'):
         # The pair's own failure says a node of it stopped answering: that node's loss, not a device on the way.
         return True

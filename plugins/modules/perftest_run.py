@@ -360,6 +360,9 @@ failure:
       C(completion_error), C(bad_arguments), C(timeout), C(unparsed) - C(message), the tool's
       own line that shows it, C(lines), all error lines recognised, and C(side) (C(server) or
       C(client)) with O(role=loopback).
+    - A task that fails because the test could not be set up returns it too, with kind C(tool_missing)
+      (no perftest on the node) or, with O(sequence), C(setup_failed) (the beacon cannot listen on
+      O(address):O(beacon_port), e.g. the port is taken by another run or a leftover server).
   returned: always
   type: dict
   sample: {kind: connect_failed, message: "Couldn't connect to 10.0.0.11:18515", lines: ["Couldn't connect to 10.0.0.11:18515"]}
@@ -408,6 +411,16 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import Sys
 
 class ArgumentError(Exception):
     pass
+
+
+class SetupError(ArgumentError):
+    """The test could not be set up on this node: the task fails, and its RV(failure) says why by kind
+    (C(setup_failed): the beacon's port taken; C(tool_missing): no perftest), so that the judging tells a
+    benchmark that never reached the hardware from a device that failed (plugin_utils/_bench.py SETUP_KINDS)."""
+
+    def __init__(self, kind, message):
+        super(SetupError, self).__init__(message)
+        self.failure = {'kind': kind, 'message': message, 'lines': []}
 
 
 def validate(params):
@@ -498,7 +511,8 @@ def validate_sequence(params):
 def run_sequence(module, params):
     binary = module.get_bin_path(params['test'], required=False)
     if binary is None:
-        raise ArgumentError('%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)' % params['test'])
+        raise SetupError('tool_missing', '%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)'
+                         % params['test'])
     base = side_options(params)
 
     def build(entry):
@@ -521,7 +535,8 @@ def run_sequence(module, params):
     try:
         done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
     except _sequence.BeaconError as exc:
-        raise ArgumentError(str(exc))
+        # Its port taken (another run, a leftover server): no test of the sequence ran.
+        raise SetupError('setup_failed', str(exc))
     tests = [t for step in done['steps'] for t in step['tests']]
     failed = [t for t in tests if t['status'] != 'ok']
     result = {'status': 'failed' if failed else 'ok', 'steps': done['steps'], 'counters_start': done['counters_start'],
@@ -631,7 +646,8 @@ def parse_log(module, params):
 def run(module, params):
     binary = module.get_bin_path(params['test'], required=False)
     if binary is None:
-        raise ArgumentError('%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)' % params['test'])
+        raise SetupError('tool_missing', '%s not found on PATH: install perftest (package perftest, or the GPU-enabled build)'
+                         % params['test'])
     role = params['role']
     client_args = side_options(params, client=True)
     server_args = side_options(params)
@@ -730,6 +746,8 @@ def main():
         else:
             result = run(module, params)
             result.update(test=params['test'], role=params['role'])
+    except SetupError as exc:
+        module.fail_json(msg=str(exc), status='failed', failure=exc.failure)
     except ArgumentError as exc:
         module.fail_json(msg=str(exc))
     except (IOError, OSError) as exc:

@@ -14,6 +14,7 @@ import gzip
 import json
 import math
 import os
+import re
 import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
@@ -247,6 +248,10 @@ def sequence_records(me, steps, result):
     records = []
     if not done:
         kind = 'task_failed' if result.get('failed') or result.get('msg') else 'not_run'
+        # perftest_run says by kind why the sequence could not start (SETUP_KINDS: its beacon port taken,
+        # perftest missing): that, not a task that failed somehow.
+        own = text(mapping(result.get('failure')).get('kind'))
+        kind = own if result.get('failed') and own in SETUP_KINDS else kind
         message = text(result.get('msg')) or 'the sequence did not run on %s' % me
         if result.get('unreachable'):
             kind = 'node_lost'
@@ -368,6 +373,61 @@ def _shown(value, present):
     if value is None:
         return 'null'
     return repr(value)[:60] if isinstance(value, (str, int, float)) else 'a %s' % type(value).__name__
+
+
+# ---------------------------------------------------------------------------- why a pair failed
+#
+# Kinds of a side's failure that say the test never reached the hardware: the benchmark could not set it
+# up. perftest_run's own (setup_failed: the sequence's beacon could not listen, its port taken by another
+# run or a leftover server; tool_missing: no perftest binary), and perftest's parser refusing its arguments
+# (bad_arguments, module_utils/_perftest.py). No device verdict follows from such a test.
+SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments')
+# perftest's server could not listen on its TCP port (perftest_communication.c ethernet_server_connect:
+# "Couldn't listen to port %d" after bind() failed - the port in use; module_utils/_perftest.py files it
+# under connect_failed): no RDMA resource was exchanged, the test never started.
+_LISTEN_FAILED = re.compile(r"Couldn't listen to port|Failed to bind socket")
+# A client's failure that only shows its server's: it read EOF (exchange_failed) or waited (timeout) when the
+# server exited, was refused (connect_failed) when the server never listened, or lost or passed the server's
+# beacon (the sequence engine's peer_lost, peer_moved_on). The server's own failure then is the cause
+# (as perftest_run's combine_loopback decides for one node).
+FOLLOW_ON_KINDS = ('exchange_failed', 'timeout', 'connect_failed', 'peer_lost', 'peer_moved_on', 'unparsed')
+
+
+def never_reached(failure):
+    """Does one side's failure say its test never reached the hardware (SETUP_KINDS, or perftest's server could not listen)?"""
+    failure = mapping(failure)
+    kind = text(failure.get('kind'))
+    return kind in SETUP_KINDS or (kind == 'connect_failed' and bool(_LISTEN_FAILED.search(text(failure.get('message')) or '')))
+
+
+def failure_cause(pair):
+    """The failure that made a failed pair (report()'s entry) fail, as {'side', 'host', 'kind', 'message', 'hosts'}:
+    the server's own failure where the client's only shows its effect (FOLLOW_ON_KINDS), else the client's; ``hosts``:
+    the ends that failed so themselves (both, where both sides report that kind). None where neither side reported one."""
+    pair = mapping(pair)
+    client, server = mapping(pair.get('failure')), mapping(pair.get('server_failure'))
+    if server and (not client or (text(client.get('kind')) in FOLLOW_ON_KINDS
+                                  and (text(server.get('kind')) not in FOLLOW_ON_KINDS or never_reached(server)))):
+        side, failure = 'server', server
+    elif client:
+        side, failure = 'client', client
+    else:
+        return None
+    kind = text(failure.get('kind')) or 'failed'
+    ends = [key(pair.get(end)) for end, own in (('server', server), ('client', client))
+            if own and (text(own.get('kind')) or 'failed') == kind]
+    return {'side': side, 'host': key(pair.get(side)), 'kind': kind, 'message': text(failure.get('message')) or '',
+            'hosts': ends}
+
+
+def not_reached(pair):
+    """failure_cause() of a failed pair whose test never reached the hardware (the benchmark could not set it up:
+    SETUP_KINDS, or perftest's server could not listen on its TCP port), else None. Such a pair is the run's
+    failure, never a device's."""
+    if mapping(pair).get('verdict') != 'failed':
+        return None
+    cause = failure_cause(pair)
+    return cause if cause is not None and never_reached(cause) else None
 
 
 def _checked(record):

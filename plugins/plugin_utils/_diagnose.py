@@ -419,8 +419,15 @@ def bench_findings(bench):
                              '%s was left out of the pairwise benchmark: %s' % (host, why), path=[('node', host)]))
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
+    broken = []
     for pair in (bench or {}).get('pairs') or []:
         if pair.get('verdict') == 'ok':
+            continue
+        cause_of = _bench.not_reached(pair)
+        if cause_of is not None:
+            # Never reached the hardware (its beacon port taken, perftest missing): the run's failure, said
+            # once below; no device verdict follows from it.
+            broken.append((pair, cause_of))
             continue
         subject = pair_subject(pair)
         gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
@@ -441,10 +448,15 @@ def bench_findings(bench):
         found.append(finding(code, None, subject,
                              {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
                               'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
-                              'failure': pair.get('failure')},
+                              'memory': pair.get('memory'), 'failure': pair.get('failure'),
+                              'server_failure': pair.get('server_failure'),
+                              # Which end's failure made the test fail (what a root must explain: F.explains).
+                              'failed_side': _bench.failure_cause(pair) if pair.get('verdict') == 'failed' else None},
                              cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near',
                              path=pair_path(pair)))
         found[-1]['hosts'] = [pair['server'], pair['client']]
+    if broken:
+        found.append(_run_broken(broken))
     # One finding per HCA whose counters rose, its tests in evidence: a port flapping through the
     # whole benchmark is one fault, not one per test.
     rises = {}
@@ -462,6 +474,39 @@ def bench_findings(bench):
                                  ', '.join('%s +%d' % kv for kv in sorted(total.items()))),
                              hca=hca, at=[('hca', host, hca)], path=[('hca', host, hca)]))
     return found
+
+
+# How many causes a BENCH_RUN_BROKEN names in its text (all are in its evidence, up to RUN_BROKEN_CAUSES).
+_CAUSES_SAID = 6
+RUN_BROKEN_CAUSES = 100
+
+
+def _run_broken(broken):
+    """One BENCH_RUN_BROKEN for the pair tests that never reached the hardware (``broken``: [(pair,
+    _bench.not_reached(pair))]): each cause (a node's message, as the tool or perftest_run said it) with its nodes
+    and tests; on the run, not on a node (nothing was measured of any node)."""
+    causes = {}
+    for pair, cause in broken:
+        # Each end's own cause where both could not set up (both beacons' ports taken), not only the one that decided.
+        ends = [(pair.get(side), failure) for side, failure in (('server', pair.get('server_failure')), ('client', pair.get('failure')))
+                if _bench.never_reached(failure)]
+        for host, failure in ends or [(cause['host'], cause)]:
+            causes.setdefault((host, failure.get('kind'), failure.get('message') or ''), set()).add(pair_subject(pair))
+    listed = sorted(causes.items(), key=lambda item: (natural_key(item[0][0] or ''), item[0][1], item[0][2]))
+    nodes = sorted(set(host for pair, _c in broken for host in (pair.get('server'), pair.get('client')) if host), key=natural_key)
+    failing = sorted(set(host for (host, _k, _m) in causes if host), key=natural_key)
+    said = '; '.join('%s: %s: %s' % (host or '?', kind, message) for (host, kind, message), _t in listed[:_CAUSES_SAID])
+    if len(listed) > _CAUSES_SAID:
+        said += '; and %d more cause(s) in the evidence' % (len(listed) - _CAUSES_SAID)
+    return finding(F.BENCH_RUN_BROKEN, None, 'pairwise',
+                   {'tests': len(broken), 'nodes': nodes, 'failed_on': failing, 'causes_total': len(listed),
+                    'causes': [{'host': host, 'kind': kind, 'message': message, 'tests': len(tests),
+                                'subjects': sorted(tests)[:20]} for (host, kind, message), tests in listed[:RUN_BROKEN_CAUSES]]},
+                   '%d pair test(s) over %s never reached the hardware: the benchmark could not set them up on %s (%s). '
+                   'They say nothing of any device; those pairs were not tested' % (
+                       len(broken), ', '.join(nodes[:20]) + (' and %d more' % (len(nodes) - 20) if len(nodes) > 20 else ''),
+                       ', '.join(failing[:20]) + (' and %d more' % (len(failing) - 20) if len(failing) > 20 else ''), said),
+                   path=[('run',)] + [('node', host) for host in nodes])
 
 
 # NCCL variables that forbid a transport between GPUs of one node (NCCL docs, Environment Variables):
@@ -698,7 +743,9 @@ def link_causes(findings):
     closed): a symptom is never pinned on a device it did not touch. Where several roots are on
     the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
     the GDR chain, not a slow port), then a root whose own place is on the path before a node-wide
-    one, then the lowest layer, then the order given. A symptom
+    one, then the lowest layer, then the order given. A failed pair is judged by the failure that
+    made it fail (evidence.failed_side, _bench.failure_cause): GPU memory its end could not register
+    is that end's peer-memory chain, never its peer's (F.explains with the root's host). A symptom
     explained by something that is itself explained points at that root.
     """
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
@@ -713,7 +760,8 @@ def link_causes(findings):
             continue
         best = None
         for position, root in roots.get(symptom['code'], ()):
-            if root is symptom or not F.explains(root['code'], symptom) or not F.on_path(root['at'], symptom['path']):
+            if root is symptom or not F.explains(root['code'], symptom, root.get('host')) \
+                    or not F.on_path(root['at'], symptom['path']):
                 continue
             # A root whose own place is on the path before a node-wide one, whatever their layers (a port that
             # is down, or an HCA's PCIe link trained low, before the node's missing HCA, for a test through it).

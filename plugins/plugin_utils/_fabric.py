@@ -21,6 +21,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench  # which failed pairs never reached the hardware
 
 # opensm's SMInfo states (IBTA Vol 1 14.4.1, SMInfo:SMState): 3 is MASTER, 2 STANDBY, 1 DISCOVERING, 0 NOT-ACTIVE.
 SM_MASTER, SM_DISCOVERING, SM_NOTACTIVE = 3, 1, 0
@@ -328,7 +329,8 @@ def slow_pair_findings(bench, topology, owners):
             if owner and there:
                 where[owner] = (_label(topology, there), there.get('node'), link)
     for pair in mappings(mapping(bench).get('pairs')):
-        if pair.get('verdict') in (None, 'ok'):
+        if pair.get('verdict') in (None, 'ok') or _bench.not_reached(pair) is not None:
+            # A test that never reached the hardware (_bench.not_reached) crossed no cable.
             continue
         # The HCAs of the pair's rail at each end (_bench.report()'s server_hca, client_hca).
         hcas = mapping(pair.get('hcas'))

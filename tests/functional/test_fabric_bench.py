@@ -230,3 +230,54 @@ def test_sequence_over_ssh_survives_a_node_dying_a_busy_port_and_garbage(tmp_pat
             squatter.wait()
         down = subprocess.run(['bash', LAB, 'down'], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert down.returncode == 0, down.stderr
+
+
+# Its own ports (tests run in parallel on the same 127.0.1.x addresses, and a user's demo may run beside them).
+HELD_PORTS = {'fabric_bench_base_port': 22515, 'fabric_bench_beacon_port': 22514}
+
+
+def test_a_beacon_port_taken_is_the_run_that_broke_never_a_device(tmp_path):
+    """Another program listens on n2's beacon port (another run, a leftover server): n2's sequence
+    cannot start and its peers never see it. No test reached the hardware, so the report says the run
+    broke (BENCH_RUN_BROKEN: the port, the message, the nodes), gives no device verdict and no node an
+    error of it, keeps the healthy pair's result, and the run fails."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in (1, 2, 3)]}
+    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    address = inventory['all']['children']['gpu_nodes']['hosts']['n2']['ansible_host']
+    out = os.path.join(dest, 'out')
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        squatter.bind((address, HELD_PORTS['fabric_bench_beacon_port']))
+        squatter.listen(8)
+        cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'validate_fabric.yml'),
+               '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+               '-e', json.dumps(dict(OPTIONS, fabric_bench_memory=['host'], fabric_bench_start_grace=5, fabric_bench_dead_after=3,
+                                     gpu_fabric_benchmark=True, gpu_fabric_collective_enabled=False, **HELD_PORTS)),
+               '-e', 'ansible_async_dir=' + os.path.join(dest, 'async')]
+        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+                                env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+    finally:
+        squatter.close()
+    # The run fails (the exit policy: BENCH_RUN_BROKEN is a root error), after the report is written.
+    assert result.returncode != 0 and 'exit policy' in result.stdout, result.stdout[-3000:]
+    with open(os.path.join(out, 'report.json')) as handle:
+        report = json.load(handle)
+    broken = [f for f in report['findings'] if f['code'] == 'BENCH_RUN_BROKEN']
+    assert len(broken) == 1 and broken[0]['explained_by'] is None and broken[0]['host'] is None, broken
+    item = broken[0]
+    where = '%s:%d' % (address, HELD_PORTS['fabric_bench_beacon_port'])
+    assert 'cannot listen on %s for the benchmark beacon: Address already in use' % where in item['cause'], item['cause']
+    assert item['evidence']['failed_on'] == ['n2'] and item['evidence']['nodes'] == ['n1', 'n2', 'n3'], item['evidence']
+    assert [(c['host'], c['kind']) for c in item['evidence']['causes']] == [('n2', 'setup_failed')], item['evidence']
+    # Every pair with n2 failed, the healthy pair passed; none of them is a device's symptom or verdict.
+    pairs = dict((frozenset((p['server'], p['client'])), p) for p in report['bench']['pairs'])
+    assert pairs[frozenset(('n1', 'n3'))]['verdict'] == 'ok'
+    with_n2 = [p for k, p in pairs.items() if 'n2' in k]
+    assert with_n2 and all(p['verdict'] == 'failed' for p in with_n2) and item['evidence']['tests'] == len(with_n2)
+    codes = set(f['code'] for f in report['findings'])
+    assert not codes & {'BENCH_DEVICE_UNEXPLAINED', 'BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_FAILED'}, codes
+    # No node is blamed: the facts of all three are healthy.
+    assert [report['hosts'][h]['status'] for h in ('n1', 'n2', 'n3')] == ['ok', 'ok', 'ok'], report['hosts']

@@ -150,7 +150,10 @@ def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_pat
     out = os.path.join(dest, 'out')
     result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
                           '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=srun',
-                          '-e', '{"fabric_bench_memory": ["host"], "fabric_bench_hcas": ["mlx5_0"]}')
+                          '-e', '{"fabric_bench_memory": ["host"], "fabric_bench_hcas": ["mlx5_0"]}',
+                          # Its own ports: a user's demo (scripts/demo.sh, the defaults) or another test may run
+                          # on the same 127.0.1.x addresses at the same time.
+                          '-e', 'fabric_bench_beacon_port=25514', '-e', 'fabric_bench_base_port=25515')
     assert result.returncode == 2, result.stdout[-4000:]
     assert all(s['failed'] == 0 for h, s in recap(result).items() if h != 'localhost'), result.stdout[-3000:]
     report = report_of(out)

@@ -7,6 +7,7 @@ of each role (the processes are recorded, then replaced by ones that print a fix
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -138,6 +139,31 @@ def test_missing_binary_fails_the_task(monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: None)
     result, failed = run_module(perftest_run.main, {'test': 'ib_read_bw', 'role': 'server'}, monkeypatch)
     assert failed and result['msg'].startswith('ib_read_bw not found on PATH')
+
+
+def test_missing_binary_says_so_by_kind(monkeypatch):
+    # The judging tells a test that never reached the hardware from a device's failure by this kind.
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: None)
+    args = {'test': 'ib_write_bw', 'sequence': [], 'address': '10.0.0.1', 'run_id': 'r'}
+    result, failed = run_module(perftest_run.main, args, monkeypatch)
+    assert failed and result['failure']['kind'] == 'tool_missing' and result['failure']['message'] == result['msg']
+
+
+def test_a_beacon_port_taken_fails_the_sequence_as_a_setup_failure(monkeypatch, tools):
+    tools()
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        squatter.bind(('127.0.0.1', 0))
+        squatter.listen(1)
+        port = squatter.getsockname()[1]
+        args = {'test': 'ib_write_bw', 'sequence': [{'tests': [{'side': 'server', 'peer': '127.0.0.2'}]}],
+                'address': '127.0.0.1', 'beacon_port': port, 'run_id': 'r'}
+        result, failed = run_module(perftest_run.main, args, monkeypatch)
+    finally:
+        squatter.close()
+    assert failed and result['status'] == 'failed'
+    assert result['failure'] == {'kind': 'setup_failed', 'lines': [],
+                                 'message': 'cannot listen on 127.0.0.1:%d for the benchmark beacon: Address already in use' % port}
 
 
 def test_check_mode_runs_nothing(monkeypatch, tools):

@@ -441,3 +441,70 @@ def test_sequence_records_are_the_same_when_unchanged_counters_come_as_their_rea
     # b's mlx5_0 tests run in steps 1 (host, round 1) and 4 (gpu, round 1); the rise of step 2 has no test of b's.
     assert [(r['memory'], r['counters_delta'], r['counters_seconds']) for r in records if r['hca'] == 'mlx5_0'] == [
         ('host', {}, 2.5), ('gpu', {'link_downed': 1}, 2.5)]
+
+
+def test_sequence_records_keep_the_kind_of_a_sequence_that_could_not_start():
+    steps = _bench.sequence_steps('b', ROUNDS, PLANS, ['host'], 18515)
+    message = 'cannot listen on 127.0.1.2:18514 for the benchmark beacon: Address already in use'
+    taken = _bench.sequence_records('b', steps, {'failed': True, 'msg': message,
+                                                 'failure': {'kind': 'setup_failed', 'message': message}})
+    assert [(r['failure']['kind'], r['failure']['message']) for r in taken] == [('setup_failed', message)] * 2
+    # A kind perftest_run does not give for a set-up failure is not taken over: the task failed.
+    other = _bench.sequence_records('b', steps, {'failed': True, 'msg': 'x', 'failure': {'kind': 'mr_failed'}})
+    assert set(r['failure']['kind'] for r in other) == {'task_failed'}
+
+
+def _failed(client=None, server=None, **more):
+    pair = dict({'server': 'a', 'client': 'b', 'rail': 0, 'memory': 'host', 'status': 'failed', 'verdict': 'failed',
+                 'failure': client}, **more)
+    if server is not None:
+        pair['server_failure'] = server
+    return pair
+
+
+BEACON = {'kind': 'setup_failed', 'message': 'cannot listen on 127.0.1.1:18514 for the benchmark beacon: Address already in use'}
+
+
+@pytest.mark.parametrize('pair, host, kind', [
+    # The client's own node could not start its sequence; or its server's, and the client only lost the beacon.
+    (_failed(BEACON), 'b', 'setup_failed'),
+    (_failed({'kind': 'peer_lost', 'message': 'server a lost'}, BEACON), 'a', 'setup_failed'),
+    # perftest's server could not listen on its TCP port (in use): the client was refused.
+    (_failed({'kind': 'connect_failed', 'message': "Couldn't connect to 127.0.1.1:18515"},
+             {'kind': 'connect_failed', 'message': "Couldn't listen to port 18515"}), 'a', 'connect_failed'),
+    (_failed({'kind': 'tool_missing', 'message': 'ib_write_bw not found on PATH'}), 'b', 'tool_missing'),
+    (_failed({'kind': 'bad_arguments', 'message': 'unrecognized option'}), 'b', 'bad_arguments'),
+])
+def test_a_failure_before_the_hardware_is_the_runs(pair, host, kind):
+    cause = _bench.not_reached(pair)
+    assert (cause['host'], cause['kind']) == (host, kind)
+
+
+@pytest.mark.parametrize('pair', [
+    # The device's: a port down, a buffer refused, a hang, a lost node, a client refused by a server that died on its device.
+    _failed({'kind': 'context_failed', 'message': 'Port number 1 state is DOWN'}),
+    _failed({'kind': 'exchange_failed', 'message': "Couldn't read remote address"}, {'kind': 'mr_failed', 'message': "Couldn't allocate MR"}),
+    _failed({'kind': 'timeout', 'message': 'killed after 120 s'}),
+    _failed({'kind': 'node_lost', 'message': 'the client b returned no result'}),
+    _failed({'kind': 'connect_failed', 'message': "Couldn't connect to 127.0.1.1:18515"},
+            {'kind': 'no_device', 'message': 'IB device mlx5_0 not found'}),
+    # A refused connection alone says nothing of why: not called the run's.
+    _failed({'kind': 'connect_failed', 'message': "Couldn't connect to 127.0.1.1:18515"}),
+    # A task that failed somehow (still running after its budget: a hang) is no set-up failure.
+    _failed({'kind': 'task_failed', 'message': 'perftest_run was still running on b after 600 s'}),
+    # Not failed: nothing to classify.
+    dict(_failed(BEACON), verdict='low', status='ok'),
+])
+def test_a_failure_on_the_hardware_is_not_the_runs(pair):
+    assert _bench.not_reached(pair) is None
+
+
+def test_the_cause_of_a_failed_pair_is_the_end_that_failed_first():
+    refused = _failed({'kind': 'exchange_failed', 'message': "Couldn't read remote address"},
+                      {'kind': 'mr_failed', 'message': "Couldn't allocate MR"}, memory='gpu')
+    assert _bench.failure_cause(refused) == {'side': 'server', 'host': 'a', 'kind': 'mr_failed',
+                                             'message': "Couldn't allocate MR", 'hosts': ['a']}
+    # Both ends could not register: both are named.
+    both = _failed({'kind': 'mr_failed', 'message': 'x'}, {'kind': 'mr_failed', 'message': 'y'})
+    assert _bench.failure_cause(both)['hosts'] == ['a', 'b'] and _bench.failure_cause(both)['side'] == 'client'
+    assert _bench.failure_cause(_failed(None)) is None

@@ -330,3 +330,74 @@ def test_login_limit_names_only_the_systemd_entry_that_applies():
     assert sorted(f['subject'] for f in found) == ['memlock', 'memlock (services)']
     login = [f for f in found if f['subject'] == 'memlock'][0]
     assert login['evidence']['configured_unlimited_in'] == [] and 'configure unlimited' not in login['cause']
+
+
+def _pair(server, client, memory, **more):
+    pair = {'server': server, 'client': client, 'rail': 0, 'memory': memory, 'server_hca': 'mlx5_0', 'client_hca': 'mlx5_0',
+            'status': 'ok', 'verdict': 'ok', 'bw_avg_gbps': 388.0, 'reasons': []}
+    if memory == 'gpu':
+        pair.update(server_gpu='GPU3', client_gpu='GPU3')
+    pair.update(more)
+    return pair
+
+
+def test_a_pair_with_two_faulty_ends_is_linked_to_the_root_its_own_evidence_names():
+    # The demo's mx-04 -> mx-02 on rail 0: mx-04 has no peer-memory client (its GPU memory cannot be registered),
+    # mx-02's rail-0 port runs at 1X. Host memory ran, slow; GPU memory failed on mx-04's side.
+    nodes = {'a': diagnosis_accuracy.node_facts('metax_c500_cx7', ('mm_kobj_not_exported',)),
+             'b': diagnosis_accuracy.node_facts('metax_c500_cx7', ('rate_degraded_1x',)),
+             'c': diagnosis_accuracy.node_facts('metax_c500_cx7')}
+    degraded = [('b', 'mlx5_0', 100.0)]
+    slow = _pair('a', 'b', 'host', verdict='low', bw_avg_gbps=97.0, bw_ratio=0.24, rail_nominal_gbps=400.0,
+                 degraded_ports=[dict(zip(('host', 'hca', 'rate_gbps'), d)) for d in degraded], reasons=['97.0 Gb/s is 24 %'])
+    failed = _pair('a', 'b', 'gpu', status='failed', verdict='failed', bw_avg_gbps=None,
+                   failure={'kind': 'exchange_failed', 'message': "ethernet_read_keys: Couldn't read remote address"},
+                   server_failure={'kind': 'mr_failed', 'message': "Couldn't allocate MR"},
+                   reasons=['exchange_failed: ...', 'server side mr_failed: Couldn\'t allocate MR'])
+    healthy = [_pair('c', 'b', 'gpu'), _pair('b', 'c', 'host', verdict='low', bw_avg_gbps=97.0)]
+    found = _diagnose.diagnose(nodes, {'pairs': [slow, failed] + healthy})
+    by_id = dict((f['id'], f) for f in found)
+    roots = dict((f['subject'], by_id[f['explained_by']]) for f in found if f['code'] in _diagnose.PAIR_SYMPTOMS and f['explained_by'])
+    assert (roots['a->b rail 0 gpu']['code'], roots['a->b rail 0 gpu']['host']) == ('GDR_MM_KOBJ_NOT_EXPORTED', 'a')
+    assert (roots['a->b rail 0 host']['code'], roots['a->b rail 0 host']['host']) == ('IB_RATE_DEGRADED', 'b')
+    symptom = [f for f in found if f['subject'] == 'a->b rail 0 gpu'][0]
+    assert symptom['code'] == 'BENCH_PAIR_FAILED' and symptom['evidence']['failed_side']['host'] == 'a'
+    # Never left unexplained, never a device of its own.
+    assert not [f for f in found if f['code'] == 'BENCH_DEVICE_UNEXPLAINED']
+    assert not [f for f in found if f['code'] in _diagnose.PAIR_SYMPTOMS and f['explained_by'] is None and f['severity'] != 'info']
+
+
+def test_gpu_memory_refused_on_one_end_is_that_ends_peer_memory_chain_never_its_peers():
+    # Both nodes lack the peer-memory client; this test failed on the client b only (its server a waited):
+    # b's chain is the root, not a's, whatever their order.
+    nodes = {'a': diagnosis_accuracy.node_facts('metax_c500_cx7', ('mm_kobj_not_exported',)),
+             'b': diagnosis_accuracy.node_facts('metax_c500_cx7', ('mm_kobj_not_exported',))}
+    failed = _pair('a', 'b', 'gpu', status='failed', verdict='failed', bw_avg_gbps=None,
+                   failure={'kind': 'mr_failed', 'message': "Couldn't allocate MR"},
+                   server_failure={'kind': 'timeout', 'message': 'killed after 120 s'})
+    found = _diagnose.diagnose(nodes, {'pairs': [failed, _pair('a', 'b', 'host', verdict='low', bw_avg_gbps=97.0)]})
+    by_id = dict((f['id'], f) for f in found)
+    symptom = [f for f in found if f['subject'] == 'a->b rail 0 gpu'][0]
+    assert (by_id[symptom['explained_by']]['code'], by_id[symptom['explained_by']]['host']) == ('GDR_MM_KOBJ_NOT_EXPORTED', 'b')
+
+
+def test_pairs_that_never_reached_the_hardware_are_the_runs_failure_not_a_devices():
+    # n2's beacon port was taken: its tests never ran, its peers lost it. No device verdict, no node blamed.
+    nodes = dict((name, diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')) for name in ('n1', 'n2', 'n3', 'n4'))
+    message = 'cannot listen on 127.0.1.2:18514 for the benchmark beacon: Address already in use'
+    setup = {'kind': 'setup_failed', 'message': message}
+    lost = {'kind': 'peer_lost', 'message': 'server n2 lost: no beacon of this run answered at 127.0.1.2:18514 for 60 s'}
+    pairs = [_pair('n1', 'n3', 'host'), _pair('n3', 'n4', 'host'), _pair('n1', 'n4', 'host')]
+    for memory in ('host', 'gpu'):
+        pairs += [_pair('n2', peer, memory, status='failed', verdict='failed', bw_avg_gbps=None, failure=lost, server_failure=setup)
+                  for peer in ('n1', 'n3')]
+        pairs += [_pair(peer, 'n2', memory, status='failed', verdict='failed', bw_avg_gbps=None, failure=setup,
+                        server_failure={'kind': 'peer_lost', 'message': 'client n2 lost'}) for peer in ('n4',)]
+    found = _diagnose.diagnose(nodes, {'pairs': pairs})
+    codes = [f['code'] for f in found if f['severity'] != 'info']
+    assert codes == ['BENCH_RUN_BROKEN'], codes
+    broken = found[[f['code'] for f in found].index('BENCH_RUN_BROKEN')]
+    assert broken['host'] is None and broken['explained_by'] is None and broken['severity'] == 'error'
+    assert broken['evidence']['failed_on'] == ['n2'] and broken['evidence']['nodes'] == ['n1', 'n2', 'n3', 'n4']
+    assert broken['evidence']['tests'] == 6 and [c['tests'] for c in broken['evidence']['causes']] == [6]
+    assert message in broken['cause'] and 'n2' in broken['cause'] and 'never reached the hardware' in broken['cause']
