@@ -345,7 +345,8 @@ def collect():
                     pattern = eval(compile(ast.Expression(node.args[0]), module.__file__, 'eval'), dict(vars(module)))  # pylint: disable=eval-used
                     flag_node = ([k.value for k in node.keywords if k.arg == 'flags']
                                  or node.args[{'compile': 1, 'sub': 3, 'subn': 3, 'split': 2}.get(node.func.attr, 2):][:1])
-                    flags = eval(compile(ast.Expression(flag_node[0]), module.__file__, 'eval'), dict(vars(module))) if flag_node else 0  # pylint: disable=eval-used
+                    namespace = dict(vars(module))
+                    flags = eval(compile(ast.Expression(flag_node[0]), module.__file__, 'eval'), namespace) if flag_node else 0  # pylint: disable=eval-used
                 except Exception:  # pylint: disable=broad-except
                     unresolved.append('%s %s' % (name, _function_at(tree, node.lineno)))
                     continue
