@@ -7,8 +7,11 @@
 Inputs: the captured outputs under tests/fixtures (public, real, seeds), each damaged by
 _mutate.mutate (byte flips, lines dropped, duplicated, swapped or glued, truncation, numbers
 replaced by 400 or 5000 digits, 1e999, nan, superscript digits, NUL, non-UTF-8 and ANSI
-bytes, launcher and quote prefixes), some random bytes, and hypothesis' own text and JSON.
-A parser may answer with a failure structure; it may not raise.
+bytes, launcher and quote prefixes, runs of up to 4,096 blanks, tabs, digits or dots inside a
+line), some random bytes, and hypothesis' own text and JSON. A parser may answer with a
+failure structure; it may not raise. COVERED lists every public parse_* function and file
+reader of module_utils and plugin_utils with the entry that runs it, and a test checks the
+list against the modules.
 
 Figures (this 2-core machine, python 3.11, ansible-core 2.19; the fuzz directory alone:
 ``pytest tests/unit/fuzz -p no:cacheprovider``, 35 s wall with test_fuzz_readers):
@@ -21,6 +24,13 @@ a long text, read as text), every other parser's under 0.03 s. Found with it and
 header, device-line and out-of-bounds numbers past int()'s digit limit (ValueError) and -J
 integers past a float (OverflowError); _ib port state codes past the digit limit; _host
 limits.conf '\u00b2' (str.isdigit() but not int()); _gdr kernel_version digits.
+
+Since (same machine, under the load of other jobs, so CPU seconds): 14 parsers at 10,000 inputs
+each, 30.4 s of CPU for all (nccl_text 7.2, nccl_json_bytes 6.5, perftest 4.7, ibdiag 2.4,
+sysfs_values 2.0, roce_qos 1.6, report_files 1.3, host_files 1.0, the others under 1); the
+slowest input 0.15 s. Found and fixed: a baseline or bench.json of 20 kB of '[' made
+_report_stage raise RecursionError. Each parser stops at BUDGET_S of wall clock (a warning
+says how many inputs it ran): the inputs are seeded, so a cut run is a prefix of the full one.
 """
 
 from __future__ import annotations
