@@ -167,9 +167,9 @@ class Clock(object):
 
 
 # Values a JSON document can hold in place of the one it should (wrong types, numbers past a
-# float, past the int digit limit of str(), nesting).
+# float, past the int digit limit of str(), names with a run of digits past int()'s limit, nesting).
 JSON_SUBSTITUTES = (None, True, False, 0, -1, 1, 1.5, 10 ** 400, -(10 ** 400), 2 ** 64, '', 'x', '1e999', 'nan', '\u00b2',
-                    '\0', [], {}, [1], {'a': 1}, [[[[]]]], ['a', 5])
+                    '\0', [], {}, [1], {'a': 1}, [[[[]]]], ['a', 5], 'mlx5_' + '7' * 5000, '7' * 5000 + ' ' * 700)
 
 
 def mutate_json(rng, doc):
