@@ -101,3 +101,13 @@ def test_report_of_a_snapshot_with_a_long_run(twelve, field, length):
         assert split, [f['code'] for f in report['findings']]
         models = [entry['value'] for entry in split[0]['evidence']['values'] if 'CX7_2' in (entry['value'] or [])][0]
         assert models == ['CX7_2', 'CX7_10', long_run, longer, 'MT4129']
+
+
+@pytest.mark.parametrize('length', LENGTHS)
+def test_schedule_arguments_of_a_long_run_are_refused_with_a_reason(length):
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _schedule
+    nodes = ['a', 'b', 'c', 'd']
+    with pytest.raises(_schedule.ScheduleError, match='k must be an integer'):
+        _schedule.summary(nodes, mode='random', k='7' * length)
+    with pytest.raises(_schedule.ScheduleError, match='round must be an integer'):
+        _schedule.schedule(nodes, round_number='7' * length)
