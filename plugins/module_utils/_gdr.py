@@ -279,10 +279,20 @@ def read_dmabuf(sysroot, kernel, vendors, nvidia_version_text):
 _NATURAL_SPLIT_RE = re.compile(r'([0-9]+)')
 
 
+def _digit_run_key(digits):
+    """A run of ASCII digits as a key ordering like its number, of any length: (digits without
+    the leading zeros, how many; those digits). Not int(): past sys.get_int_max_str_digits()
+    (4,300 by default) it raises ValueError, and a 5,000-digit hca_type in a snapshot once
+    stopped the report of every node."""
+    stripped = digits.lstrip('0')
+    return (len(stripped), stripped)
+
+
 def natural_key(name):
     """Sort key putting mlx5_2 before mlx5_10: text and numbers alternate (text at even places,
-    ASCII digit runs as numbers at odd places), so any two keys compare without a TypeError."""
-    return [int(part) if index % 2 else part for index, part in enumerate(_NATURAL_SPLIT_RE.split(str(name or '')))]
+    ASCII digit runs at odd places, as _digit_run_key: same order as their numbers), so any two
+    keys compare without a TypeError, whatever the length of a run."""
+    return [_digit_run_key(part) if index % 2 else part for index, part in enumerate(_NATURAL_SPLIT_RE.split(str(name or '')))]
 
 
 def nic_rank(distance, bridges, nic):

@@ -37,16 +37,21 @@ _GUID = r'0x[0-9a-fA-F]{1,16}'
 # iblinkinfo.c print_port(): "%6d %4d[%2s] ==(%3s %18s %6s/%8s)==>  %6d %4d[%2s] \"%s\" (%s %s)",
 # the CA lines with "0x%016x " before, line mode (-l) with the node GUID and "\"%30s\"" before
 # and the peer's GUID before its LID. A down port: "(              %6s/%8s)" and an empty peer.
+# No two runs of blanks meet with only optional items between them, and a bracketed or
+# parenthesised field that may hold blanks begins and ends on a non-blank: with '\s*' on both
+# sides of '[^\]]*?' or of an optional group, a line of 800 blanks took 36 s (cubic); checked for
+# every pattern by tests/unit/plugins/test_regex_backtracking.py.
+_BRACKET = r'\[\s*(?:(?P<%s>[^\]\s](?:[^\]]*[^\]\s])?)\s*)?\]'
 _LINK_RE = re.compile(
     r'^\s*(?:(?P<guid>' + _GUID + r')\s+(?:"(?P<ndesc>[^"]*)"\s+)?)?'
-    r'(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\[\s*(?P<ext>[^\]]*?)\s*\]\s*'
-    r'==\(\s*(?:(?P<width>\d{1,2})X\s+(?P<lane>\d{1,3}(?:\.\d{1,6})?)\s+Gbps(?:\s+\((?P<fdr10>FDR10)\))?\s+)?'
-    r'(?P<state>[A-Za-z]+)/\s*(?P<phys>[A-Za-z ]+?)\s*\)'
+    r'(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})' + _BRACKET % 'ext' + r'\s*'
+    r'==\(\s*(?:(?P<width>\d{1,2})X\s+(?P<lane>\d{1,3}(?:\.\d{1,6})?)\s+Gbps\s+(?:\((?P<fdr10>FDR10)\)\s+)?)?'
+    r'(?P<state>[A-Za-z]+)/\s*(?P<phys>[A-Za-z](?:[A-Za-z ]*[A-Za-z])?)\s*\)'
     r'(?:\s*\(HOQ:\d+\s+VL_Stall:\d+\))?==>\s*'
-    r'(?:(?P<pguid>' + _GUID + r')\s+)?(?P<plid>\d{1,5})?\s*(?P<pport>\d{1,3})?\[\s*(?P<pext>[^\]]*?)\s*\]\s*'
-    r'"(?P<pdesc>[^"]*)"\s*(?:\((?P<extra>[^)]*)\))?\s*$', re.A)
+    r'(?:(?P<pguid>' + _GUID + r')\s+)?(?:(?P<plid>\d{1,5})\s*)?(?P<pport>\d{1,3})?' + _BRACKET % 'pext' + r'\s*'
+    r'"(?P<pdesc>[^"]*)"\s*(?:\((?P<extra>[^)]*)\)\s*)?$', re.A)
 _NOT_AVAILABLE_RE = re.compile(r'^\s*(?:' + _GUID + r'\s+)?(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\[[^\]]*\]\s*==\(.*\)==>\s*"Port not available"\s*$', re.A)
-_HEADER_RE = re.compile(r'^(?P<type>Switch|CA|Router):\s+(?:(?P<guid>' + _GUID + r')\s+)?(?P<desc>.*?):\s*$', re.A)
+_HEADER_RE = re.compile(r'^(?P<type>Switch|CA|Router):\s+(?:(?P<guid>' + _GUID + r')\s+)?(?P<desc>(?:\S.*?)?):\s*$', re.A)
 _COULD_WIDTH_RE = re.compile(r'Could be (\d{1,2})X', re.A)
 _COULD_SPEED_RE = re.compile(r'Could be (\d{1,3}(?:\.\d{1,6})?) Gbps', re.A)
 
@@ -471,7 +476,7 @@ def _pq_int(value):
     return int(value, 16) if value[:2] in ('0x', '0X') else int(value, 10)
 
 
-_PQ_NAME_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>.*)$', re.A)
+_PQ_NAME_RE = re.compile(r'^(?P<name>[A-Za-z0-9]+):\.*(?P<value>(?:[^.\n].*)?)$', re.A)
 
 
 def _pq_reason(stripped):

@@ -41,16 +41,16 @@ _HEADER_RE = re.compile(
 # and '# Rank 0 Pid 545654 on mx-sh-demo device 0 [0x08] MetaX C500' (older, and MCCL).
 _DEVICE_RE = re.compile(
     r'^#\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)\s+'
-    r'device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$')
+    r'device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?:(?P<name>\S(?:.*\S)?)\s*)?$')
 _TESTS_VERSION_RE = re.compile(r'#\s*nccl-tests version (?P<version>\S+)(?: nccl-headers=(?P<headers>\d+))?(?: nccl-library=(?P<library>\d+))?')
 # rccl-tests prints its name misspelt: 'rcccl-tests: Version Unknown'.
-_RCCL_VERSION_RE = re.compile(r'^rc+l-tests: Version (?P<version>.+?)\s*$')
+_RCCL_VERSION_RE = re.compile(r'^rc+l-tests: Version (?P<version>.*\S)\s*$')
 _LIB_VERSION_RE = re.compile(r'\b(?P<lib>[NRM]CCL) version (?P<version>\S+)')
 _STARTING_RE = re.compile(r'#\s*Collective test starting: (?P<name>\S+)')
 _OOB_RE = re.compile(r'^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<verdict>\w+)')
 _INFO_RE = re.compile(r'\b(?P<lib>[NRM]CCL) INFO (?P<text>.*)$')
-_USING_NETWORK_RE = re.compile(r'^Using network (?P<net>.+?)\s*$')
-_NET_USING_RE = re.compile(r'^NET/(?P<net>\w+)\s*: Using (?P<devices>.*?)(?:\s*;\s*OOB .*)?$')
+_USING_NETWORK_RE = re.compile(r'^Using network (?P<net>.*\S)\s*$')
+_NET_USING_RE = re.compile(r'^NET/(?P<net>\w+)\s*: Using (?P<devices>.*?)(?:;\s*OOB .*)?$')
 # '[0]mlx5_0:1/IB [1]mlx5_3:1/RoCE': device:port, the link layer after the slash left out.
 _NET_DEVICE_RE = re.compile(r'\[\d+\](?P<name>[^\s\[;/]+)')
 _NET_NO_DEVICE_RE = re.compile(r'^NET/IB\s*: No device found')
@@ -62,12 +62,12 @@ _GDR_DISABLED_RE = re.compile(r'GPU Direct RDMA Disabled')
 _NET_NOTE_RE = re.compile(r'^(?:NET/\w+\s*: No device found|Failed to initialize NET plugin|NET/\w+\s*: GPU Direct RDMA)')
 # Connection lines of src/transport.cc and src/graph/connect.cc: 'Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA',
 # older 'Channel 00 : 4[84000] -> 3[9000] via P2P/direct pointer' and NCCL 2.4's 'Ring 00 : 26[2] -> 24[0] via P2P/IPC'.
-_CONNECT_RE = re.compile(r'^(?:Channel|Ring) \d+(?:/\d+)? : .*? via (?P<via>.+?)\s*$')
+_CONNECT_RE = re.compile(r'^(?:Channel|Ring) \d+(?:/\d+)? : .*? via (?P<via>.*\S)\s*$')
 # 'NET/IB/0/GDRDMA', 'NET/IBext_v8/0(7)/GDRDMA' (PXN: NIC 0 for GPU 7), 'NET/AWS Libfabric/1/GDRDMA', 'NET/Socket/0'.
 _VIA_NET_RE = re.compile(r'^NET/(?P<net>[^/]+?)/(?P<dev>\d+)(?:\(\d+\))?(?P<gdr>/GDRDMA)?')
 _VIA_INTRA = (('P2P', re.compile(r'^P2P/')), ('SHM', re.compile(r'^(?:SHM\b|direct shared memory)')),
               ('NVLS', re.compile(r'^NVLS\b')), ('COLLNET', re.compile(r'^CollNet')))
-_NVLS_CHANNELS_RE = re.compile(r'\b(?P<count>\d+) nvls channels')
+_NVLS_CHANNELS_RE = re.compile(r'\b(?P<count>\d{1,9}) nvls channels')
 # init.cc: 'Connected all rings, use ring PXN 0 GDR 1' - whether the graph uses GPUDirect RDMA.
 _RING_GDR_RE = re.compile(r'^Connected all rings.*\bGDR (?P<gdr>[01])\b')
 EVIDENCE_MAX = 20
@@ -161,7 +161,9 @@ _SIZE_SUFFIX = {'': 1, 'K': 1024, 'M': 1024 ** 2, 'G': 1024 ** 3, 'T': 1024 ** 4
 def parse_size(value):
     """nccl-tests size argument ('8', '1K', '64M', '1G'; common.cu parsesize) -> bytes, or None."""
     # 20 digits hold any size_t; more is no size (and past Python's int digit limit, a ValueError).
-    match = re.match(r'^\s*(\d{1,20})\s*([KMGT]?)B?\s*$', str(value), re.I | re.A)
+    # The blanks around it stripped first: '\s*' after an optional suffix and before '\s*$' would
+    # try every split of a run of blanks (quadratic on a long value).
+    match = re.match(r'^(\d{1,20})\s*([KMGT]?)B?$', str(value).strip(' \t\n\r\x0b\x0c'), re.I | re.A)
     if not match:
         return None
     return int(match.group(1)) * _SIZE_SUFFIX[match.group(2).upper()]
@@ -542,7 +544,7 @@ def summarize(parsed):
     return parsed
 
 
-_AVG_LINE_RE = re.compile(r'^#\s*Avg bus bandwidth\s*:?\s*(?P<value>.*?)\s*$')
+_AVG_LINE_RE = re.compile(r'^#\s*Avg bus bandwidth\s*(?::\s*)?(?:(?P<value>\S(?:.*\S)?)\s*)?$')
 _HEADER_LINE_RE = re.compile(r'^#?\s*nThread\b')
 
 
@@ -577,7 +579,7 @@ def parse_text(stdout, stderr=''):
             _keep(parsed['ranks'], {'rank': _int(match.group('rank')), 'group': _int(match.group('group')),
                                     'pid': _int(match.group('pid')), 'host': match.group('host')[:HOST_TEXT_MAX],
                                     'device': _int(match.group('device')), 'bus_id': match.group('bus')[:HOST_TEXT_MAX],
-                                    'name': match.group('name')[:HOST_TEXT_MAX]}, RANKS_MAX, parsed, 'ranks')
+                                    'name': (match.group('name') or '')[:HOST_TEXT_MAX]}, RANKS_MAX, parsed, 'ranks')
             continue
         match = _TESTS_VERSION_RE.match(stripped)
         if match:

@@ -95,9 +95,10 @@ _DSCP_MORE_RE = re.compile(r'[\d,\s]*\Z')
 _PFC_HEADER_RE = re.compile(r'\s*priority\s+((?:\d\s+){7}\d)\s*\Z')
 _PFC_ROW_RE = re.compile(r'\s*enabled\s+((?:[01]\s+){7}[01])\s*\Z')
 _TC_RE = re.compile(r'^\s*tc\s*:\s*(?P<tc>\d)\b(?P<rest>.*)$')
-_TC_PRIO_RE = re.compile(r'^\s*priority\s*:\s*(?P<prios>[\d\s]+)$')
+_TC_PRIO_RE = re.compile(r'^\s*priority\s*:(?P<prios>[\d\s]+)$')
 _TSA_RE = re.compile(r'tsa\s*:\s*(?P<tsa>\w+)')
-_BW_RE = re.compile(r'bw\s*:\s*(?P<bw>\d+)\s*%')
+# A share in percent: three digits at most (a longer run is no share, and past int()'s digit limit a ValueError).
+_BW_RE = re.compile(r'bw\s*:\s*(?P<bw>\d{1,3})\s*%')
 _ALNUM_RE = re.compile(r'[A-Za-z0-9]+\Z')
 _SELECTOR_RE = re.compile(r'[a-z\-]*')
 
@@ -400,7 +401,8 @@ def rdma_priority(entry, tos=None):
         return None
     if str(tos >> 2) in (entry.get('dscp_conflicts') or {}):
         return None     # mapped to two priorities (dcb app): which one applies is not known
-    mapping = dict((int(k), v) for k, v in entry['dscp2prio'].items())
+    # parse_int: a key of a snapshot's facts may be anything (not a number, 5,000 digits past int()'s limit).
+    mapping = dict((parse_int(str(k)), v) for k, v in (entry['dscp2prio'] if isinstance(entry['dscp2prio'], dict) else {}).items())
     # mlx5's default DSCP map (a DSCP missing from the table): dscp >> 3, the class selector.
     return mapping.get(tos >> 2, (tos >> 2) >> 3)
 
@@ -613,7 +615,7 @@ def settings(port, want, tool):
             else ['dcb', 'pfc', 'set', 'dev', netdev, 'prio-pfc', 'all:off'] + ['%d:on' % p for p in goal['pfc']])
     found.append(('pfc', port.get('pfc'), goal['pfc'], [{'argv': argv}], sorted(port.get('pfc') or []) != goal['pfc']))
     dscp, prio = goal['dscp_prio']
-    mapping = dict((int(k), v) for k, v in (port.get('dscp2prio') or {}).items())
+    mapping = dict((parse_int(str(k)), v) for k, v in (port.get('dscp2prio') or {}).items())
     # A DSCP with two priorities (dcb app) is changed too: `dcb app replace` drops its other entries (dcb-app(8)).
     have = (port.get('dscp_conflicts') or {}).get(str(dscp)) or mapping.get(dscp, dscp >> 3)
     argv = (['mlnx_qos', '-i', netdev, '--dscp2prio', 'set,%d,%d' % (dscp, prio)] if mlnx
@@ -624,7 +626,7 @@ def settings(port, want, tool):
     # skipped where its file is absent rather than failing the unit over a setting the driver lacks.
     if goal['ecn'] is not None:
         for point in ('roce_np', 'roce_rp'):
-            values = dict((int(k), v) for k, v in (port.get('ecn_' + point[5:]) or {}).items())
+            values = dict((parse_int(str(k)), v) for k, v in (port.get('ecn_' + point[5:]) or {}).items())
             step = _write('%s/%s/ecn/%s/enable/%d' % (NET_CLASS, netdev, point, goal['ecn']), '1', True)
             found.append(('%s ecn priority %d' % (point, goal['ecn']), bool(values.get(goal['ecn'])) if values else None, True,
                           [step], bool(values) and not values.get(goal['ecn'])))

@@ -342,7 +342,8 @@ def _check_options(mode, k, seed, direction):
         raise ScheduleError('unknown mode %r: choose one of %s' % (mode, ', '.join(MODES)))
     if direction not in DIRECTIONS:
         raise ScheduleError('unknown direction %r: choose one of %s' % (direction, ', '.join(DIRECTIONS)))
-    if isinstance(k, str) and k.strip().isascii() and k.strip().isdigit():
+    # At most 18 digits: past 4,300 int() raises ValueError (sys.get_int_max_str_digits()).
+    if isinstance(k, str) and k.strip().isascii() and k.strip().isdigit() and len(k.strip()) <= 18:
         k = int(k)  # INI inventories give strings
     if isinstance(k, bool) or not isinstance(k, int):
         raise ScheduleError('k must be an integer (the number of random matchings), got %r' % (k,))
@@ -429,7 +430,7 @@ def _only(node, servers, clients, idle):
 
 
 def _check_round(round_number, count):
-    if isinstance(round_number, str) and round_number.strip().isascii() and round_number.strip().isdigit():
+    if isinstance(round_number, str) and round_number.strip().isascii() and round_number.strip().isdigit() and len(round_number.strip()) <= 18:
         round_number = int(round_number)
     if isinstance(round_number, bool) or not isinstance(round_number, int):
         raise ScheduleError('round must be an integer (1 for the first round), got %r' % (round_number,))

@@ -34,6 +34,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHO
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tasks
 
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
+_NAME_MAX = 255
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
 COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
 # How deep the logs directory is searched: a ticket's outputs are a few levels deep; os.walk
@@ -58,7 +59,9 @@ def classify(paths, refused=()):
     perftest, collective = [], []
     for path in sorted(paths or []):
         name = os.path.basename(path)
-        match = PERFTEST_NAME_RE.match(name)
+        # Three lazy runs split by '__' try every split of a name of underscores (cubic): matched
+        # only on a name a file system holds (NAME_MAX, 255 bytes: linux/limits.h).
+        match = PERFTEST_NAME_RE.match(name) if len(name) <= _NAME_MAX else None
         if match:
             entry = match.groupdict()
             entry['path'] = path

@@ -112,6 +112,8 @@ def read_baseline(path):
         baseline = json.loads(data.decode('utf-8'))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError('baseline %s is not JSON: %s' % (path, exc))
+    except RecursionError:  # a few kB of '[' nest deeper than Python's parser recurses
+        raise ValueError('baseline %s is not a report.json: JSON nested too deep to read' % path)
     if not isinstance(baseline, dict):
         raise ValueError('baseline %s is not a report.json (a JSON %s)' % (path, type(baseline).__name__))
     return baseline
@@ -186,6 +188,8 @@ def read_bench(path):
         bench = json.loads(data.decode('utf-8'))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError('the benchmark results %s are not JSON: %s' % (path, exc))
+    except RecursionError:  # a few kB of '[' nest deeper than Python's parser recurses
+        raise ValueError('the benchmark results %s are not a bench.json: JSON nested too deep to read' % path)
     if not isinstance(bench, dict) or not isinstance(bench.get('pairs', []), list):
         raise ValueError('%s holds no benchmark results (a JSON %s)' % (path, type(bench).__name__))
     return bench

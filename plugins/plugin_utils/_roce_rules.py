@@ -17,6 +17,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # wh
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, sequence, text
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int
 
 # The largest RoCE MTU (include/rdma/ib_verbs.h IB_MTU_4096): a netdev MTU below 4096 + the RoCE
 # headers (_ib.ROCE_MTU_OVERHEAD) caps every RDMA message at 2048 bytes or less.
@@ -74,8 +75,9 @@ def port_checks(port):
                                          'ToS %s (DSCP %s) maps to priority %s, PFC is on %s only'
                                          % (tos, tos >> 2 if tos is not None else '?', prio, sorted(pfc)))
     # {DSCP (a JSON key): [priorities]} of the DSCPs dcb app maps to more than one priority (_roce.dcb_app_conflicts).
-    conflicts = dict((int(k), sorted(v for v in sequence(levels) if integer(v) is not None))
-                     for k, levels in mapping(port.get('dscp_conflicts')).items() if str(k).isascii() and str(k).isdigit())
+    # parse_int: ASCII digits, bounded (a key of 5,000 digits is past int()'s limit, a ValueError).
+    conflicts = dict((parse_int(str(k)), sorted(v for v in sequence(levels) if integer(v) is not None))
+                     for k, levels in mapping(port.get('dscp_conflicts')).items() if parse_int(str(k)) is not None)
     if known and conflicts:
         used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
         found[F.ROCE_DSCP_CONFLICT] = ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},
@@ -186,7 +188,7 @@ def qos_signature(roce, role_of=None):
         if port.get('source') is None:
             continue
         owned = set(part for code in port_checks(port) for part in _OWNS.get(code, ()))
-        ecn = sorted(int(k) for k, v in mapping(port.get('ecn_np')).items() if v)
+        ecn = sorted(parse_int(str(k)) for k, v in mapping(port.get('ecn_np')).items() if v and parse_int(str(k)) is not None)
         parts = (('trust', port.get('trust')), ('pfc', ','.join(str(p) for p in sorted(_pfc(port))) or 'none'),
                  ('tos', port.get('roce_tos')), ('cnp prio', port.get('cnp_prio')),
                  ('ecn', ','.join(str(p) for p in ecn) or 'none'))

@@ -26,6 +26,8 @@ NUMBER_SUBSTITUTES = ('9' * 400, '1' * 5000, '1e999', '-1e999', 'nan', 'inf', '-
 # Bytes that break decoders, XML, terminals and line splitting.
 NASTY = (b'\0', b'\xff', b'\xfe\xff', b'\xc3', b'\x1b[31m', b'\r', b'\x0b', b'\x0c', b'\x1c', b'\x85', b'\xe2\x80\xa8',
          b'\xc2\xb2', b'\t', b'#', b':', b'[', b']', b'{', b'}', b'"', b',', b'-', b'/', b'..', b'<script>', b'|')
+# Runs a hostile line holds (blanks, tabs, digits, dots): a parser quadratic in one took minutes.
+RUNS = (b' ', b'\t', b'7', b'.', b'0')
 PREFIXES = (b'[1,0]<stdout>:', b' 0: ', b'[0] ', b'> ', b'# ', b'node1:123:456 [0] NCCL INFO ', b'\xef\xbb\xbf')
 _DIGITS_RE = re.compile(rb'\d+(?:\.\d+)?')
 
@@ -52,7 +54,7 @@ def _lines(data):
 def mutate(rng, data):
     """One damaged copy of ``data``: one to four of the edits below."""
     for _edit in range(rng.randint(1, 4)):
-        op = rng.randrange(12)
+        op = rng.randrange(13)
         lines = _lines(data)
         if op == 0 and data:  # byte flips
             buf = bytearray(data)
@@ -96,6 +98,9 @@ def mutate(rng, data):
                 data = b'\n'.join(lines)
         elif op == 10:  # random bytes
             data = bytes(rng.randrange(256) for _byte in range(rng.randrange(64)))
+        elif op == 11:  # a long run of one character inside a line
+            pos = rng.randrange(len(data) + 1)
+            data = data[:pos] + rng.choice(RUNS) * rng.choice((64, 700, 4096)) + data[pos:]
         else:  # a token of the text repeated into a long line
             tokens = data.split()
             if tokens:
@@ -162,9 +167,9 @@ class Clock(object):
 
 
 # Values a JSON document can hold in place of the one it should (wrong types, numbers past a
-# float, past the int digit limit of str(), nesting).
+# float, past the int digit limit of str(), names with a run of digits past int()'s limit, nesting).
 JSON_SUBSTITUTES = (None, True, False, 0, -1, 1, 1.5, 10 ** 400, -(10 ** 400), 2 ** 64, '', 'x', '1e999', 'nan', '\u00b2',
-                    '\0', [], {}, [1], {'a': 1}, [[[[]]]], ['a', 5])
+                    '\0', [], {}, [1], {'a': 1}, [[[[]]]], ['a', 5], 'mlx5_' + '7' * 5000, '7' * 5000 + ' ' * 700)
 
 
 def mutate_json(rng, doc):

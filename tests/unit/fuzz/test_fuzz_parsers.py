@@ -7,8 +7,11 @@
 Inputs: the captured outputs under tests/fixtures (public, real, seeds), each damaged by
 _mutate.mutate (byte flips, lines dropped, duplicated, swapped or glued, truncation, numbers
 replaced by 400 or 5000 digits, 1e999, nan, superscript digits, NUL, non-UTF-8 and ANSI
-bytes, launcher and quote prefixes), some random bytes, and hypothesis' own text and JSON.
-A parser may answer with a failure structure; it may not raise.
+bytes, launcher and quote prefixes, runs of up to 4,096 blanks, tabs, digits or dots inside a
+line), some random bytes, and hypothesis' own text and JSON. A parser may answer with a
+failure structure; it may not raise. COVERED lists every public parse_* function and file
+reader of module_utils and plugin_utils with the entry that runs it, and a test checks the
+list against the modules.
 
 Figures (this 2-core machine, python 3.11, ansible-core 2.19; the fuzz directory alone:
 ``pytest tests/unit/fuzz -p no:cacheprovider``, 35 s wall with test_fuzz_readers):
@@ -21,23 +24,44 @@ a long text, read as text), every other parser's under 0.03 s. Found with it and
 header, device-line and out-of-bounds numbers past int()'s digit limit (ValueError) and -J
 integers past a float (OverflowError); _ib port state codes past the digit limit; _host
 limits.conf '\u00b2' (str.isdigit() but not int()); _gdr kernel_version digits.
+
+Since (same machine, under the load of other jobs, so CPU seconds): 14 parsers at 10,000 inputs
+each, 30.4 s of CPU for all (nccl_text 7.2, nccl_json_bytes 6.5, perftest 4.7, ibdiag 2.4,
+sysfs_values 2.0, roce_qos 1.6, report_files 1.3, host_files 1.0, the others under 1); the
+slowest input 0.15 s. Found and fixed: a baseline or bench.json of 20 kB of '[' made
+_report_stage raise RecursionError. Each parser stops at BUDGET_S of wall clock (a warning
+says how many inputs it ran): the inputs are seeded, so a cut run is a prefix of the full one.
 """
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import json
+import os
 import random
+import shutil
+import sys
+import tempfile
+import time
+import warnings
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline, _report_stage
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
 # A parser that takes longer than this on one input of a few kB has gone quadratic.
 DEADLINE_S = 1.0
+# Wall-clock budget of one parser's inputs: on a machine so slow (or so busy) that the 10,000 do
+# not fit, the test stops there, says how many it ran (a warning) and fails below MIN_INPUTS.
+# The inputs are the same on every run (seeded), so a shorter run is a prefix of the full one.
+BUDGET_S = float(os.environ.get('GF_FUZZ_BUDGET_S', '30'))
+MIN_INPUTS = 2000
 
 
 def _perftest_all(text):
@@ -52,7 +76,7 @@ def _ib_values(text):
 
 
 def _host_all(text):
-    return (_host.parse_proc_limits(text), _host.parse_cap_ipc_lock(text), _host.parse_limits_conf(text, '/p'),
+    return (_host.parse_value(text), _host.parse_proc_limits(text), _host.parse_cap_ipc_lock(text), _host.parse_limits_conf(text, '/p'),
             _host.parse_systemd_size(text), _host.parse_system_conf('[Manager]\n' + text, '/p'),
             _host.parse_module_list(text), _host.parse_module_list(text, debian=True), _host.parse_proc_modules(text),
             _host.parse_default_route(text))
@@ -91,6 +115,38 @@ def _roce_all(text):
             _roce.parse_dcb_ets(text), _roce.parse_dcb_apptrust(text), answer, _roce.parse_saved(_roce.SAVED_MAGIC + '\n' + text))
 
 
+_SCRATCH = []
+
+
+def _scratch_file():
+    """A file of this process's own, where the report files' readers read the inputs from."""
+    if not _SCRATCH:
+        where = tempfile.mkdtemp(prefix='gf-fuzz-', dir='/dev/shm' if os.access('/dev/shm', os.W_OK) else None)
+        atexit.register(shutil.rmtree, where, True)
+        _SCRATCH.append(os.path.join(where, 'report.json'))
+    return _SCRATCH[0]
+
+
+def _report_files(text):
+    """The baseline report.json and bench.json readers (plugin_utils/_report_stage.py): the
+    document, or ValueError saying why."""
+    path = _scratch_file()
+    with open(path, 'w', encoding='utf-8', errors='surrogateescape') as handle:
+        handle.write(text)
+    found = []
+    for read in (_report_stage.read_baseline, _report_stage.read_bench):
+        try:
+            found.append(json.dumps(read(path)))
+        except ValueError as exc:
+            assert str(exc)
+    return found
+
+
+def _offline_names(text):
+    """The log names of an offline run (plugin_utils/_offline.py classify): a line a path."""
+    return _offline.classify(text.splitlines())
+
+
 # Lines the host parsers look for, so that mutations reach their number handling.
 _HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\nDefaultLimitMEMLOCK=8M:infinity\n'
                b'Max locked memory         8388608              8388608              bytes\nCapEff:\t000001ffffffffff\n'
@@ -120,21 +176,87 @@ PARSERS = {
                   b'dcb apptrust show dev eth0\norder dscp pcp\n')),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),
+    'nccl_size': (_nccl.parse_size, (), (b'8', b'1K', b'64M', b'8G', b' 128 MB ', b'1T')),
+    'offline_names': (_offline_names, (), (b'/logs/n1__n2__0__host.txt\n/logs/n1__n2__mlx5_1__gpu.log\n/logs/all_reduce.json\n'
+                                           b'/logs/a_b__c_d__1__gpu.txt\n/logs/run.log\n/logs/notes.md\n',)),
+    'report_files': (_report_files, (),
+                     (json.dumps({'schema': 'hpc.gpu_fabric/report', 'schema_version': 1, 'summary': {'hosts': 2, 'errors': 0},
+                                  'hosts': {'n1': {'status': 'ok', 'ports': 8}}, 'findings': [],
+                                  'pairs': [{'server': 'n1', 'client': 'n2', 'bw_gbps': 392.5, 'status': 'ok'}]}).encode(),)),
+}
+
+# Every public parser of module_utils and plugin_utils and the PARSERS entry that runs it (the
+# readers of whole roots, read_ib/read_gdr/read_host, are test_fuzz_readers.py's).
+COVERED = {
+    '_gdr': {'parse_modules': 'gdr_pci_values', 'parse_ofed_version': 'gdr_pci_values'},
+    '_host': dict((name, 'host_files') for name in (
+        'parse_value', 'parse_proc_limits', 'parse_cap_ipc_lock', 'parse_limits_conf', 'parse_systemd_size',
+        'parse_system_conf', 'parse_module_list', 'parse_proc_modules', 'parse_default_route')),
+    '_ib': {'parse_rate': 'sysfs_values', 'parse_state': 'sysfs_values', 'parse_counters': 'sysfs_values',
+            'parse_ibv_devinfo': 'ibv_devinfo'},
+    '_ibdiag': dict((name, 'ibdiag') for name in (
+        'parse_iblinkinfo', 'parse_ibnetdiscover', 'parse_sminfo', 'parse_saquery_sminfo', 'parse_perfquery')),
+    '_nccl': {'parse_size': 'nccl_size', 'parse_text': 'nccl_text', 'parse_json': 'nccl_json_bytes',
+              'parse_any': 'nccl_json_bytes'},
+    '_pci': {'parse_acs': 'gdr_pci_values'},
+    '_pcie': {'parse_speed': 'pcie_values', 'parse_width': 'pcie_values', 'parse_cmdline': 'pcie_values'},
+    '_perftest': {'parse_output': 'perftest'},
+    '_process': {'parse_proc_net_tcp': 'proc_net_tcp'},
+    '_roce': dict((name, 'roce_qos') for name in (
+        'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')),
+    '_sysroot': {'parse_int': 'sysfs_values', 'parse_hex': 'sysfs_values', 'parse_numa': 'sysfs_values'},
+    '_offline': {'classify': 'offline_names'},
+    '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
+    '_bench': {'read_records': 'test_fuzz_records.py'},
 }
 
 
+def _public_parsers():
+    """{module: [name]} of the public parse_* functions and file readers of the two packages."""
+    from ansible_collections.hpc.gpu_fabric.plugins import module_utils, plugin_utils
+    found = {}
+    for package in (module_utils, plugin_utils):
+        where = list(package.__path__)[0]
+        for file_name in sorted(os.listdir(where)):
+            if not file_name.endswith('.py') or file_name == '__init__.py':
+                continue
+            module = __import__('%s.%s' % (package.__name__, file_name[:-3]), fromlist=['x'])
+            names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__
+                     and (name.startswith('parse_') or name.endswith('from_log')
+                          or (package is plugin_utils and name.startswith('read_')) or name == 'classify' and file_name == '_offline.py')]
+            if names:
+                found[file_name[:-3]] = sorted(names)
+    return found
+
+
+def test_every_public_parser_is_fuzzed():
+    assert _public_parsers() == dict((module, sorted(names)) for module, names in COVERED.items())
+    for module, names in COVERED.items():
+        for name, entry in names.items():
+            assert entry in PARSERS or entry == 'test_fuzz_records.py', (module, name)
+
+
 @pytest.mark.parametrize('name', sorted(PARSERS))
-def test_parser_survives_mutated_fixtures(name):
+def test_parser_survives_mutated_fixtures(name, record_property):
     parse, dirs, extra = PARSERS[name]
     corpus = _mutate.fixtures(*dirs) + list(extra)
     clock = _mutate.Clock(DEADLINE_S)
+    start, cpu = time.monotonic(), time.process_time()
     for rng, data in _mutate.inputs(sum(map(ord, name)), corpus, PER_PARSER):
+        if time.monotonic() - start > BUDGET_S:
+            break
         text = _mutate.decode(rng, data)
         try:
             clock.run(parse, text)
         except Exception as exc:  # the point of the test: name the input that raised
             pytest.fail('%s raised %r on %r' % (name, exc, text[:300]))
-    assert clock.count == PER_PARSER
+    took = time.monotonic() - start
+    record_property('inputs', clock.count)
+    sys.stderr.write('fuzz %s: %d inputs in %.1f s (%.1f s of CPU), slowest %.3f s\n'
+                     % (name, clock.count, took, time.process_time() - cpu, clock.slowest[0]))
+    if clock.count < PER_PARSER:
+        warnings.warn('fuzz %s: %d of %d inputs within its %.0f s budget' % (name, clock.count, PER_PARSER, BUDGET_S))
+    assert clock.count >= MIN_INPUTS, '%s: %d inputs in %.0f s' % (name, clock.count, took)
     assert clock.slowest[0] < DEADLINE_S, 'slowest input took %.2f s: %r' % (clock.slowest[0], clock.slowest[1][0][:300])
 
 

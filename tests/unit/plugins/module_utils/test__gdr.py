@@ -312,5 +312,7 @@ def test_natural_order_takes_ascii_digits_only():
     names = ['mlx5_10', 'mlx5_0\u00b2', 'mlx5_2', '10', 'mlx5_0', 'mlx5_\u0663', None, '']
     ordered = sorted(names, key=_gdr.natural_key)
     assert ordered == [None, '', '10', 'mlx5_0', 'mlx5_0\u00b2', 'mlx5_2', 'mlx5_10', 'mlx5_\u0663']
-    assert _gdr.natural_key('mlx5_0\u00b2') == ['mlx', 5, '_', 0, '\u00b2']
-    assert _gdr.natural_key('12') == ['', 12, '']
+    assert _gdr.natural_key('mlx5_0\u00b2') == ['mlx', (1, '5'), '_', (0, ''), '\u00b2']
+    assert _gdr.natural_key('12') == ['', (2, '12'), '']
+    # Leading zeros count for nothing, as in a number: mlx5_02 and mlx5_2 tie.
+    assert _gdr.natural_key('mlx5_02') == _gdr.natural_key('mlx5_2')

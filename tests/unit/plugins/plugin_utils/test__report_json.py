@@ -79,3 +79,12 @@ def test_beyond_the_pair_limit_one_line_as_ansible_core_writes_it(monkeypatch):
     report = dict(REPORT, bench={'verdicts': {'ok': 3}, 'pairs': _pairs(3)})
     assert _report_stage.report_json(report) == _ansible(report, indent=False)
     assert _report_stage.report_json(report).count('\n') == 1
+
+
+@pytest.mark.parametrize('read', [_report_stage.read_baseline, _report_stage.read_bench], ids=['baseline', 'bench'])
+def test_a_file_nested_too_deep_is_refused_with_a_reason(tmp_path, read):
+    # Found by tests/unit/fuzz (report_files): 20 kB of '[' made json.loads raise RecursionError.
+    path = tmp_path / 'report.json'
+    path.write_text('[' * 20000 + ']' * 20000)
+    with pytest.raises(ValueError, match='nested too deep'):
+        read(str(path))
