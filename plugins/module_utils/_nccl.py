@@ -676,6 +676,12 @@ def _json_number(value):
         return False
 
 
+def _json_text(value):
+    """A text field of a -J document as the text parser keeps it (a string, capped at HOST_TEXT_MAX), else None:
+    a host name that is an object or a list would otherwise reach the report (and the set of hosts) as one."""
+    return value[:HOST_TEXT_MAX] if isinstance(value, str) else None
+
+
 def _json_int(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -745,9 +751,9 @@ def parse_json(text):
                   PROBLEMS_MAX, parsed, 'problems')
             continue
         _keep(parsed['ranks'], {'rank': _json_int(device.get('rank')), 'group': _json_int(device.get('group')),
-                                'pid': _json_int(device.get('pid')), 'host': device.get('hostname'),
-                                'device': _json_int(device.get('device')), 'bus_id': device.get('device_hex'),
-                                'name': device.get('device_info')}, RANKS_MAX, parsed, 'ranks')
+                                'pid': _json_int(device.get('pid')), 'host': _json_text(device.get('hostname')),
+                                'device': _json_int(device.get('device')), 'bus_id': _json_text(device.get('device_hex')),
+                                'name': _json_text(device.get('device_info'))}, RANKS_MAX, parsed, 'ranks')
     code = doc.get('nccl_version')
     parsed['versions'].update(tool='nccl-tests', library=_json_int(code), library_version=_library_version(code))
     validation = config.get('validation')
