@@ -47,6 +47,7 @@ ALLOWED = {
 UNRESOLVED_ALLOWED = {
     '_perftest help_lists': "(?:^|\\s)FLAG(?:[=\\s]|$): the flag re.escape'd, no quantifier",
     '_tasks modules_not_loaded': "NAME|NAME-WITH-DASHES, both re.escape'd: no quantifier",
+    '_printable _pattern': "[RANGES]: one character class of code-point ranges, no quantifier",
 }
 
 # Characters an overlap is looked for among: ASCII, a few Latin-1, Unicode digits and spaces.
