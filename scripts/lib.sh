@@ -297,7 +297,7 @@ gf_ansible_test_home() {
     # line (BINPRM_BUF_SIZE, include/uapi/linux/binfmts.h); ansible-test names its venvs
     # <home>/.ansible/test/venv/sanity.import.plugin/3.NN/<8 hex>/bin/python (65 more, and 2 for #!).
     if ((${#home} > 60)); then
-        gf_log "warning: $home is long: ansible-test's venvs below it may get shebangs over 127 characters (set GF_TEST_TMP to a shorter directory)"
+        gf_log "warning: $home is long: ansible-test's venvs below it may get shebangs over 127 characters (set GF_ANSIBLE_TEST_HOME to a shorter directory)"
     fi
     export HOME=$home
 }

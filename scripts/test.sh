@@ -81,7 +81,7 @@ run_step() {
 }
 
 step_units() { (cd "$tree" && python -m pytest -q -p no:cacheprovider -n 2 tests/unit); }
-# A subshell: HOME points into the run's temp dir for ansible-test only. ansible-test keeps its
+# A subshell: HOME points into a cache directory for ansible-test only. ansible-test keeps its
 # sanity venvs and the get-pip.py cache below ~/.ansible/test (create_sanity_virtualenv in
 # _internal/commands/sanity/__init__.py, bootstrap in _util/target/setup/requirements.py), which
 # stayed in the home directory after every run; gf_ansible_test_home says what comes along.

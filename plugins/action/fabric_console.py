@@ -18,7 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._offline import printable
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import printable
 
 display = Display()
 

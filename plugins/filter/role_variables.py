@@ -14,7 +14,7 @@ from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible.module_utils.common.validation import (check_type_bool, check_type_dict, check_type_float, check_type_int,
                                                     check_type_list)
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._offline import printable
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import printable
 
 # The collection's roles, beside plugins/ (in a checkout and in an installed copy alike).
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'roles')

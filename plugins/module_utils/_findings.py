@@ -375,6 +375,14 @@ BENCH_RUN_BROKEN = _register(
     'free what the causes name (another benchmark run, a leftover perftest server: ss -ltnp on the node) or give the '
     'benchmark free ports (fabric_bench_beacon_port, fabric_bench_base_port), install perftest where it is missing, and '
     'run the benchmark again: these pairs were not tested', scope='run')
+# Records of a node's benchmark that could not be placed in a pair (plugin_utils/_bench.py record_problem): dropped
+# so that the other pairs are judged, but the tests they held were not judged at all, so the run fails closed.
+BENCH_RECORDS_MALFORMED = _register(
+    'BENCH_RECORDS_MALFORMED', 'benchmark', 'error',
+    'records of a node\'s benchmark that could not be judged (a field missing or of the wrong type: `evidence.records` '
+    'names each); they were dropped and the tests they held were not judged',
+    'the node\'s records file was changed or damaged after the run (bench-records/<node>.records.json.gz, or an '
+    'imported records file): run the benchmark again; the tests it held were not judged', scope='run')
 # Symptoms that no finding on their path explains, on the one device all their tests share
 # (_diagnose.unexplained_findings): a fault no rule names, said once on its device.
 BENCH_DEVICE_UNEXPLAINED = _register(

@@ -134,6 +134,7 @@ def _room(nodes, *node_ids):
     """True when the nodes ``node_ids`` are known, or there is room for those that are not (NODES_MAX)."""
     return len(nodes) + len(set(n for n in node_ids if n is not None and n not in nodes)) <= NODES_MAX
 
+
 # perfquery.c: "# Port counters: Lid %d port %d (CapMask: ...)" / "# Port extended counters: ...",
 # then "Name:....value" lines (libibmad dump of PortCounters / PortCountersExtended).
 _PQ_HEADER_RE = re.compile(r'^#\s*Port (?:extended )?counters:\s*Lid\s+(?P<lid>\d{1,5})\s+port\s+(?P<port>\d{1,3}|ALL)', re.A)
@@ -594,9 +595,10 @@ def parse_perfquery(text, unread=None):
         if header:
             port = header.group('port')
             current = {'lid': int(header.group('lid')), 'port': int(port) if port.isdigit() else None, 'counters': {}}
-            # One block per port and read: a port's second block (a paste repeated 70,000 times)
-            # is no record of another port, and is counted with those past the cap.
-            where = (current['lid'], current['port'])
+            # One block per port and read (perfquery, perfquery -x): a port's second block of the same
+            # read (a paste repeated 70,000 times) is no record of another port, and is counted with
+            # those past the cap.
+            where = (current['lid'], current['port'], 'extended' in stripped[:30].lower())
             if where in ports_seen or not _keep(blocks, current, LINKS_MAX, dropped, 'ports'):
                 if where in ports_seen:
                     dropped['ports'] = dropped.get('ports', 0) + 1

@@ -122,15 +122,24 @@ def _keep(records, item, cap, parsed, kind):
 
 
 def _dropped_problems(parsed):
-    """One entry in ``problems`` per kind of record dropped past its cap (the first of them)."""
+    """One entry at the end of ``problems`` per kind of record dropped past its cap. Where the list is full, the
+    last problems give way to the notes and are counted as dropped problems too: no note overwrites another."""
     caps = {'ranks': RANKS_MAX, 'results': RESULTS_MAX, 'problems': PROBLEMS_MAX}
-    for kind, count in sorted((parsed.get('dropped') or {}).items()):
-        note = {'line': None, 'text': kind, 'reason': '%d more %s past the first %d not kept (module_utils/_nccl.py %s_MAX)'
-                % (count, kind, caps.get(kind, 0), kind.upper())}
-        if len(parsed['problems']) >= PROBLEMS_MAX:
-            parsed['problems'][-1] = note
-        else:
-            parsed['problems'].append(note)
+    dropped = parsed.get('dropped') or {}
+    kinds = sorted(dropped)
+    if not kinds:
+        return
+    overflow = len(parsed['problems']) + len(kinds) - PROBLEMS_MAX
+    if overflow > 0 and 'problems' not in dropped:
+        kinds = sorted(kinds + ['problems'])
+        overflow += 1
+    if overflow > 0:
+        del parsed['problems'][len(parsed['problems']) - overflow:]
+        dropped['problems'] = dropped.get('problems', 0) + overflow
+    for kind in kinds:
+        parsed['problems'].append({'line': None, 'text': kind, 'reason': '%d more %s past the first %d not kept (module_utils/_nccl.py %s_MAX)'
+                                   % (dropped[kind], kind, caps.get(kind, 0), kind.upper())})
+
 
 # First kind that matches wins (a missing binary is also a failed launch); each (kind, pattern) names what failed. Texts: Open MPI
 # help-ras-base.txt / help-orte-rmaps-base.txt ('not enough slots'), Open MPI

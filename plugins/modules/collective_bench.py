@@ -330,6 +330,7 @@ problems:
   returned: always
   type: list
   elements: dict
+  sample: [{line: 17, text: "8 2 float sum -1 42.56 0.00 0.00 0", reason: "a result row has 9 fields, the table has 13 columns"}]
 dropped:
   description:
     - Records past the parser's caps (module_utils/_nccl.py - 65,536 ranks, 4,096 result rows, 50 problems), counted
@@ -337,7 +338,6 @@ dropped:
   returned: when records were past a cap
   type: dict
   sample: {results: 12000}
-  sample: [{line: 17, text: "8 2 float sum -1 42.56 0.00 0.00 0", reason: "a result row has 9 fields, the table has 13 columns"}]
 format:
   description: C(json) or C(text), the output that was parsed.
   returned: always

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 module: fabric_console
 short_description: Print lines on the console as they are, whatever the stdout callback's result format
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Prints each line of O(lines) on the console through Ansible's display, one console line each. M(ansible.builtin.debug)
     prints through the stdout callback's result format - with ansible-core's default (json) a message of several lines is

@@ -825,6 +825,7 @@ def report(nodes, options):
         failure = {'kind': 'node_lost' if lost else 'no_client_record',
                    'message': 'the client %s returned no result%s; the server side: %s' % (
                        client, (' (%s)' % unreadable[client]) if client in unreadable
+                       else (' (%d malformed record(s) of its file dropped)' % malformed[client]['dropped']) if client in malformed
                        else ' (node lost or its task failed)' if lost else '',
                        '%s: %s' % (seen_by_server.get('kind'), seen_by_server.get('message')) if seen_by_server
                        else status)}

@@ -417,6 +417,15 @@ def bench_findings(bench):
         # The node, and its HCAs where diagnose() knows them.
         found.append(finding(F.BENCH_NODE_NOT_TESTED, host, 'node', {'reason': why},
                              '%s was left out of the pairwise benchmark: %s' % (host, why), path=[('node', host)]))
+    for host, entry in sorted(((bench or {}).get('records_malformed') or {}).items(), key=lambda item: natural_key(item[0])):
+        # Fail closed: a record that could not be placed was dropped, and the tests it held were not judged.
+        entry = entry if isinstance(entry, dict) else {}
+        found.append(finding(F.BENCH_RECORDS_MALFORMED, None, 'pairwise',
+                             {'node': host, 'source': entry.get('source'), 'dropped': entry.get('dropped'),
+                              'records': list(entry.get('records') or [])[:_bench.MALFORMED_NAMED]},
+                             '%s record(s) of %s could not be judged and were dropped (%s): %s' % (
+                                 entry.get('dropped'), host, entry.get('source'), '; '.join(entry.get('records') or [])),
+                             path=[('run',), ('node', host)]))
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     broken = []

@@ -37,8 +37,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tas
 _NAME_MAX = 255
 PERFTEST_NAME_RE = re.compile(r'^(?P<server>.+?)__(?P<client>.+?)__(?P<rail>.+?)__(?P<memory>host|gpu)\.(?:txt|log)$')
 COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
-# How deep the logs directory is searched: a ticket's outputs are a few levels deep; os.walk
-# recurses, and a tree thousands of levels deep would end the search (RecursionError).
+# How deep the logs directory is searched: a ticket's outputs are a few levels deep; before Python
+# 3.12 os.walk recurses, and a tree thousands of levels deep would end the search (RecursionError).
 LOGS_MAX_DEPTH = 32
 
 

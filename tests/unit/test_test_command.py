@@ -4,7 +4,7 @@
 
 """The test command (scripts/test.sh) writes a plain-text log and leaves nothing in the home
 directory: no colour from molecule, pytest, ansible-lint or ansible-playbook whatever TERM says,
-and ansible-test's ~/.ansible/test (its sanity venvs and get-pip.py cache) in the run's temp dir."""
+and ansible-test's home (its sanity venvs and get-pip.py cache) in a documented cache, not ~/.ansible/test."""
 
 from __future__ import annotations
 

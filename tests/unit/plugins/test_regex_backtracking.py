@@ -270,21 +270,16 @@ def _all_items(items):
     for op, av in items:
         yield op, av
         if op in _REPEATS or op == _POSSESSIVE:
-            for item in _all_items(av[2]):
-                yield item
+            yield from _all_items(av[2])
         elif op == C.SUBPATTERN:
-            for item in _all_items(av[-1]):
-                yield item
+            yield from _all_items(av[-1])
         elif op == _ATOMIC:
-            for item in _all_items(av):
-                yield item
+            yield from _all_items(av)
         elif op == C.BRANCH:
             for alternative in av[1]:
-                for item in _all_items(alternative):
-                    yield item
+                yield from _all_items(alternative)
         elif op in (C.ASSERT, C.ASSERT_NOT):
-            for item in _all_items(av[1]):
-                yield item
+            yield from _all_items(av[1])
 
 
 def _function_at(tree, lineno):

@@ -81,8 +81,8 @@ def _bench_result():
             'status': 'failed', 'failure': {'kind': 'crashed' + HOSTILE, 'message': HOSTILE}, 'verdict': 'failed',
             'reasons': ['crashed: ' + HOSTILE], 'bw_avg_gbps': None, 'lat_typical_us': None}
     return {'test': 'ib_write_bw', 'pairs': [pair], 'verdicts': {'failed': 1}, 'excluded': {HOST: HOSTILE},
-            'records_unreadable': {HOST: HOSTILE}, 'records_malformed': {HOST: {'source': HOSTILE, 'dropped': 1,
-                                                                              'records': ['record 0: ' + HOSTILE]}}}
+            'records_unreadable': {HOST: HOSTILE},
+            'records_malformed': {HOST: {'source': HOSTILE, 'dropped': 1, 'records': ['record 0: ' + HOSTILE]}}}
 
 
 def _report():
@@ -122,4 +122,3 @@ def test_the_report_json_keeps_the_text_as_it_was():
     """report.json is data, not a display: the text as the node gave it (JSON escapes controls itself)."""
     report = json.loads(dict(_report_stage.render(_report(), None, 0))['report.json'])
     assert HOST in report['hosts']
-

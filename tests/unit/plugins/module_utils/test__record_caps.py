@@ -52,8 +52,8 @@ def test_the_caps_are_a_subnets_size():
 ], ids=['sminfo', 'saquery_smir'])
 def test_sm_records_past_the_cap_are_counted_not_kept(parse, text, cap):
     parsed = parse(text)
-    assert len(parsed['sms']) == cap and parsed['dropped'] == {'sms': len(text.split('SMINFO_MASTER\n' if 'sminfo' in text[:7]
-                                                                                       else 'SMInfoRecord')) - 1 - cap}
+    marker = 'SMINFO_MASTER\n' if 'sminfo' in text[:7] else 'SMInfoRecord'
+    assert len(parsed['sms']) == cap and parsed['dropped'] == {'sms': len(text.split(marker)) - 1 - cap}
     # The first ones are the ones kept, in order.
     assert [sm['lid'] for sm in parsed['sms'][:3]] == [1, 2, 3]
 

@@ -401,3 +401,21 @@ def test_pairs_that_never_reached_the_hardware_are_the_runs_failure_not_a_device
     assert broken['evidence']['failed_on'] == ['n2'] and broken['evidence']['nodes'] == ['n1', 'n2', 'n3', 'n4']
     assert broken['evidence']['tests'] == 6 and [c['tests'] for c in broken['evidence']['causes']] == [6]
     assert message in broken['cause'] and 'n2' in broken['cause'] and 'never reached the hardware' in broken['cause']
+
+
+def test_malformed_records_fail_the_run_closed_and_name_the_node():
+    # Records that could not be placed in a pair were dropped (_bench.record_problem) so that the others are judged;
+    # the tests they held were not judged at all, which must fail the run, naming the node and the records.
+    nodes = dict((name, diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')) for name in ('n1', 'n2'))
+    bench = {'pairs': [_pair('n1', 'n2', 'host')],
+             'records_malformed': {'n2': {'source': '/out/bench-records/n2.records.json.gz', 'dropped': 3,
+                                          'records': ['record 0: server is missing, not a node name', 'record 4: memory is null, not host or gpu']}}}
+    found = _diagnose.diagnose(nodes, bench)
+    codes = [f['code'] for f in found if f['severity'] != 'info']
+    assert codes == ['BENCH_RECORDS_MALFORMED'], codes
+    bad = found[[f['code'] for f in found].index('BENCH_RECORDS_MALFORMED')]
+    assert bad['severity'] == 'error' and bad['explained_by'] is None and bad['host'] is None
+    assert bad['evidence']['node'] == 'n2' and bad['evidence']['dropped'] == 3
+    assert 'n2' in bad['cause'] and 'server is missing' in bad['cause'] and 'n2.records.json.gz' in bad['cause']
+    # Without malformed records, the same run has no such finding.
+    assert 'BENCH_RECORDS_MALFORMED' not in [f['code'] for f in _diagnose.diagnose(nodes, {'pairs': [_pair('n1', 'n2', 'host')]})]
