@@ -248,3 +248,23 @@ def test_long_fields_are_cut_so_that_the_record_caps_bound_the_result():
     rank = '#  Rank  0 Group  0 Pid  1 on %s device  0 [0x07] NVIDIA A100-SXM4-40GB\n' % ('h' * (1 << 20))
     ranks = _nccl.parse_text(rank)['ranks']
     assert len(ranks) == 1 and len(ranks[0]['host']) == _nccl.HOST_TEXT_MAX
+
+
+def test_a_ports_normal_and_extended_perfquery_blocks_are_both_kept():
+    # A ticket often holds both `perfquery` and `perfquery -x` of one port: two reads, not a repeated paste.
+    extended = fixture('perfquery', 'infiniband_diags_16_rhel75_x.txt')
+    normal = extended.replace('# Port extended counters:', '# Port counters:')
+    assert normal != extended
+    unread = {}
+    blocks = _ibdiag.parse_perfquery(normal + extended, unread)
+    assert len(blocks) == 2 * len(_ibdiag.parse_perfquery(extended)) and not unread.get('dropped')
+
+
+def test_nccl_cap_notes_never_overwrite_each_other_or_a_problem_uncounted():
+    parsed = {'problems': [{'line': i, 'text': 'x', 'reason': 'r'} for i in range(_nccl.PROBLEMS_MAX - 1)],
+              'dropped': {'results': 3, 'ranks': 2}}
+    _nccl._dropped_problems(parsed)
+    notes = [p['text'] for p in parsed['problems'] if p['line'] is None]
+    assert len(parsed['problems']) == _nccl.PROBLEMS_MAX and notes == ['problems', 'ranks', 'results']
+    # Two problems gave way to the three notes, and are counted.
+    assert parsed['dropped']['problems'] == 2
