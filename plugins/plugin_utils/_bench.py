@@ -892,6 +892,11 @@ def pair_line(entry):
         entry.get('server'), entry.get('server_hca') or rail, entry.get('client'), entry.get('client_hca') or rail, entry.get('memory'))
     bandwidth, expected = number(entry.get('bw_avg_gbps')), number(entry.get('rail_nominal_gbps') or entry.get('port_rate_gbps'))
     if entry.get('verdict') == 'failed':
+        cause = not_reached(entry)
+        if cause is not None:
+            # Not a device's failure: the benchmark could not set the test up (BENCH_RUN_BROKEN says why).
+            reason = '%s on %s: %s' % (cause['kind'], cause['host'], cause['message'])
+            return '%s, not tested: the benchmark could not set it up (%s)' % (line, reason if len(reason) <= 160 else reason[:157] + '...')
         reason = text((sequence(entry.get('reasons')) or [None])[0]) or 'no reason given'
         return '%s, failed (%s)' % (line, reason if len(reason) <= 160 else reason[:157] + '...')
     if bandwidth is not None:

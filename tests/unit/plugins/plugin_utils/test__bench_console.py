@@ -82,6 +82,12 @@ def test_pair_lines_name_what_is_low():
     lost = pair('n1', 'n2', 3, verdict='failed', client_hca=None, reasons=['x' * 400])
     line = _bench.pair_line(lost)
     assert line.startswith('n1 mlx5_3 -> n2 rail 3, host memory, failed (xxx') and line.endswith('...)') and len(line) < 220
+    # A test the benchmark could not set up is no device's failure: the line says so, with the cause and its node.
+    held = 'cannot listen on 127.0.1.2:18514 for the benchmark beacon: Address already in use'
+    broken = pair('n1', 'n2', 0, verdict='failed', failure={'kind': 'peer_lost', 'message': 'server n1 lost'},
+                  server_failure={'kind': 'setup_failed', 'message': held}, reasons=['peer_lost: server n1 lost'])
+    assert _bench.pair_line(broken) == ('n1 mlx5_0 -> n2 mlx5_0, host memory, not tested: the benchmark could not set it up '
+                                        '(setup_failed on n1: %s)' % held)
 
 
 def test_ties_in_natural_order():
