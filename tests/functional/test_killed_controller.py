@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from tests import processes
 from tests.functional.test_perftest_run import ansible_cmd, free_port, leftovers, node, sim_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,15 +81,6 @@ def _alive(pids):
     return [pid for pid in pids if (_stat(pid) or ('X',))[0] not in ('Z', 'X')]
 
 
-def _wait_for(predicate, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_sigkilled_playbook_leaves_no_unpacking_worker(tmp_path):
     snapshots, out = tmp_path / 'snapshots', tmp_path / 'out'
     snapshots.mkdir()
@@ -101,13 +93,13 @@ def test_sigkilled_playbook_leaves_no_unpacking_worker(tmp_path):
     first = out / 'offline' / 'node0' / 'root' / 'var' / 'log'
     workers = []
     try:
-        assert _wait_for(first.is_dir, 120), 'the unpacking never started'
+        assert processes.wait_for(first.is_dir, 120), 'the unpacking never started'
         workers = _descendants(proc.pid)
         assert workers, 'no worker unpacks'
         proc.kill()
         proc.wait()
         killed = time.time()
-        assert _wait_for(lambda: not _alive(workers), 10), 'left running: %s' % _alive(workers)
+        assert processes.wait_for(lambda: not _alive(workers), 10), 'left running: %s' % _alive(workers)
         assert time.time() - killed < 5   # unwatched, it unpacked on for 7.6 s here
         # It stopped where it was: the last snapshot was never reached.
         time.sleep(1)
@@ -129,13 +121,13 @@ def test_sigkilled_ansible_leaves_no_perftest_stand_in(tmp_path_factory, tmp_pat
     module = []
     try:
         # Both stand-ins run (the server hangs on its client): the module waits on them.
-        assert _wait_for(lambda: len(leftovers(root)) >= 2, 60), 'the stand-ins never started'
+        assert processes.wait_for(lambda: len(leftovers(root)) >= 2, 60), 'the stand-ins never started'
         module = [pid for pid in _descendants(proc.pid) if b'AnsiballZ_perftest_run' in _cmdline(pid)]
         assert module, 'no module process below ansible'
         proc.kill()
         proc.wait()
         killed = time.time()
-        assert _wait_for(lambda: not leftovers(root) and not _alive(module), 10), \
+        assert processes.wait_for(lambda: not leftovers(root) and not _alive(module), 10), \
             'left running: stand-ins %s, module %s' % (leftovers(root), _alive(module))
         assert time.time() - killed < 5
     finally:

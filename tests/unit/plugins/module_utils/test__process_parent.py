@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests import processes
+
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='the watch reads /proc (Linux)')
 
 # The module: what collective_bench and perftest_run do, a run under Guard.
@@ -54,23 +56,6 @@ def _pids_running(word):
     return _pids_of(['sleep', word])
 
 
-def _alive(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            return handle.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except (IOError, OSError):
-        return False
-
-
-def _wait_for(predicate, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 @pytest.fixture
 def scripts(tmp_path):
     module, holder = tmp_path / 'module.py', tmp_path / 'fake-ansible-playbook.py'
@@ -89,7 +74,7 @@ def scripts(tmp_path):
 def _start(started, argv, word):
     proc = subprocess.Popen(argv)
     started.append(proc)
-    assert _wait_for(lambda: _pids_running(word), 15), 'the module never started its sleep'
+    assert processes.wait_for(lambda: _pids_running(word), 15), 'the module never started its sleep'
     return proc, _pids_running(word)[0]
 
 
@@ -106,7 +91,7 @@ def test_sigkilled_parent_stops_the_tool_within_seconds(scripts):
         parent.kill()
         parent.wait()
         killed_at = time.time()
-        assert _wait_for(lambda: not _alive(sleeper), 5), 'the tool outlived its controller'
+        assert processes.wait_for(lambda: not processes.alive(sleeper), 5), 'the tool outlived its controller'
         assert time.time() - killed_at < 5
     finally:
         _cleanup(word)
@@ -122,7 +107,7 @@ def test_sigkilled_controller_above_a_living_worker_stops_the_tool(scripts):
     try:
         controller.kill()
         controller.wait()
-        assert _wait_for(lambda: not _alive(sleeper), 5), 'the tool outlived the controller'
+        assert processes.wait_for(lambda: not processes.alive(sleeper), 5), 'the tool outlived the controller'
     finally:
         _cleanup(word)
         for pid in _pids_of([sys.executable, holder, '-', '/bin/sh']):  # the worker, orphaned
@@ -140,7 +125,7 @@ def test_an_async_job_outlives_its_controller(scripts):
         parent.kill()
         parent.wait()
         time.sleep(2.5)
-        assert _alive(sleeper)
+        assert processes.alive(sleeper)
     finally:
         _cleanup(word)
 
@@ -154,6 +139,6 @@ def test_async_dir_in_the_environment_alone_is_no_async_job(scripts):
     try:
         parent.kill()
         parent.wait()
-        assert _wait_for(lambda: not _alive(sleeper), 5), 'the tool outlived its controller'
+        assert processes.wait_for(lambda: not processes.alive(sleeper), 5), 'the tool outlived its controller'
     finally:
         _cleanup(word)

@@ -20,6 +20,7 @@ import pytest
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from tests import processes
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='the test reads /proc (Linux)')
 
@@ -43,23 +44,6 @@ if __name__ == '__main__':
 '''
 
 
-def _alive(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            return handle.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
-    except (IOError, OSError):
-        return False
-
-
-def _wait_for(predicate, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 @pytest.fixture
 def controller(tmp_path):
     script, ready = tmp_path / 'fake-ansible-playbook.py', str(tmp_path / 'ready')
@@ -67,7 +51,7 @@ def controller(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), ready], start_new_session=True)
     worker = None
     try:
-        assert _wait_for(lambda: os.path.exists(ready), 30), 'the worker never started'
+        assert processes.wait_for(lambda: os.path.exists(ready), 30), 'the worker never started'
         with open(ready) as handle:
             pid, watched, again = handle.read().split()
         worker = int(pid)
@@ -75,25 +59,25 @@ def controller(tmp_path):
         yield proc, worker
     finally:
         for pid in (proc.pid, worker):
-            if pid is not None and _alive(pid):
+            if pid is not None and processes.alive(pid):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
 
 
 def test_the_worker_of_a_sigkilled_controller_ends_within_a_second(controller):
     proc, worker = controller
-    assert _alive(worker)
+    assert processes.alive(worker)
     proc.kill()
     proc.wait()
     killed = time.time()
-    assert _wait_for(lambda: not _alive(worker), 5), 'the worker outlived its ansible-playbook'
+    assert processes.wait_for(lambda: not processes.alive(worker), 5), 'the worker outlived its ansible-playbook'
     assert time.time() - killed < 2
 
 
 def test_the_worker_of_a_living_controller_goes_on(controller):
     proc, worker = controller
     time.sleep(1.0)   # ten looks at the parent
-    assert proc.poll() is None and _alive(worker)
+    assert proc.poll() is None and processes.alive(worker)
 
 
 def test_no_watch_outside_a_worker():
