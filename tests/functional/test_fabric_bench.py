@@ -109,7 +109,7 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
     # no Python repr of the pairs and their reasons.
     counts = ', '.join('%d %s' % (bench['verdicts'][v], v) for v in ('ok', 'low', 'failed') if v in bench['verdicts'])
     assert 'ib_write_bw: %d pair test(s), %s\n' % (len(bench['pairs']), counts) in result.stdout, result.stdout[-3000:]
-    assert re.search(r'\n +hang mlx5_\d+ -> n\d mlx5_\d+, host memory, failed \((timeout|exchange_failed): ', result.stdout)
+    assert re.search(r'\n *hang mlx5_\d+ -> n\d mlx5_\d+, host memory, failed \((timeout|exchange_failed): ', result.stdout)
     assert "'reasons'" not in result.stdout and "[['" not in result.stdout
     if engine == 'sequence':
         # Each node's records went into a file beside the report (the raw results never into hostvars),
