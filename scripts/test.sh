@@ -48,13 +48,16 @@ mkdir -p "$TMPDIR"
 # (~/.ansible) holds ansible-core's local temp files and galaxy cache, and
 # molecule's scenario directories (its ansible-compat runtime is not isolated, so its cache dir is
 # ANSIBLE_HOME: ansible_compat/prerun.py get_cache_dir); local-connection nodes put their remote
-# temp files in ~/.ansible/tmp. Not ANSIBLE_ASYNC_DIR: a local-connection module inherits the
-# controller's environment, and module_utils/_process.py ParentWatch once took that variable alone
-# for an async job, one meant to outlive the controller (it now also asks for async_wrapper as the
-# module's parent: tests/unit/plugins/module_utils/test__process_parent.py). The tests that start
-# async jobs give ansible_async_dir inside their own directory.
+# temp files in ~/.ansible/tmp. The async job files of local-connection nodes (the culprit search's
+# collective runs, the benchmark's sequences) default to ~/.ansible_async, not below ANSIBLE_HOME
+# (ansible-core's async_dir shell option): ANSIBLE_ASYNC_DIR puts them here too. A module inherits
+# that variable, and module_utils/_process.py ParentWatch takes a module for an async job, one meant
+# to outlive the controller, only when async_wrapper is its parent as well
+# (tests/unit/plugins/module_utils/test__process_parent.py); tests that look at their async job
+# files still give ansible_async_dir inside their own directory.
 export ANSIBLE_HOME=$base/ansible
 export ANSIBLE_REMOTE_TMP=$ANSIBLE_HOME/tmp
+export ANSIBLE_ASYNC_DIR=$ANSIBLE_HOME/async
 # The SSH connection's control sockets do not follow ANSIBLE_HOME: control_path_dir defaults to
 # ~/.ansible/cp (ansible/plugins/connection/ssh.py), where the netns scenario left its directory.
 export ANSIBLE_SSH_CONTROL_PATH_DIR=$ANSIBLE_HOME/cp

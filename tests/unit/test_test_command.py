@@ -91,6 +91,8 @@ def test_the_test_command_uses_them():
     assert '/.cache}/hpc.gpu_fabric/ansible-test}"' in body
     # SSH control sockets do not follow ANSIBLE_HOME (ansible/plugins/connection/ssh.py: ~/.ansible/cp).
     assert re.search(r'^export ANSIBLE_SSH_CONTROL_PATH_DIR=\$ANSIBLE_HOME/', script, re.M)
+    # Nor do the async job files of local-connection nodes (~/.ansible_async by default).
+    assert re.search(r'^export ANSIBLE_ASYNC_DIR=\$ANSIBLE_HOME/', script, re.M)
 
 
 def test_molecule_shows_only_changed_and_failed_tasks():
