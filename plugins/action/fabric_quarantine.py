@@ -64,7 +64,7 @@ class ActionModule(ActionBase):
             module_args['scontrol'] = to_text(args['scontrol'])
         outcome = self._execute_module(module_name='hpc.gpu_fabric.slurm_node_state', module_args=module_args, task_vars=task_vars)
         check = bool(self._task.check_mode)
-        lines = _quarantine.lines(outcome, scheduler, check)
+        lines = _quarantine.lines(outcome, scheduler, check) if not outcome.get('failed') or outcome.get('nodes') else []
         if not outcome.get('failed'):
             dest = to_text(args.get('dest') or os.path.dirname(report))
             content = json.dumps(_quarantine.record(outcome, report, read['generated_at'], scheduler, share, check), indent=2, sort_keys=True) + '\n'
