@@ -36,7 +36,8 @@ class ReportError(ValueError):
 def load(path):
     """The report at ``path``: a regular file of ours, read bounded."""
     try:
-        with open(path, 'rb') as handle:
+        # O_NONBLOCK: a FIFO given as the report would block the open itself; it is refused by its type below.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), 'rb') as handle:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise ReportError('%s is not a regular file' % path)
