@@ -12,7 +12,8 @@ version_added: 0.1.0
 description:
   - Reads a C(report.json) on the controller and, with O(scheduler=slurm), runs M(hpc.gpu_fabric.slurm_node_state)
     on the task's host (or its C(delegate_to)), where C(scontrol) talks to the cluster's slurmctld.
-  - A node's verdict is its C(hosts.<name>.status) in the report; the drain reason names its first root cause of
+  - >-
+    A node's verdict is its C(hosts.<name>.status) in the report; the drain reason names its first root cause of
     severity error (C(gpu_fabric: IB_PORT_DOWN mlx5_1/1)), the finding's id is in C(quarantine.json).
   - Writes C(quarantine.json) (what was done, or would be in check mode, and why, node by node; the cap and the
     nodes it held back) into O(dest), and prints one line per node.

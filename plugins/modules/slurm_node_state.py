@@ -10,13 +10,15 @@ module: slurm_node_state
 short_description: Drain the Slurm nodes a report blames, resume the ones a newer report cleared
 version_added: 0.1.0
 description:
-  - Reads every node's state and reason with C(scontrol show node -o) and, from the verdicts given (role
+  - >-
+    Reads every node's state and reason with C(scontrol show node -o) and, from the verdicts given (role
     C(fabric_quarantine) makes them from C(report.json)), drains each node whose verdict is C(error) with the
     reason C(gpu_fabric: <CODE> <subject>) (100 characters at most), and resumes a node it drained itself once a
     report made after the drain says it is ok or warning and ran the check that found the fault.
-  - Never touches a node drained, down or failed for a reason that does not start with C(gpu_fabric: ) - an admin's
+  - >-
+    Never touches a node drained, down or failed for a reason that does not start with C(gpu_fabric: ) - an admin's
     maintenance, Slurm's C(Not responding), another health check's.
-  - Drains with C(State=DRAIN), never C(DOWN): jobs running on the node end in peace (the node reads MIXED+DRAIN
+  - Drains with C(State=DRAIN), never C(DOWN) - jobs running on the node end in peace (the node reads MIXED+DRAIN
     or ALLOCATED+DRAIN, C(draining) in sinfo, until they do).
   - Drains no more than O(quarantine_max) of the Slurm nodes at once (nodes already drained by it count); the nodes
     beyond are named in C(capped) and in the message.

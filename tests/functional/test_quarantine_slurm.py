@@ -61,7 +61,7 @@ def act(lab, report_path, *extra):
     env = dict(lab.env, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'act.yml'),
            '-i', 'localhost,', '-c', 'local', '-e', 'ansible_python_interpreter=' + sys.executable,
-           '-e', 'gpu_fabric_scheduler=slurm', '-e', 'gpu_fabric_report=' + report_path] + list(extra)
+           '-e', 'gpu_fabric_scheduler=slurm', '-e', 'gpu_fabric_quarantine_report=' + report_path] + list(extra)
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     return result
@@ -146,7 +146,7 @@ def test_scheduler_none_does_nothing(lab, tmp_path):
     path = report(str(tmp_path / 'report.json'), {'n4': ('error', [('IB_PORT_DOWN', 'mlx5_0/1')])})
     env = dict(lab.env, ANSIBLE_NOCOLOR='1')
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'act.yml'),
-           '-i', 'localhost,', '-c', 'local', '-e', 'ansible_python_interpreter=' + sys.executable, '-e', 'gpu_fabric_report=' + path]
+           '-i', 'localhost,', '-c', 'local', '-e', 'ansible_python_interpreter=' + sys.executable, '-e', 'gpu_fabric_quarantine_report=' + path]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-3000:]
     assert 'no scheduler given (gpu_fabric_scheduler: none): no node drained or resumed' in result.stdout
