@@ -124,8 +124,8 @@ def test_drain_keep_cap_resume(lab, tmp_path):
 
     # n1 fixed: a report made after the drain says ok (the drain's time has a one-second resolution).
     time.sleep(1.1)
-    fixed = report(str(tmp_path / 'report2.json'), {'n1': ('ok', []), 'n2': ('ok', []),
-                                                   'n3': ('error', [('GDR_PEERMEM_NOT_LOADED', 'node')]), 'n4': ('ok', [])})
+    fixed = report(str(tmp_path / 'report2.json'),
+                   {'n1': ('ok', []), 'n2': ('ok', []), 'n3': ('error', [('GDR_PEERMEM_NOT_LOADED', 'node')]), 'n4': ('ok', [])})
     result = act(lab, fixed, '-e', 'gpu_fabric_quarantine_max=0.5')
     assert 'n1: resumed - the report made after the drain says ok' in result.stdout
     assert 'DRAIN' not in state(lab, 'n1') and reason(lab, 'n1') is None

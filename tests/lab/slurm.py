@@ -44,7 +44,7 @@ def missing():
 def _free_ports(count):
     sockets = []
     try:
-        for _ in range(count):
+        for _index in range(count):
             sock = socket.socket()
             sock.bind(('127.0.0.1', 0))
             sockets.append(sock)
