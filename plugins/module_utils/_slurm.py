@@ -178,6 +178,12 @@ def local_epoch(stamp):
         return None
 
 
+def _drain_reason(verdict):
+    """The verdict's reason as we write it: ours (the prefix), printable, bounded - whoever built the verdict."""
+    text = printable(verdict.get('reason'), REASON_MAX)
+    return text if text.startswith(PREFIX) and len(text) > len(PREFIX) else reason('ERROR', 'see report.json')
+
+
 def _resume_check(node, verdict, report_time):
     """(True, why) when a report re-checked our drained node and it passed, else (False, why not)."""
     if verdict is None:
@@ -215,8 +221,8 @@ def plan(nodes, verdicts, share=DEFAULT_SHARE, report_time=None):
         node = nodes[name]
         verdict = verdicts.get(name)
         if verdict is not None and verdict.get('status') == 'error':
-            want = verdict.get('reason') or ''
-            if want and want != node['reason']:
+            want = _drain_reason(verdict)
+            if want != node['reason']:
                 actions.append({'node': name, 'action': 'drain', 'reason': want, 'why': 'a new finding: %s' % verdict.get('finding')})
                 outcomes[name] = {'outcome': 'drained', 'why': 'already drained by gpu_fabric; the reason updated to the report\'s finding'}
             else:
@@ -231,6 +237,7 @@ def plan(nodes, verdicts, share=DEFAULT_SHARE, report_time=None):
             outcomes[name] = {'outcome': 'kept', 'why': why}
     room = limit - len(staying)
     capped = []
+    # New drains in node name order up to the cap: the same nodes on every run of the same report.
     for name in sorted(verdicts):
         if name in outcomes:
             continue
@@ -250,7 +257,7 @@ def plan(nodes, verdicts, share=DEFAULT_SHARE, report_time=None):
             outcomes[name] = {'outcome': 'capped', 'why': 'the quarantine cap (%d of %d nodes) is reached' % (limit, total)}
         else:
             room -= 1
-            actions.append({'node': name, 'action': 'drain', 'reason': verdict['reason'], 'why': verdict.get('finding')})
+            actions.append({'node': name, 'action': 'drain', 'reason': _drain_reason(verdict), 'why': verdict.get('finding')})
             busy = node['base'] in ('ALLOCATED', 'MIXED', 'COMPLETING')
             outcomes[name] = {'outcome': 'drained', 'why': verdict.get('finding'),
                               'note': 'jobs running: DRAINING until they end' if busy else ''}

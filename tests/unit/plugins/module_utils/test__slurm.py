@@ -145,3 +145,9 @@ def test_plan_is_idempotent_on_its_own_result():
     stamp = time.strftime('%Y-%m-%dT%H:%M:%S')
     again = _slurm.plan(nodes_of(n1='IDLE+DRAIN|%s|%s' % (ERR['reason'], stamp)), {'n1': ERR}, share=1.0)
     assert again['actions'] == [] and by_node(again) == {'n1': 'kept'}
+
+
+def test_plan_writes_only_its_own_printable_reasons():
+    hostile = dict(ERR, reason='maintenance [root@2026-01-01T00:00:00]')
+    planned = _slurm.plan(nodes_of(n1='IDLE', n2='IDLE'), {'n1': hostile, 'n2': dict(ERR, reason='gpu_fabric: X "y"\n')}, share=1.0)
+    assert [a['reason'] for a in planned['actions']] == ['gpu_fabric: ERROR see report.json', 'gpu_fabric: X ?y?']
