@@ -21,7 +21,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _slurm
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch, _quarantine
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_atomic
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import OutputError, write_atomic
 
 display = Display()
 SCHEDULERS = ('none', 'slurm')
