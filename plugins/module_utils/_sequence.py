@@ -33,9 +33,13 @@ whatever happens.
 
 from __future__ import annotations
 
+import os
+import re
 import select
 import signal
 import socket
+import stat
+import tempfile
 import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _process
@@ -65,6 +69,69 @@ FINISHED = 999999999
 # it moved on rather than silent. Short, because the node's async job (and the play's wait
 # for it) ends only after it.
 LINGER_S = 0.2
+# The controller's lease. A sequence is an async job, which ansible-core starts to outlive its
+# ansible-playbook; killed, that controller left every node's sequence running to its time budget
+# (16 min for the demo's). While the controller follows the run, perftest_watch renews a lease file
+# on the node it follows (every WATCH_EVERY_S); that node stops the run once the lease is older than
+# the lease time (perftest_run's controller_lease: the role gives start_grace + dead_after + 60 s, far
+# beyond the second or two between two watch tasks) and answers STOPPED on its beacon for
+# STOPPED_LINGER_S; every other node asks that node (its ``anchor``) every ANCHOR_EVERY_S and stops
+# too when it answers STOPPED. A lease file that was never written (no controller follows this node)
+# stops nothing, nor does an anchor that is gone (a dead node only costs its own tests, as before).
+STOPPED = 999999998
+ANCHOR_EVERY_S = 1.0
+STOPPED_LINGER_S = 3.0 * ANCHOR_EVERY_S
+LEASE_CHECK_S = 1.0
+_RUN_ID_RE = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
+
+
+def lease_path(run_id):
+    """The lease file of run ``run_id`` in the node's temporary directory, or None for a run id that
+    cannot name a file (the lease is then off)."""
+    if not _RUN_ID_RE.match(str(run_id)) or str(run_id) in ('.', '..'):
+        return None
+    return os.path.join(tempfile.gettempdir(), 'hpc.gpu_fabric-bench-%s.lease' % run_id)
+
+
+def renew_lease(path, create=False):
+    """Set ``path``'s time to now - or, with ``create``, make it (mode 0600, a new file only) with the time 0
+    that says "never renewed". Never through a symlink, never on what is not a regular file; the sequence
+    makes the file and removes it, so a watch after the end finds none and leaves none. False when it could
+    not be written."""
+    flags = os.O_WRONLY | getattr(os, 'O_NOFOLLOW', 0) | ((os.O_CREAT | os.O_EXCL) if create else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.utime(fd, (0, 0) if create else None)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def lease_age(path, now):
+    """Seconds since the lease at ``path`` was renewed; None when there is no lease (never renewed: no
+    controller follows this node; gone; not a regular file)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return now - info.st_mtime if stat.S_ISREG(info.st_mode) and info.st_mtime > 0 else None
+
+
+def drop_lease(path):
+    try:
+        if path and stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 # watch() polls the followed node this often (a module run per step on the controller's
 # side, so the poll is cheap; the play learns of the end within it).
 WATCH_EVERY_S = 0.05
@@ -215,7 +282,7 @@ def probe(address, port, run_id, timeout=0.5, serve=None):
     return probe_state(address, port, run_id, timeout, serve)[0]
 
 
-def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
+def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0, lease=None):
     """Wait until the node whose beacon is at ``address`` is past ``step`` (it finished that
     step) and say where it is: {'step', 'finished', 'gone', 'timed_out', 'waited_s'}.
 
@@ -225,13 +292,21 @@ def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
     the first step it may not be up yet (``start_grace``); after that, silence is the end.
     A finished node is waited for until its beacon closes (LINGER_S): its job has then
     ended too, and the play's wait for the jobs finds it done at the first look.
+
+    ``lease`` (a path, lease_path()): renewed at every poll - the controller still follows the
+    run. A node that stopped the run (its lease ran out) is ``gone`` with ``stopped``.
     """
     started = time.time()
     seen = None
     last = None
     while True:
+        if lease:
+            renew_lease(lease)
         now = time.time()
         current = probe(address, port, run_id)
+        if current == STOPPED:
+            return {'step': last, 'finished': False, 'gone': True, 'stopped': True, 'timed_out': False,
+                    'waited_s': round(now - started, 3)}
         if current is not None:
             seen, last = now, current
             if current == FINISHED:
@@ -335,7 +410,7 @@ class Test(object):
 
 
 def _where(step):
-    return 'finished' if step == FINISHED else 'at step %d' % step
+    return 'finished' if step == FINISHED else 'stopped' if step == STOPPED else 'at step %d' % step
 
 
 def _step_tick(test, peer, step, env, now):
@@ -462,7 +537,8 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     """Run ``steps`` (list of {'step', 'tests': [entry...]}) and return one result per step.
 
     ``build(entry)`` gives a test's argv; ``options``: address, beacon_port, run_id,
-    timeout, wait_for_server, dead_after, start_grace. ``counters()`` (optional) is read
+    timeout, wait_for_server, dead_after, start_grace; optionally ``lease_s`` (the controller's
+    lease, 0 or absent: none) and ``anchor`` (the address of the node the controller follows). ``counters()`` (optional) is read
     before the first step and after each step. An entry has ``side`` (server or client) and
     ``peer`` (the other node's address); everything else in it is returned as given.
 
@@ -476,6 +552,7 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     started = time.time()
     peers = {}
     results = []
+    stop = _Stop(options, started, beacon.serve)
     start_counters = counters() if counters else None
     last_values = _counter_values(start_counters) if start_counters is not None else None
     live = []
@@ -504,6 +581,11 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                 while not all(test.done for test in tests):
                     beacon.serve()
                     now = time.time()
+                    if stop.check(now):
+                        for test in tests:
+                            if not test.done:
+                                test.fail('stopped', stop.reason)
+                        break
                     for test in tests:
                         if not test.done:
                             _step_tick(test, peers[test.entry['peer']], index, env, now)
@@ -525,10 +607,24 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                         record['counters'] = read
                         last_values = values
                 results.append(record)
+                if stop.reason:
+                    break
+            if stop.reason:
+                # The steps not begun: each test failed as stopped, not run (the judging counts them with the
+                # tests that never reached the hardware).
+                for index, spec in enumerate(steps[len(results):], len(results) + 1):
+                    tests = [Test(entry, build(entry), options['timeout'], options['wait_for_server']) for entry in spec.get('tests') or []]
+                    for test in tests:
+                        test.fail('stopped', stop.reason)
+                    record = {'step': index, 'started': None, 'elapsed_s': 0.0, 'tests': [_result(test, keep_output) for test in tests]}
+                    for key in ('round', 'memory'):
+                        if key in spec:
+                            record[key] = spec[key]
+                    results.append(record)
             # Stay reachable a moment so that a peer still finishing its last test sees
-            # this node moved on rather than lost.
-            beacon.step = FINISHED
-            linger_end = time.time() + min(LINGER_S, options['dead_after'])
+            # this node moved on rather than lost (stopped: long enough for every node to ask).
+            beacon.step = STOPPED if stop.reason else FINISHED
+            linger_end = time.time() + (STOPPED_LINGER_S if stop.reason else min(LINGER_S, options['dead_after']))
             while time.time() < linger_end:
                 beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
     finally:
@@ -537,4 +633,37 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
         if wakeup is not None:
             wakeup.close()
         beacon.close()
-    return {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
+        drop_lease(stop.lease)
+    result = {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
+    if stop.reason:
+        result['stopped'] = stop.reason
+    return result
+
+
+class _Stop(object):
+    """Whether the run must stop because its controller is gone: this node's lease ran out, or the node
+    the controller follows (the anchor) says STOPPED."""
+
+    def __init__(self, options, started, serve):
+        self.lease_s = float(options.get('lease_s') or 0)
+        self.lease = lease_path(options['run_id']) if self.lease_s > 0 else None
+        if self.lease and not renew_lease(self.lease, create=True):
+            self.lease = None     # taken by something else: no lease on this node, never someone else's file
+        anchor = options.get('anchor')
+        self.anchor = (Peer(anchor, options['beacon_port'], options['run_id'], started, options['dead_after'],
+                            options['start_grace'], serve) if self.lease_s > 0 and anchor and anchor != options['address'] else None)
+        self.checked = 0.0
+        self.reason = None
+
+    def check(self, now):
+        if self.reason or (self.lease is None and self.anchor is None) or now - self.checked < LEASE_CHECK_S:
+            return self.reason
+        self.checked = now
+        age = lease_age(self.lease, now) if self.lease else None
+        if age is not None and age > self.lease_s:
+            self.reason = ('the controller stopped following the benchmark: its lease on this node was last renewed %d s ago '
+                           '(ansible-playbook killed or its connection lost); the remaining tests were not run' % age)
+        elif self.anchor is not None and self.anchor.poll(now, ANCHOR_EVERY_S) == STOPPED:
+            self.reason = ('the controller stopped following the benchmark (%s stopped the run); the remaining tests were not run'
+                           % self.anchor.address)
+        return self.reason

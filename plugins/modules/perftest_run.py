@@ -215,6 +215,24 @@ options:
     description: With O(sequence), seconds a peer's beacon may take to appear at the start (nodes start at different times).
     type: int
     default: 60
+  controller_lease:
+    description:
+      - With O(sequence), seconds without a sign of the controller after which the run stops; V(0) never stops it.
+      - The sequence runs as an async job, which outlives a killed C(ansible-playbook). While the controller follows
+        this node (M(hpc.gpu_fabric.perftest_watch)), it renews a lease file in the node's temporary directory;
+        once the lease is older than this, the node stops its tests, fails the rest with kind C(stopped), and
+        answers so on its beacon. A lease that no watch ever renewed stops nothing.
+      - Role C(fabric_bench) gives O(start_grace) + O(dead_after) + 60.
+    type: int
+    default: 0
+    version_added: 0.2.0
+  anchor:
+    description:
+      - With O(sequence) and O(controller_lease), the out-of-band address of the node the controller follows; this
+        node asks its beacon every second and stops too when it says the run was stopped. A node that is gone
+        stops nothing (its tests fail as C(peer_lost) as before).
+    type: str
+    version_added: 0.2.0
   counters_root:
     description:
       - With O(sequence), read the ports' error counters below this filesystem root (V(/) on a live node) before
@@ -430,8 +448,8 @@ def validate(params):
         _argv.check_no_nul(params)
         if params['from_log'] is not None:
             return
-        for key in ('peer', 'address'):
-            if params[key] is not None:
+        for key in ('peer', 'address', 'anchor'):
+            if params.get(key) is not None:
                 _argv.check_host(params[key], key)
         for key in ('device', 'client_device'):
             if params[key] is not None:
@@ -506,6 +524,9 @@ def validate_sequence(params):
     for key in ('size', 'iterations', 'timeout', 'dead_after', 'start_grace'):
         if params[key] is not None and params[key] < 1:
             raise ArgumentError('%s must be a positive integer' % key)
+    if params.get('controller_lease') is not None and params['controller_lease'] < 0:
+        raise ArgumentError('controller_lease must be 0 (off) or a positive number of seconds')
+
 
 
 def run_sequence(module, params):
@@ -531,7 +552,8 @@ def run_sequence(module, params):
         def counters():
             return error_counters(read_ib(SysRoot(params['counters_root'])))
     options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
-                                                  'dead_after', 'start_grace'))
+                                                  'dead_after', 'start_grace', 'anchor'))
+    options['lease_s'] = params['controller_lease']
     try:
         done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
     except _sequence.BeaconError as exc:
@@ -729,6 +751,8 @@ def main():
             run_id=dict(type='str'),
             dead_after=dict(type='int', default=10),
             start_grace=dict(type='int', default=60),
+            controller_lease=dict(type='int', default=0),
+            anchor=dict(type='str'),
             counters_root=dict(type='path', aliases=['root']),
             keep_output=dict(type='bool', default=False),
         ),

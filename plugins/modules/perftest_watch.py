@@ -88,7 +88,10 @@ progress:
   description:
     - Where the followed sequence is - C(step) (the step its beacon reports, null once finished), C(finished)
       (its beacon said every step is done), C(gone) (its beacon stopped answering - the run ended there, finished
-      or dead), C(timed_out) (still at or before O(step) after O(timeout)), C(waited_s).
+      or dead), C(timed_out) (still at or before O(step) after O(timeout)), C(waited_s); C(stopped) (true, with
+      C(gone)) when the node stopped the run because its controller lease ran out (see
+      M(hpc.gpu_fabric.perftest_run) O(controller_lease)).
+    - While it follows the node, it renews the run's controller lease there.
   returned: when not in check mode
   type: dict
   sample: {step: 4, finished: false, gone: false, timed_out: false, waited_s: 2.31}
@@ -135,7 +138,7 @@ def main():
         module.exit_json(changed=False, skipped=True, msg='nothing runs in check mode, so there is nothing to follow')
     try:
         progress = _sequence.watch(params['address'], params['beacon_port'], params['run_id'], params['step'],
-                                   params['timeout'], params['start_grace'])
+                                   params['timeout'], params['start_grace'], lease=_sequence.lease_path(params['run_id']))
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot follow the beacon at %s:%d: %s' % (params['address'], params['beacon_port'], exc))
     module.exit_json(changed=False, progress=progress)

@@ -380,8 +380,10 @@ def _shown(value, present):
 # Kinds of a side's failure that say the test never reached the hardware: the benchmark could not set it
 # up. perftest_run's own (setup_failed: the sequence's beacon could not listen, its port taken by another
 # run or a leftover server; tool_missing: no perftest binary), and perftest's parser refusing its arguments
-# (bad_arguments, module_utils/_perftest.py). No device verdict follows from such a test.
-SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments')
+# (bad_arguments, module_utils/_perftest.py); and a sequence stopped because its controller was gone (stopped:
+# module_utils/_sequence.py, the controller's lease): the tests it did not run, or cut short. No device verdict
+# follows from such a test.
+SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments', 'stopped')
 # perftest's server could not listen on its TCP port (perftest_communication.c ethernet_server_connect:
 # "Couldn't listen to port %d" after bind() failed - the port in use; module_utils/_perftest.py files it
 # under connect_failed): no RDMA resource was exchanged, the test never started.

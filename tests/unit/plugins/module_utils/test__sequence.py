@@ -17,6 +17,7 @@ import time
 import types
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process, _sequence
+from tests.processes import wait_for as processes_wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(REPO, 'tests', 'sim', 'bin', 'ib_write_bw')
@@ -286,3 +287,56 @@ def test_a_step_whose_counters_did_not_change_sends_only_the_time_of_the_read():
     # Unchanged since the last read sent: the time only; changed (up, or down after a reset): the read.
     assert [('counters' in s, s.get('counters_same_at')) for s in steps] == [(False, 2.0), (True, None), (False, 4.0), (True, None)]
     assert steps[1]['counters'] == read(3.0, 4) and steps[3]['counters'] == read(5.0, 0)
+
+
+def test_a_controller_gone_stops_the_followed_node_and_through_it_every_node(sim_root):
+    """A sequence is an async job that outlives a killed ansible-playbook. The followed node (a) holds the
+    controller's lease, renewed by perftest_watch; once it runs out, a stops and says so on its beacon, and b,
+    which asks a (its anchor), stops too: neither runs its remaining tests, each fails them as stopped."""
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.6', '127.0.1.7'
+    steps_a = [{'tests': [_test('server' if i % 2 else 'client', b, port)]} for i in range(60)]
+    steps_b = [{'tests': [_test('client' if i % 2 else 'server', a, port)]} for i in range(60)]
+    options = _options(lease_s=2)
+    lease = _sequence.lease_path(options['run_id'])
+    assert lease and not os.path.exists(lease)
+    ctx = multiprocessing.get_context('fork')
+    queues = {'a': ctx.Queue(), 'b': ctx.Queue()}
+    procs = {'a': ctx.Process(target=_node, args=(a, root, steps_a, options, queues['a']))}
+    procs['a'].start()
+    start = time.time()
+    # a makes the lease file ("never renewed": it stops nothing yet); then b starts, asking a.
+    assert processes_wait(lambda: os.path.exists(lease), 10), 'the followed node made no lease file'
+    assert _sequence.lease_age(lease, time.time()) is None
+    procs['b'] = ctx.Process(target=_node, args=(b, root, steps_b, dict(options, anchor=a), queues['b']))
+    procs['b'].start()
+    # The controller follows for a second (perftest_watch renews the lease), then is killed.
+    while time.time() - start < 1.0:
+        assert _sequence.renew_lease(lease)
+        time.sleep(0.05)
+    results = _collect(queues, procs)
+    elapsed = time.time() - start
+    for name in ('a', 'b'):
+        assert 'error' not in results[name], results[name]
+        kinds = [t['failure']['kind'] for step in results[name]['steps'] for t in step['tests'] if t['failure']]
+        assert len(results[name]['steps']) == 60 and kinds.count('stopped') > 10, (name, kinds)
+        assert 'the controller stopped following the benchmark' in results[name]['stopped']
+    assert 'lease on this node was last renewed' in results['a']['stopped'] and a in results['b']['stopped']
+    # Stopped within the lease and a few anchor probes, not after 60 steps (each test takes up to 0.2 s).
+    assert elapsed < 2 + 1 + _sequence.STOPPED_LINGER_S + 4 * _sequence.ANCHOR_EVERY_S + 3, elapsed
+    # The lease file goes with the run, and a watch after the end leaves none behind.
+    assert not os.path.exists(lease) and not _sequence.renew_lease(lease) and not os.path.exists(lease)
+
+
+def test_a_lease_never_renewed_stops_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(_sequence.tempfile, 'gettempdir', lambda: str(tmp_path))
+    path = _sequence.lease_path('run-1')
+    assert path.startswith(str(tmp_path)) and _sequence.lease_path('../x') is None and _sequence.lease_path('a/b') is None
+    assert _sequence.renew_lease(path, create=True) and _sequence.lease_age(path, time.time()) is None
+    assert not _sequence.renew_lease(path, create=True)          # another run's file is never taken over
+    assert _sequence.renew_lease(path) and _sequence.lease_age(path, time.time()) < 5
+    os.unlink(path)
+    os.symlink(str(tmp_path / 'elsewhere'), path)                 # never written through a symlink
+    assert not _sequence.renew_lease(path) and not _sequence.renew_lease(path, create=True)
+    assert not (tmp_path / 'elsewhere').exists() and _sequence.lease_age(path, time.time()) is None
