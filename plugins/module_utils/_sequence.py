@@ -662,7 +662,7 @@ class _Stop(object):
         age = lease_age(self.lease, now) if self.lease else None
         if age is not None and age > self.lease_s:
             self.reason = ('the controller stopped following the benchmark: its lease on this node was last renewed %d s ago '
-                           '(ansible-playbook killed or its connection lost); the remaining tests were not run' % age)
+                           '(ansible-playbook killed or its connection lost); the remaining tests were not run' % int(age))
         elif self.anchor is not None and self.anchor.poll(now, ANCHOR_EVERY_S) == STOPPED:
             self.reason = ('the controller stopped following the benchmark (%s stopped the run); the remaining tests were not run'
                            % self.anchor.address)

@@ -528,7 +528,6 @@ def validate_sequence(params):
         raise ArgumentError('controller_lease must be 0 (off) or a positive number of seconds')
 
 
-
 def run_sequence(module, params):
     binary = module.get_bin_path(params['test'], required=False)
     if binary is None:

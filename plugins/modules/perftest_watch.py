@@ -90,7 +90,7 @@ progress:
       (its beacon said every step is done), C(gone) (its beacon stopped answering - the run ended there, finished
       or dead), C(timed_out) (still at or before O(step) after O(timeout)), C(waited_s); C(stopped) (true, with
       C(gone)) when the node stopped the run because its controller lease ran out (see
-      M(hpc.gpu_fabric.perftest_run) O(controller_lease)).
+      C(controller_lease) of M(hpc.gpu_fabric.perftest_run)).
     - While it follows the node, it renews the run's controller lease there.
   returned: when not in check mode
   type: dict

@@ -12,6 +12,7 @@ ANSIBLE_ASYNC_DIR in the controller's environment, as scripts/demo.sh has it."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -20,8 +21,10 @@ import tarfile
 import time
 
 import pytest
+import yaml
 
 from tests import processes
+from tests.sim import cluster
 from tests.functional.test_perftest_run import ansible_cmd, free_port, leftovers, node, sim_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -133,6 +136,73 @@ def test_sigkilled_ansible_leaves_no_perftest_stand_in(tmp_path_factory, tmp_pat
     finally:
         for pid in leftovers(root) + [str(pid) for pid in _alive(module)]:
             os.kill(int(pid), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _ours(marker):
+    """Live processes whose environment holds ``marker`` (this test's ANSIBLE_ASYNC_DIR: the playbook, its
+    workers, the nodes' async jobs and their perftest stand-ins all inherit it on local-connection nodes)."""
+    found = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open('/proc/%s/environ' % name, 'rb') as handle:
+                environ = b'\0' + handle.read()
+        except (IOError, OSError):
+            continue
+        if marker in environ and (_stat(int(name)) or ('X',))[0] not in ('Z', 'X'):
+            found.append(int(name))
+    return found
+
+
+def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
+    """The benchmark's sequences are async jobs, which ansible-core starts to outlive the controller. Killed
+    mid-benchmark (a node's servers hang, so each of its steps would wait out its 60 s timeout), every node's job
+    stops once the controller's lease runs out (fabric_bench_controller_lease), its stand-ins with it."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': name, 'profile': 'nvidia_h100_8x_ndr'} for name in ('n1', 'n2', 'hang')]}
+    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
+    inventory['all']['children']['gpu_nodes']['hosts']['hang']['gpu_fabric_environment']['GF_SIM_PERFTEST_HANG'] = '1'
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    async_dir = os.path.join(dest, 'async')
+    marker = b'\0ANSIBLE_ASYNC_DIR=' + async_dir.encode() + b'\0'
+    lease = 6
+    options = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_memory': ['host'], 'fabric_bench_timeout': 60,
+               'fabric_bench_wait_for_server': 15, 'fabric_bench_start_grace': 5, 'fabric_bench_dead_after': 3,
+               'fabric_bench_controller_lease': lease, 'fabric_bench_base_port': 26515, 'fabric_bench_beacon_port': 26514,
+               'gpu_fabric_collective_enabled': False}
+    log = open(os.path.join(dest, 'ansible.log'), 'w')
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', 'benchmark.yml'),
+                             '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes',
+                             '-e', 'gpu_fabric_output_dir=' + os.path.join(dest, 'out'), '-e', json.dumps(options)],
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, ANSIBLE_ASYNC_DIR=async_dir, ANSIBLE_NOCOLOR='1'))
+    try:
+        # The controller follows the first node: the jobs run, a hung server holds its step.
+        assert processes.wait_for(lambda: b'Follow the benchmark on the first node' in open(log.name, 'rb').read(), 240), \
+            open(log.name).read()[-3000:]
+        assert processes.wait_for(lambda: any(b'tools_perftest' in _cmdline(pid) for pid in _ours(marker)), 60), 'no stand-in ran'
+        time.sleep(2)
+        jobs = [pid for pid in _ours(marker) if b'AnsiballZ_perftest_run' in _cmdline(pid) or b'async_wrapper' in _cmdline(pid)]
+        assert jobs, 'no async benchmark job'
+        proc.kill()
+        proc.wait()
+        killed = time.time()
+        # The lease, then a few of the nodes' questions to the followed node, its linger, and this 2-core machine's load.
+        assert processes.wait_for(lambda: not _ours(marker), lease + 25), \
+            'left running: %s' % [(pid, _cmdline(pid)[:120]) for pid in _ours(marker)]
+        assert time.time() - killed < lease + 25
+    finally:
+        log.close()
+        for pid in _ours(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         if proc.poll() is None:
             proc.kill()
             proc.wait()
