@@ -158,6 +158,17 @@ def _ours(marker):
     return found
 
 
+def _renewed_lease(directory):
+    """Is a lease file in ``directory`` renewed (its time past 0, which the sequence writes when it makes it)?"""
+    for name in os.listdir(directory):
+        try:
+            if name.endswith('.lease') and os.stat(os.path.join(directory, name)).st_mtime > 0:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
     """The benchmark's sequences are async jobs, which ansible-core starts to outlive the controller. Killed
     mid-benchmark (a node's servers hang, so each of its steps would wait out its 60 s timeout), every node's job
@@ -169,6 +180,10 @@ def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
     with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
         yaml.safe_dump(inventory, handle)
     async_dir = os.path.join(dest, 'async')
+    # The nodes' temporary directory (local connection: the modules inherit TMPDIR), where the followed node keeps the
+    # controller's lease: this test's own, apart from other tests' runs.
+    node_tmp = os.path.join(dest, 'node-tmp')
+    os.makedirs(node_tmp)
     marker = b'\0ANSIBLE_ASYNC_DIR=' + async_dir.encode() + b'\0'
     lease = 6
     options = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_memory': ['host'], 'fabric_bench_timeout': 60,
@@ -180,13 +195,15 @@ def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
                              '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes',
                              '-e', 'gpu_fabric_output_dir=' + os.path.join(dest, 'out'), '-e', json.dumps(options)],
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=dict(os.environ, ANSIBLE_ASYNC_DIR=async_dir, ANSIBLE_NOCOLOR='1'))
+                            env=dict(os.environ, ANSIBLE_ASYNC_DIR=async_dir, ANSIBLE_NOCOLOR='1', TMPDIR=node_tmp))
     try:
         # The controller follows the first node: the jobs run, a hung server holds its step.
         assert processes.wait_for(lambda: b'Follow the benchmark on the first node' in open(log.name, 'rb').read(), 240), \
             open(log.name).read()[-3000:]
         assert processes.wait_for(lambda: any(b'tools_perftest' in _cmdline(pid) for pid in _ours(marker)), 60), 'no stand-in ran'
-        time.sleep(2)
+        # The controller follows the run: the watch has renewed the lease (a lease never renewed stops nothing: a
+        # controller killed before its first watch leaves the jobs to their time budget, as ansible-core would).
+        assert processes.wait_for(lambda: _renewed_lease(node_tmp), 120), 'the lease was never renewed'
         jobs = [pid for pid in _ours(marker) if b'AnsiballZ_perftest_run' in _cmdline(pid) or b'async_wrapper' in _cmdline(pid)]
         assert jobs, 'no async benchmark job'
         proc.kill()
