@@ -71,33 +71,46 @@ FINISHED = 999999999
 LINGER_S = 0.2
 # The controller's lease. A sequence is an async job, which ansible-core starts to outlive its
 # ansible-playbook; killed, that controller left every node's sequence running to its time budget
-# (16 min for the demo's). While the controller follows the run, perftest_watch renews a lease file
-# on the node it follows (every WATCH_EVERY_S); that node stops the run once the lease is older than
-# the lease time (perftest_run's controller_lease: the role gives start_grace + dead_after + 60 s, far
-# beyond the second or two between two watch tasks) and answers STOPPED on its beacon for
-# STOPPED_LINGER_S; every other node asks that node (its ``anchor``) every ANCHOR_EVERY_S and stops
-# too when it answers STOPPED. A lease file that was never written (no controller follows this node)
-# stops nothing, nor does an anchor that is gone (a dead node only costs its own tests, as before).
+# (16 min for the demo's). So the run holds a lease that only a live controller renews:
+# - every node makes a lease file of its own (lease_path: run id and address, so that nodes sharing a
+#   temporary directory - the simulated cluster's local nodes, containers on one host - never share one)
+#   and counts the lease from its start: a controller killed before it ever followed the run stops it too;
+# - perftest_watch, following the run on one node, renews that node's file at every poll (WATCH_EVERY_S);
+# - each node's beacon says when, to its knowledge, the lease was last renewed (seconds ago, so that the
+#   nodes' clocks need not agree), and every node asks the ``anchors`` (the first nodes of the play,
+#   among which is the one the controller follows) every ANCHOR_EVERY_S: it knows the newest renewal
+#   among its own file and their answers, and stops once that is older than the lease time, whatever
+#   state the anchors are in - one that hangs or is gone gives no news, and no news runs the lease out;
+# - a node that stopped answers STOPPED on its beacon for STOPPED_LINGER_S, and a node told STOPPED
+#   by an anchor stops at once;
+# - a backstop: SIGALRM, re-armed at every check for LEASE_BACKSTOP_S past the lease's end, ends the
+#   module (Guard's Terminated, then every perftest is reaped) should its loop not get to check.
+# The lease time (perftest_run's controller_lease; the role's default: start_grace + a step's worst case
+# + 60 s) is far beyond the second or two between two watch tasks.
 STOPPED = 999999998
 ANCHOR_EVERY_S = 1.0
 STOPPED_LINGER_S = 3.0 * ANCHOR_EVERY_S
-LEASE_CHECK_S = 1.0
+LEASE_CHECK_S = ANCHOR_EVERY_S
+LEASE_BACKSTOP_S = 15.0
 _RUN_ID_RE = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
+_ADDRESS_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,128}$')
 
 
-def lease_path(run_id):
-    """The lease file of run ``run_id`` in the node's temporary directory, or None for a run id that
-    cannot name a file (the lease is then off)."""
-    if not _RUN_ID_RE.match(str(run_id)) or str(run_id) in ('.', '..'):
+def lease_path(run_id, address):
+    """The lease file of run ``run_id`` on the node at ``address`` in its temporary directory, or None
+    for a run id or address that cannot name a file (the node then has no lease file; it still stops
+    when its anchors give no news)."""
+    run_id, address = str(run_id), str(address)
+    if not _RUN_ID_RE.match(run_id) or not _ADDRESS_RE.match(address) or '..' in run_id + '-' + address:
         return None
-    return os.path.join(tempfile.gettempdir(), 'hpc.gpu_fabric-bench-%s.lease' % run_id)
+    return os.path.join(tempfile.gettempdir(), 'hpc.gpu_fabric-bench-%s-%s.lease' % (run_id, address))
 
 
 def renew_lease(path, create=False):
-    """Set ``path``'s time to now - or, with ``create``, make it (mode 0600, a new file only) with the time 0
-    that says "never renewed". Never through a symlink, never on what is not a regular file; the sequence
-    makes the file and removes it, so a watch after the end finds none and leaves none. False when it could
-    not be written."""
+    """Set ``path``'s time to now - or, with ``create``, make it (mode 0600, a new file only, its time
+    the start of the lease). Never through a symlink, never on what is not a regular file; the sequence
+    makes the file and removes it, so a watch after the end finds none and leaves none. False when it
+    could not be written."""
     flags = os.O_WRONLY | getattr(os, 'O_NOFOLLOW', 0) | ((os.O_CREAT | os.O_EXCL) if create else 0)
     try:
         fd = os.open(path, flags, 0o600)
@@ -106,7 +119,7 @@ def renew_lease(path, create=False):
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        os.utime(fd, (0, 0) if create else None)
+        os.utime(fd, None)
         return True
     except OSError:
         return False
@@ -114,14 +127,13 @@ def renew_lease(path, create=False):
         os.close(fd)
 
 
-def lease_age(path, now):
-    """Seconds since the lease at ``path`` was renewed; None when there is no lease (never renewed: no
-    controller follows this node; gone; not a regular file)."""
+def lease_renewed(path):
+    """When the lease at ``path`` was last renewed (its file's time), None when there is no such file."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return now - info.st_mtime if stat.S_ISREG(info.st_mode) and info.st_mtime > 0 else None
+    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
 
 
 def drop_lease(path):
@@ -147,6 +159,9 @@ class Beacon(object):
     def __init__(self, address, port, run_id):
         self.run_id = run_id
         self.step = 0
+        # When the controller's lease was last renewed, to this node's knowledge (None: no lease): said
+        # as seconds ago after the step, so that the nodes asking need not share this node's clock.
+        self.renewed = None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -167,7 +182,10 @@ class Beacon(object):
                 return
             try:
                 conn.settimeout(0.2)
-                conn.sendall(('%s %s %d\n' % (BEACON_TAG, self.run_id, self.step)).encode('ascii'))
+                line = '%s %s %d' % (BEACON_TAG, self.run_id, self.step)
+                if self.renewed is not None:
+                    line += ' %.1f' % max(0.0, time.time() - self.renewed)
+                conn.sendall((line + '\n').encode('ascii'))
             except OSError:
                 pass
             finally:
@@ -233,10 +251,16 @@ def _on_child(signum, frame):
 
 
 def probe_state(address, port, run_id, timeout=0.5, serve=None):
-    """(step, reached): the step a peer's beacon reports (None when no beacon of this run
+    """probe_lease() without the lease."""
+    return probe_lease(address, port, run_id, timeout, serve)[:2]
+
+
+def probe_lease(address, port, run_id, timeout=0.5, serve=None):
+    """(step, reached, renewed_ago): the step a peer's beacon reports (None when no beacon of this run
     answered), and whether its beacon was reached - the connection accepted and either
     this run's answer or no answer in time (a node too busy to answer within ``timeout``:
-    its process still holds the socket, a dead one's socket is closed and refuses).
+    its process still holds the socket, a dead one's socket is closed and refuses); and how many
+    seconds ago the controller's lease was last renewed to the peer's knowledge (None: not said).
 
     ``serve`` (this node's Beacon.serve) runs while the answer is awaited: the peer may be
     probing this node at the same moment, and two single-threaded nodes that wait for each
@@ -245,7 +269,7 @@ def probe_state(address, port, run_id, timeout=0.5, serve=None):
     try:
         sock = socket.create_connection((address, port), timeout)
     except (OSError, ValueError):
-        return None, False
+        return None, False, None
     data = b''
     deadline = time.time() + timeout
     try:
@@ -263,18 +287,21 @@ def probe_state(address, port, run_id, timeout=0.5, serve=None):
                 break
             data += chunk
     except OSError:
-        return None, False
+        return None, False, None
     finally:
         sock.close()
     if not data:
-        return None, time.time() >= deadline
+        return None, time.time() >= deadline, None
     parts = data.decode('ascii', 'replace').split()
-    if len(parts) == 3 and parts[0] == BEACON_TAG and parts[1] == run_id:
+    if len(parts) in (3, 4) and parts[0] == BEACON_TAG and parts[1] == run_id:
         try:
-            return int(parts[2]), True
+            step = int(parts[2])
+            ago = float(parts[3]) if len(parts) == 4 else None
         except ValueError:
-            pass
-    return None, False   # another run's beacon, or another service on the port
+            return None, False, None
+        # Bounded: 'nan' and 'inf' parse as floats, and a NaN passes no comparison.
+        return step, True, ago if ago is not None and 0.0 <= ago <= 1e9 else None
+    return None, False, None   # another run's beacon, or another service on the port
 
 
 def probe(address, port, run_id, timeout=0.5, serve=None):
@@ -538,7 +565,8 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
 
     ``build(entry)`` gives a test's argv; ``options``: address, beacon_port, run_id,
     timeout, wait_for_server, dead_after, start_grace; optionally ``lease_s`` (the controller's
-    lease, 0 or absent: none) and ``anchor`` (the address of the node the controller follows). ``counters()`` (optional) is read
+    lease, 0 or absent: none) and ``anchors`` (the addresses of the nodes that say when it was last
+    renewed: among them the node the controller follows). ``counters()`` (optional) is read
     before the first step and after each step. An entry has ``side`` (server or client) and
     ``peer`` (the other node's address); everything else in it is returned as given.
 
@@ -552,13 +580,15 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     started = time.time()
     peers = {}
     results = []
-    stop = _Stop(options, started, beacon.serve)
-    start_counters = counters() if counters else None
-    last_values = _counter_values(start_counters) if start_counters is not None else None
     live = []
     wakeup = None
+    stop = None
     try:
+        stop = _Stop(options, started, beacon)
+        start_counters = counters() if counters else None
+        last_values = _counter_values(start_counters) if start_counters is not None else None
         with _process.Guard():
+            stop.arm()
             wakeup = ChildWakeup()
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()
@@ -628,12 +658,13 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
             while time.time() < linger_end:
                 beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
     finally:
+        if stop is not None:
+            stop.close()    # first: the backstop never fires while the perftest processes are reaped
         for test in live:
             test.stop()
         if wakeup is not None:
             wakeup.close()
         beacon.close()
-        drop_lease(stop.lease)
     result = {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
     if stop.reason:
         result['stopped'] = stop.reason
@@ -641,29 +672,74 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
 
 
 class _Stop(object):
-    """Whether the run must stop because its controller is gone: this node's lease ran out, or the node
-    the controller follows (the anchor) says STOPPED."""
+    """Whether the run must stop because its controller is gone: the newest renewal of the controller's
+    lease this node knows of (its own lease file, the anchors' answers; at first the start of the run) is
+    older than the lease time, or an anchor says it stopped. The backstop (SIGALRM) ends the module
+    LEASE_BACKSTOP_S after that, should the loop not get to check."""
 
-    def __init__(self, options, started, serve):
+    def __init__(self, options, started, beacon):
         self.lease_s = float(options.get('lease_s') or 0)
-        self.lease = lease_path(options['run_id']) if self.lease_s > 0 else None
-        if self.lease and not renew_lease(self.lease, create=True):
-            self.lease = None     # taken by something else: no lease on this node, never someone else's file
-        anchor = options.get('anchor')
-        self.anchor = (Peer(anchor, options['beacon_port'], options['run_id'], started, options['dead_after'],
-                            options['start_grace'], serve) if self.lease_s > 0 and anchor and anchor != options['address'] else None)
+        self.beacon = beacon
+        self.port, self.run_id = options['beacon_port'], options['run_id']
+        self.renewed = started
+        self.lease = None
+        self.anchors = []
         self.checked = 0.0
         self.reason = None
+        self.armed, self.saved = False, None
+        if self.lease_s <= 0:
+            return
+        path = lease_path(options['run_id'], options['address'])
+        # Never someone else's file: one that is there already (not this run's) leaves this node without one.
+        self.lease = path if path and renew_lease(path, create=True) else None
+        self.anchors = [anchor for anchor in options.get('anchors') or [] if anchor and anchor != options['address']]
+        beacon.renewed = started
 
     def check(self, now):
-        if self.reason or (self.lease is None and self.anchor is None) or now - self.checked < LEASE_CHECK_S:
+        if self.reason or self.lease_s <= 0 or now - self.checked < LEASE_CHECK_S:
             return self.reason
         self.checked = now
-        age = lease_age(self.lease, now) if self.lease else None
-        if age is not None and age > self.lease_s:
-            self.reason = ('the controller stopped following the benchmark: its lease on this node was last renewed %d s ago '
-                           '(ansible-playbook killed or its connection lost); the remaining tests were not run' % int(age))
-        elif self.anchor is not None and self.anchor.poll(now, ANCHOR_EVERY_S) == STOPPED:
-            self.reason = ('the controller stopped following the benchmark (%s stopped the run); the remaining tests were not run'
-                           % self.anchor.address)
+        renewed = lease_renewed(self.lease) if self.lease else None
+        if renewed is not None:
+            self.renewed = max(self.renewed, min(renewed, now))     # a file time in the future counts as now
+        for anchor in self.anchors:
+            step, _reached, ago = probe_lease(anchor, self.port, self.run_id, serve=self.beacon.serve)
+            if step == STOPPED:
+                self.reason = ('the controller stopped following the benchmark (%s stopped the run: its lease ran out); the '
+                               'remaining tests were not run' % anchor)
+                return self.reason
+            if step is not None and ago is not None:
+                self.renewed = max(self.renewed, min(time.time() - ago, now))
+        self.beacon.renewed = self.renewed
+        if now - self.renewed > self.lease_s:
+            self.reason = ('the controller stopped following the benchmark: no renewal of its lease for %d s (ansible-playbook '
+                           'killed or its connection lost); the remaining tests were not run' % int(now - self.renewed))
+        else:
+            self.arm()
         return self.reason
+
+    def arm(self):
+        """Set the backstop to LEASE_BACKSTOP_S past the lease's end (main thread only: elsewhere there is none)."""
+        if self.lease_s <= 0:
+            return
+        try:
+            if not self.armed:
+                self.saved = signal.signal(signal.SIGALRM, self._expired)
+                self.armed = True
+            signal.setitimer(signal.ITIMER_REAL, max(0.1, self.renewed + self.lease_s + LEASE_BACKSTOP_S - time.time()))
+        except (ValueError, OSError, AttributeError):
+            pass
+
+    def _expired(self, signum, frame):
+        raise _process.Terminated('the backstop: no renewal of the controller\'s lease for %d s'
+                                  % int(time.time() - self.renewed))
+
+    def close(self):
+        if self.armed:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, self.saved if self.saved is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+            self.armed = False
+        drop_lease(self.lease)

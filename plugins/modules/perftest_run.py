@@ -217,21 +217,25 @@ options:
     default: 60
   controller_lease:
     description:
-      - With O(sequence), seconds without a sign of the controller after which the run stops; V(0) never stops it.
-      - The sequence runs as an async job, which outlives a killed C(ansible-playbook). While the controller follows
-        this node (M(hpc.gpu_fabric.perftest_watch)), it renews a lease file in the node's temporary directory;
-        once the lease is older than this, the node stops its tests, fails the rest with kind C(stopped), and
-        answers so on its beacon. A lease that no watch ever renewed stops nothing.
-      - Role C(fabric_bench) gives O(start_grace) + O(dead_after) + 60.
+      - With O(sequence), seconds without a renewal of the controller's lease after which the run stops; V(0) never
+        stops it.
+      - The sequence runs as an async job, which outlives a killed C(ansible-playbook). The lease counts from the start
+        of the run; while the controller follows a node (M(hpc.gpu_fabric.perftest_watch)), it renews a lease file of
+        that node's in its temporary directory. Every node learns of the newest renewal from its own file and from
+        O(anchors) (each beacon says it) and, once that is older than this, stops its tests, fails the rest with kind
+        C(stopped), and answers so on its beacon. Should the node's loop not get there, the module ends itself 15 s later.
+      - Role C(fabric_bench) gives O(start_grace) + the worst case of one step + 60 unless C(fabric_bench_controller_lease) says.
     type: int
     default: 0
     version_added: 0.2.0
-  anchor:
+  anchors:
     description:
-      - With O(sequence) and O(controller_lease), the out-of-band address of the node the controller follows; this
-        node asks its beacon every second and stops too when it says the run was stopped. A node that is gone
-        stops nothing (its tests fail as C(peer_lost) as before).
-    type: str
+      - With O(sequence) and O(controller_lease), the out-of-band addresses of the nodes that say when the lease was
+        last renewed, among them the node the controller follows (role C(fabric_bench): the first three of the play).
+        This node asks their beacons every second and stops at once when one says it stopped. Anchors that are gone or
+        hang give no news, and no news runs the lease out.
+    type: list
+    elements: str
     version_added: 0.2.0
   counters_root:
     description:
@@ -427,6 +431,10 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_co
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 
+# Each anchor is asked every second by every node (module_utils/_sequence.py ANCHOR_EVERY_S); the role gives 3.
+MAX_ANCHORS = 8
+
+
 class ArgumentError(Exception):
     pass
 
@@ -448,9 +456,10 @@ def validate(params):
         _argv.check_no_nul(params)
         if params['from_log'] is not None:
             return
-        for key in ('peer', 'address', 'anchor'):
-            if params.get(key) is not None:
+        for key in ('peer', 'address'):
+            if params[key] is not None:
                 _argv.check_host(params[key], key)
+        _argv.check_hosts(params.get('anchors'), 'anchors')
         for key in ('device', 'client_device'):
             if params[key] is not None:
                 _argv.check_host(params[key], key)
@@ -526,6 +535,8 @@ def validate_sequence(params):
             raise ArgumentError('%s must be a positive integer' % key)
     if params.get('controller_lease') is not None and params['controller_lease'] < 0:
         raise ArgumentError('controller_lease must be 0 (off) or a positive number of seconds')
+    if len(params.get('anchors') or []) > MAX_ANCHORS:
+        raise ArgumentError('anchors: at most %d nodes (each is asked every second)' % MAX_ANCHORS)
 
 
 def run_sequence(module, params):
@@ -551,7 +562,7 @@ def run_sequence(module, params):
         def counters():
             return error_counters(read_ib(SysRoot(params['counters_root'])))
     options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
-                                                  'dead_after', 'start_grace', 'anchor'))
+                                                  'dead_after', 'start_grace', 'anchors'))
     options['lease_s'] = params['controller_lease']
     try:
         done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
@@ -751,7 +762,7 @@ def main():
             dead_after=dict(type='int', default=10),
             start_grace=dict(type='int', default=60),
             controller_lease=dict(type='int', default=0),
-            anchor=dict(type='str'),
+            anchors=dict(type='list', elements='str'),
             counters_root=dict(type='path', aliases=['root']),
             keep_output=dict(type='bool', default=False),
         ),

@@ -141,7 +141,7 @@ def main():
         # renewing the run's lease and the run stops too (perftest_run controller_lease).
         with _process.Guard():
             progress = _sequence.watch(params['address'], params['beacon_port'], params['run_id'], params['step'],
-                                       params['timeout'], params['start_grace'], lease=_sequence.lease_path(params['run_id']))
+                                       params['timeout'], params['start_grace'], lease=_sequence.lease_path(params['run_id'], params['address']))
     except _process.Terminated as exc:
         module.fail_json(msg='stopped following the beacon at %s:%d: %s' % (params['address'], params['beacon_port'], exc))
     except (IOError, OSError) as exc:
