@@ -231,7 +231,7 @@ options:
   anchors:
     description:
       - With O(sequence) and O(controller_lease), the out-of-band addresses of the nodes that say when the lease was
-        last renewed, among them the node the controller follows (role C(fabric_bench): the first three of the play).
+        last renewed, among them the node the controller follows (role C(fabric_bench) gives the first three of the play).
         This node asks their beacons every second and stops at once when one says it stopped. Anchors that are gone or
         hang give no news, and no news runs the lease out.
     type: list
@@ -418,6 +418,13 @@ steps:
   returned: with O(sequence), when not in check mode
   type: list
   elements: dict
+stopped:
+  description:
+    - With O(sequence) and O(controller_lease), why the run stopped before its end (the controller's lease ran out, or an
+      anchor stopped the run); the tests it did not run, or cut short, failed with kind C(stopped).
+  returned: when the run stopped so
+  type: str
+  version_added: 0.2.0
 counters_start:
   description: With O(sequence) and O(counters_root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
   returned: with O(sequence) and O(counters_root), when not in check mode
@@ -574,6 +581,8 @@ def run_sequence(module, params):
     result = {'status': 'failed' if failed else 'ok', 'steps': done['steps'], 'counters_start': done['counters_start'],
               'elapsed_s': done['elapsed_s'], 'results': [], 'settings': {}, 'tool_warnings': [], 'units': None,
               'failure': None, 'tests': len(tests), 'tests_failed': len(failed)}
+    if done.get('stopped'):
+        result['stopped'] = done['stopped']
     if failed:
         kinds = sorted(set((t['failure'] or {}).get('kind', 'unknown') for t in failed))
         result['failure'] = {'kind': kinds[0] if len(kinds) == 1 else 'several', 'lines': [],
