@@ -92,6 +92,9 @@ ANCHOR_EVERY_S = 1.0
 STOPPED_LINGER_S = 3.0 * ANCHOR_EVERY_S
 LEASE_CHECK_S = ANCHOR_EVERY_S
 LEASE_BACKSTOP_S = 15.0
+# An anchor's answer comes at once from a loop sleeping in select(); one that hangs holds this node's loop
+# for this long per check (its own beacon served meanwhile), a busy one gives its news at a later check.
+ANCHOR_TIMEOUT_S = 0.25
 _RUN_ID_RE = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
 _ADDRESS_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,128}$')
 
@@ -703,7 +706,7 @@ class _Stop(object):
         if renewed is not None:
             self.renewed = max(self.renewed, min(renewed, now))     # a file time in the future counts as now
         for anchor in self.anchors:
-            step, _reached, ago = probe_lease(anchor, self.port, self.run_id, serve=self.beacon.serve)
+            step, _reached, ago = probe_lease(anchor, self.port, self.run_id, ANCHOR_TIMEOUT_S, self.beacon.serve)
             if step == STOPPED:
                 self.reason = ('the controller stopped following the benchmark (%s stopped the run: its lease ran out); the '
                                'remaining tests were not run' % anchor)

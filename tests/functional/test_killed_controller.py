@@ -214,7 +214,9 @@ def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
         assert len(followed) == 1, followed
         # Followed a while, so that a node which heard nothing of the renewals would stop before the lease after the kill.
         assert processes.wait_for(lambda: _leases(node_tmp).get(followed[0], 0) > made[followed[0]] + 5, 60), 'no lease was renewed'
-        assert len(_leases(node_tmp)) == 3, 'a node stopped while the controller followed the run'
+        # The nodes still running (a node whose tests did not meet the hung servers may have finished: its file goes with it).
+        running = len(_leases(node_tmp))
+        assert running >= 2, _leases(node_tmp)
         jobs = [pid for pid in _ours(marker) if b'AnsiballZ_perftest_run' in _cmdline(pid) or b'async_wrapper' in _cmdline(pid)]
         assert jobs, 'no async benchmark job'
         proc.kill()
@@ -236,17 +238,19 @@ def test_sigkilled_playbook_stops_every_nodes_benchmark_job(tmp_path):
         last_renewal = max(when for when in renewals if when is not None) - killed if any(renewals) else None
         assert last_renewal is None or last_renewal < 3, last_renewal
         assert not _leases(node_tmp), 'a lease file was left behind'
-        # Each node stopped by itself (its result says why; the backstop would have failed the job instead), and not
-        # before the lease after the kill, less the 2 s its news of the renewals may lag (module_utils/_sequence.py:
-        # LEASE_CHECK_S on the followed node, ANCHOR_EVERY_S on the others): each knew of the renewals.
+        # Each node still running stopped by itself (its result says why; the backstop would have failed the job
+        # instead), and not before the lease after the kill, less the 2 s its news of the renewals may lag
+        # (module_utils/_sequence.py: LEASE_CHECK_S on the followed node, ANCHOR_EVERY_S on the others): each knew of
+        # the renewals, the finished node's among them.
         results = []
         for name in os.listdir(async_dir):
             with open(os.path.join(async_dir, name)) as handle:
                 results.append(json.load(handle))
-        assert len(results) == 3 and all('the controller stopped following the benchmark' in r.get('stopped', '') for r in results), \
-            [(r.get('stopped'), r.get('msg')) for r in results]
-        assert min(r['elapsed_s'] for r in results) > killed - max(made.values()) + lease - 3, \
-            [(r['elapsed_s'], killed - when) for r, when in zip(results, made.values())]
+        stopped = [r for r in results if 'the controller stopped following the benchmark' in r.get('stopped', '')]
+        assert len(results) == 3 and len(stopped) == running, [(r.get('stopped'), r.get('msg')) for r in results]
+        assert all(r.get('failed') is False for r in results), [r.get('msg') for r in results]
+        assert min(r['elapsed_s'] for r in stopped) > killed - max(made.values()) + lease - 3, \
+            ([r['elapsed_s'] for r in stopped], killed - max(made.values()))
         print('killed: every process of ours gone after %.1f s (lease %d s); last lease renewal %s s after the kill'
               % (last_gone, lease, 'n/a' if last_renewal is None else '%.1f' % last_renewal))
     finally:
