@@ -11,7 +11,8 @@ async task per node runs all its rounds and the pairs synchronise among themselv
 
 How the pairs meet without a controller:
 - each node serves a *beacon* on its out-of-band address: a TCP port that answers every
-  connection with one line ``gf-fabric-bench <run id> <step>`` and closes;
+  connection with one line ``gf-fabric-bench <run id> <step> [<seconds since the controller's
+  lease was renewed>]`` and closes (the lease: below, at STOPPED);
 - a client starts its perftest only when its server's beacon says the same step (the
   server's perftest processes of that step are started before the beacon moves to it),
   and starts it again while the connection is refused (perftest tries once);
