@@ -18,7 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import printable
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import printable_lines
 
 display = Display()
 
@@ -28,7 +28,7 @@ def console_lines(lines):
     control characters (a hostile node's fact value) written as their escapes, never sent to the terminal."""
     if isinstance(lines, (str, bytes)) or not isinstance(lines, (list, tuple)):
         lines = [lines]
-    return [printable(part) for line in lines for part in str(line).split('\n')]
+    return printable_lines([part for line in lines for part in str(line).split('\n')])
 
 
 class ActionModule(ActionBase):

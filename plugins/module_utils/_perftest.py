@@ -598,6 +598,22 @@ def refused(report):
     return failure.get('kind') == 'connect_failed' and failure.get('message', '').startswith("Couldn't connect to")
 
 
+# perftest's server could not listen on its TCP port: perftest_communication.c ethernet_server_connect()
+# prints "Couldn't listen to port %d" after bind() failed (the port in use), rdma_server_connect() "Failed to
+# bind socket" (both filed under connect_failed by FAILURE_RULES). No RDMA resource was exchanged: the test
+# never started.
+_LISTEN_FAILED_RE = re.compile(r"Couldn't listen to port|Failed to bind socket")
+
+
+def listen_failed(failure):
+    """Did a side fail because its server could not listen on its TCP port (the port in use)? ``failure``: a side's
+    {'kind', 'message'} (its report's failure, or a record's, whatever its source: anything else is no)."""
+    if not isinstance(failure, dict) or failure.get('kind') != 'connect_failed':
+        return False
+    message = failure.get('message')
+    return isinstance(message, str) and bool(_LISTEN_FAILED_RE.search(message))
+
+
 def run_client(argv, timeout, wait_for_server=0, env=None, step=0.25):
     """run_single for a client that may start before its server listens: while the
     connection is refused, start it again for up to ``wait_for_server`` seconds. perftest

@@ -11,7 +11,8 @@ async task per node runs all its rounds and the pairs synchronise among themselv
 
 How the pairs meet without a controller:
 - each node serves a *beacon* on its out-of-band address: a TCP port that answers every
-  connection with one line ``gf-fabric-bench <run id> <step>`` and closes;
+  connection with one line ``gf-fabric-bench <run id> <step> [<seconds since the controller's
+  lease was renewed>]`` and closes (the lease: below, at STOPPED);
 - a client starts its perftest only when its server's beacon says the same step (the
   server's perftest processes of that step are started before the beacon moves to it),
   and starts it again while the connection is refused (perftest tries once);
@@ -33,9 +34,13 @@ whatever happens.
 
 from __future__ import annotations
 
+import os
+import re
 import select
 import signal
 import socket
+import stat
+import tempfile
 import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _perftest, _process
@@ -65,6 +70,84 @@ FINISHED = 999999999
 # it moved on rather than silent. Short, because the node's async job (and the play's wait
 # for it) ends only after it.
 LINGER_S = 0.2
+# The controller's lease. A sequence is an async job, which ansible-core starts to outlive its
+# ansible-playbook; killed, that controller left every node's sequence running to its time budget
+# (16 min for the demo's). So the run holds a lease that only a live controller renews:
+# - every node makes a lease file of its own (lease_path: run id and address, so that nodes sharing a
+#   temporary directory - the simulated cluster's local nodes, containers on one host - never share one)
+#   and counts the lease from its start: a controller killed before it ever followed the run stops it too;
+# - perftest_watch, following the run on one node, renews that node's file at every poll (WATCH_EVERY_S);
+# - each node's beacon says when, to its knowledge, the lease was last renewed (seconds ago, so that the
+#   nodes' clocks need not agree), and every node asks the ``anchors`` (the first nodes of the play,
+#   among which is the one the controller follows) every ANCHOR_EVERY_S: it knows the newest renewal
+#   among its own file and their answers, and stops once that is older than the lease time, whatever
+#   state the anchors are in - one that hangs or is gone gives no news, and no news runs the lease out;
+# - a node that stopped answers STOPPED on its beacon for STOPPED_LINGER_S, and a node told STOPPED
+#   by an anchor stops at once;
+# - a backstop: SIGALRM, re-armed at every check for LEASE_BACKSTOP_S past the lease's end, ends the
+#   module (Guard's Terminated, then every perftest is reaped) should its loop not get to check.
+# The lease time (perftest_run's controller_lease; the role's default: start_grace + a step's worst case
+# + 60 s) is far beyond the second or two between two watch tasks.
+STOPPED = 999999998
+ANCHOR_EVERY_S = 1.0
+STOPPED_LINGER_S = 3.0 * ANCHOR_EVERY_S
+LEASE_CHECK_S = ANCHOR_EVERY_S
+LEASE_BACKSTOP_S = 15.0
+# An anchor's answer comes at once from a loop sleeping in select(); one that hangs holds this node's loop
+# for this long per check (its own beacon served meanwhile), a busy one gives its news at a later check.
+ANCHOR_TIMEOUT_S = 0.25
+_RUN_ID_RE = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
+_ADDRESS_RE = re.compile(r'^[A-Za-z0-9_.:-]{1,128}$')
+
+
+def lease_path(run_id, address):
+    """The lease file of run ``run_id`` on the node at ``address`` in its temporary directory, or None
+    for a run id or address that cannot name a file (the node then has no lease file; it still stops
+    when its anchors give no news)."""
+    run_id, address = str(run_id), str(address)
+    if not _RUN_ID_RE.match(run_id) or not _ADDRESS_RE.match(address) or '..' in run_id + '-' + address:
+        return None
+    return os.path.join(tempfile.gettempdir(), 'hpc.gpu_fabric-bench-%s-%s.lease' % (run_id, address))
+
+
+def renew_lease(path, create=False):
+    """Set ``path``'s time to now - or, with ``create``, make it (mode 0600, a new file only, its time
+    the start of the lease). Never through a symlink, never on what is not a regular file; the sequence
+    makes the file and removes it, so a watch after the end finds none and leaves none. False when it
+    could not be written."""
+    flags = os.O_WRONLY | getattr(os, 'O_NOFOLLOW', 0) | ((os.O_CREAT | os.O_EXCL) if create else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.utime(fd, None)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def lease_renewed(path):
+    """When the lease at ``path`` was last renewed (its file's time), None when there is no such file."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
+
+
+def drop_lease(path):
+    try:
+        if path and stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 # watch() polls the followed node this often (a module run per step on the controller's
 # side, so the poll is cheap; the play learns of the end within it).
 WATCH_EVERY_S = 0.05
@@ -80,6 +163,9 @@ class Beacon(object):
     def __init__(self, address, port, run_id):
         self.run_id = run_id
         self.step = 0
+        # When the controller's lease was last renewed, to this node's knowledge (None: no lease): said
+        # as seconds ago after the step, so that the nodes asking need not share this node's clock.
+        self.renewed = None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -100,7 +186,10 @@ class Beacon(object):
                 return
             try:
                 conn.settimeout(0.2)
-                conn.sendall(('%s %s %d\n' % (BEACON_TAG, self.run_id, self.step)).encode('ascii'))
+                line = '%s %s %d' % (BEACON_TAG, self.run_id, self.step)
+                if self.renewed is not None:
+                    line += ' %.1f' % max(0.0, time.time() - self.renewed)
+                conn.sendall((line + '\n').encode('ascii'))
             except OSError:
                 pass
             finally:
@@ -166,10 +255,16 @@ def _on_child(signum, frame):
 
 
 def probe_state(address, port, run_id, timeout=0.5, serve=None):
-    """(step, reached): the step a peer's beacon reports (None when no beacon of this run
+    """probe_lease() without the lease."""
+    return probe_lease(address, port, run_id, timeout, serve)[:2]
+
+
+def probe_lease(address, port, run_id, timeout=0.5, serve=None):
+    """(step, reached, renewed_ago): the step a peer's beacon reports (None when no beacon of this run
     answered), and whether its beacon was reached - the connection accepted and either
     this run's answer or no answer in time (a node too busy to answer within ``timeout``:
-    its process still holds the socket, a dead one's socket is closed and refuses).
+    its process still holds the socket, a dead one's socket is closed and refuses); and how many
+    seconds ago the controller's lease was last renewed to the peer's knowledge (None: not said).
 
     ``serve`` (this node's Beacon.serve) runs while the answer is awaited: the peer may be
     probing this node at the same moment, and two single-threaded nodes that wait for each
@@ -178,7 +273,7 @@ def probe_state(address, port, run_id, timeout=0.5, serve=None):
     try:
         sock = socket.create_connection((address, port), timeout)
     except (OSError, ValueError):
-        return None, False
+        return None, False, None
     data = b''
     deadline = time.time() + timeout
     try:
@@ -196,18 +291,21 @@ def probe_state(address, port, run_id, timeout=0.5, serve=None):
                 break
             data += chunk
     except OSError:
-        return None, False
+        return None, False, None
     finally:
         sock.close()
     if not data:
-        return None, time.time() >= deadline
+        return None, time.time() >= deadline, None
     parts = data.decode('ascii', 'replace').split()
-    if len(parts) == 3 and parts[0] == BEACON_TAG and parts[1] == run_id:
+    if len(parts) in (3, 4) and parts[0] == BEACON_TAG and parts[1] == run_id:
         try:
-            return int(parts[2]), True
+            step = int(parts[2])
+            ago = float(parts[3]) if len(parts) == 4 else None
         except ValueError:
-            pass
-    return None, False   # another run's beacon, or another service on the port
+            return None, False, None
+        # Bounded: 'nan' and 'inf' parse as floats, and a NaN passes no comparison.
+        return step, True, ago if ago is not None and 0.0 <= ago <= 1e9 else None
+    return None, False, None   # another run's beacon, or another service on the port
 
 
 def probe(address, port, run_id, timeout=0.5, serve=None):
@@ -215,7 +313,7 @@ def probe(address, port, run_id, timeout=0.5, serve=None):
     return probe_state(address, port, run_id, timeout, serve)[0]
 
 
-def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
+def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0, lease=None):
     """Wait until the node whose beacon is at ``address`` is past ``step`` (it finished that
     step) and say where it is: {'step', 'finished', 'gone', 'timed_out', 'waited_s'}.
 
@@ -225,13 +323,21 @@ def watch(address, port, run_id, step, timeout, start_grace, gone_after=2.0):
     the first step it may not be up yet (``start_grace``); after that, silence is the end.
     A finished node is waited for until its beacon closes (LINGER_S): its job has then
     ended too, and the play's wait for the jobs finds it done at the first look.
+
+    ``lease`` (a path, lease_path()): renewed at every poll - the controller still follows the
+    run. A node that stopped the run (its lease ran out) is ``gone`` with ``stopped``.
     """
     started = time.time()
     seen = None
     last = None
     while True:
+        if lease:
+            renew_lease(lease)
         now = time.time()
         current = probe(address, port, run_id)
+        if current == STOPPED:
+            return {'step': last, 'finished': False, 'gone': True, 'stopped': True, 'timed_out': False,
+                    'waited_s': round(now - started, 3)}
         if current is not None:
             seen, last = now, current
             if current == FINISHED:
@@ -335,7 +441,7 @@ class Test(object):
 
 
 def _where(step):
-    return 'finished' if step == FINISHED else 'at step %d' % step
+    return 'finished' if step == FINISHED else 'stopped' if step == STOPPED else 'at step %d' % step
 
 
 def _step_tick(test, peer, step, env, now):
@@ -462,7 +568,9 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     """Run ``steps`` (list of {'step', 'tests': [entry...]}) and return one result per step.
 
     ``build(entry)`` gives a test's argv; ``options``: address, beacon_port, run_id,
-    timeout, wait_for_server, dead_after, start_grace. ``counters()`` (optional) is read
+    timeout, wait_for_server, dead_after, start_grace; optionally ``lease_s`` (the controller's
+    lease, 0 or absent: none) and ``anchors`` (the addresses of the nodes that say when it was last
+    renewed: among them the node the controller follows). ``counters()`` (optional) is read
     before the first step and after each step. An entry has ``side`` (server or client) and
     ``peer`` (the other node's address); everything else in it is returned as given.
 
@@ -476,12 +584,15 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     started = time.time()
     peers = {}
     results = []
-    start_counters = counters() if counters else None
-    last_values = _counter_values(start_counters) if start_counters is not None else None
     live = []
     wakeup = None
+    stop = None
     try:
+        stop = _Stop(options, started, beacon)
+        start_counters = counters() if counters else None
+        last_values = _counter_values(start_counters) if start_counters is not None else None
         with _process.Guard():
+            stop.arm()
             wakeup = ChildWakeup()
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()
@@ -504,6 +615,11 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                 while not all(test.done for test in tests):
                     beacon.serve()
                     now = time.time()
+                    if stop.check(now):
+                        for test in tests:
+                            if not test.done:
+                                test.fail('stopped', stop.reason)
+                        break
                     for test in tests:
                         if not test.done:
                             _step_tick(test, peers[test.entry['peer']], index, env, now)
@@ -525,16 +641,109 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
                         record['counters'] = read
                         last_values = values
                 results.append(record)
+                if stop.reason:
+                    break
+            if stop.reason:
+                # The steps not begun: each test failed as stopped, not run (the judging counts them with the
+                # tests that never reached the hardware).
+                for index, spec in enumerate(steps[len(results):], len(results) + 1):
+                    tests = [Test(entry, build(entry), options['timeout'], options['wait_for_server']) for entry in spec.get('tests') or []]
+                    for test in tests:
+                        test.fail('stopped', stop.reason)
+                    record = {'step': index, 'started': None, 'elapsed_s': 0.0, 'tests': [_result(test, keep_output) for test in tests]}
+                    for key in ('round', 'memory'):
+                        if key in spec:
+                            record[key] = spec[key]
+                    results.append(record)
             # Stay reachable a moment so that a peer still finishing its last test sees
-            # this node moved on rather than lost.
-            beacon.step = FINISHED
-            linger_end = time.time() + min(LINGER_S, options['dead_after'])
+            # this node moved on rather than lost (stopped: long enough for every node to ask).
+            beacon.step = STOPPED if stop.reason else FINISHED
+            linger_end = time.time() + (STOPPED_LINGER_S if stop.reason else min(LINGER_S, options['dead_after']))
             while time.time() < linger_end:
                 beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
     finally:
+        if stop is not None:
+            stop.close()    # first: the backstop never fires while the perftest processes are reaped
         for test in live:
             test.stop()
         if wakeup is not None:
             wakeup.close()
         beacon.close()
-    return {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
+    result = {'steps': results, 'counters_start': start_counters, 'elapsed_s': round(time.time() - started, 3)}
+    if stop.reason:
+        result['stopped'] = stop.reason
+    return result
+
+
+class _Stop(object):
+    """Whether the run must stop because its controller is gone: the newest renewal of the controller's
+    lease this node knows of (its own lease file, the anchors' answers; at first the start of the run) is
+    older than the lease time, or an anchor says it stopped. The backstop (SIGALRM) ends the module
+    LEASE_BACKSTOP_S after that, should the loop not get to check."""
+
+    def __init__(self, options, started, beacon):
+        self.lease_s = float(options.get('lease_s') or 0)
+        self.beacon = beacon
+        self.port, self.run_id = options['beacon_port'], options['run_id']
+        self.renewed = started
+        self.lease = None
+        self.anchors = []
+        self.checked = 0.0
+        self.reason = None
+        self.armed, self.saved = False, None
+        if self.lease_s <= 0:
+            return
+        path = lease_path(options['run_id'], options['address'])
+        # Never someone else's file: one that is there already (not this run's) leaves this node without one.
+        self.lease = path if path and renew_lease(path, create=True) else None
+        self.anchors = [anchor for anchor in options.get('anchors') or [] if anchor and anchor != options['address']]
+        beacon.renewed = started
+
+    def check(self, now):
+        if self.reason or self.lease_s <= 0 or now - self.checked < LEASE_CHECK_S:
+            return self.reason
+        self.checked = now
+        renewed = lease_renewed(self.lease) if self.lease else None
+        if renewed is not None:
+            self.renewed = max(self.renewed, min(renewed, now))     # a file time in the future counts as now
+        for anchor in self.anchors:
+            step, _reached, ago = probe_lease(anchor, self.port, self.run_id, ANCHOR_TIMEOUT_S, self.beacon.serve)
+            if step == STOPPED:
+                self.reason = ('the controller stopped following the benchmark (%s stopped the run: its lease ran out); the '
+                               'remaining tests were not run' % anchor)
+                return self.reason
+            if step is not None and ago is not None:
+                self.renewed = max(self.renewed, min(time.time() - ago, now))
+        self.beacon.renewed = self.renewed
+        if now - self.renewed > self.lease_s:
+            self.reason = ('the controller stopped following the benchmark: no renewal of its lease for %d s (ansible-playbook '
+                           'killed or its connection lost); the remaining tests were not run' % int(now - self.renewed))
+        else:
+            self.arm()
+        return self.reason
+
+    def arm(self):
+        """Set the backstop to LEASE_BACKSTOP_S past the lease's end (main thread only: elsewhere there is none)."""
+        if self.lease_s <= 0:
+            return
+        try:
+            if not self.armed:
+                self.saved = signal.signal(signal.SIGALRM, self._expired)
+                self.armed = True
+            signal.setitimer(signal.ITIMER_REAL, max(0.1, self.renewed + self.lease_s + LEASE_BACKSTOP_S - time.time()))
+        except (ValueError, OSError, AttributeError):
+            pass
+
+    def _expired(self, signum, frame):
+        raise _process.Terminated('the backstop: no renewal of the controller\'s lease for %d s'
+                                  % int(time.time() - self.renewed))
+
+    def close(self):
+        if self.armed:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, self.saved if self.saved is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+            self.armed = False
+        drop_lease(self.lease)

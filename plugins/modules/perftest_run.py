@@ -215,6 +215,28 @@ options:
     description: With O(sequence), seconds a peer's beacon may take to appear at the start (nodes start at different times).
     type: int
     default: 60
+  controller_lease:
+    description:
+      - With O(sequence), seconds without a renewal of the controller's lease after which the run stops; V(0) never
+        stops it.
+      - The sequence runs as an async job, which outlives a killed C(ansible-playbook). The lease counts from the start
+        of the run; while the controller follows a node (M(hpc.gpu_fabric.perftest_watch)), it renews a lease file of
+        that node's in its temporary directory. Every node learns of the newest renewal from its own file and from
+        O(anchors) (each beacon says it) and, once that is older than this, stops its tests, fails the rest with kind
+        C(stopped), and answers so on its beacon. Should the node's loop not get there, the module ends itself 15 s later.
+      - Role C(fabric_bench) gives O(start_grace) + the worst case of one step + 60 unless C(fabric_bench_controller_lease) says.
+    type: int
+    default: 0
+    version_added: 0.2.0
+  anchors:
+    description:
+      - With O(sequence) and O(controller_lease), the out-of-band addresses of the nodes that say when the lease was
+        last renewed, among them the node the controller follows (role C(fabric_bench) gives the first three of the play).
+        This node asks their beacons every second and stops at once when one says it stopped. Anchors that are gone or
+        hang give no news, and no news runs the lease out.
+    type: list
+    elements: str
+    version_added: 0.2.0
   counters_root:
     description:
       - With O(sequence), read the ports' error counters below this filesystem root (V(/) on a live node) before
@@ -396,6 +418,13 @@ steps:
   returned: with O(sequence), when not in check mode
   type: list
   elements: dict
+stopped:
+  description:
+    - With O(sequence) and O(controller_lease), why the run stopped before its end (the controller's lease ran out, or an
+      anchor stopped the run); the tests it did not run, or cut short, failed with kind C(stopped).
+  returned: when the run stopped so
+  type: str
+  version_added: 0.2.0
 counters_start:
   description: With O(sequence) and O(counters_root), the error counters before the first step (the shape of C(gpu_fabric_ib)).
   returned: with O(sequence) and O(counters_root), when not in check mode
@@ -407,6 +436,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _paths, _perftest, _process, _sequence
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+
+
+# Each anchor is asked every second by every node (module_utils/_sequence.py ANCHOR_EVERY_S); the role gives 3.
+MAX_ANCHORS = 8
 
 
 class ArgumentError(Exception):
@@ -433,6 +466,7 @@ def validate(params):
         for key in ('peer', 'address'):
             if params[key] is not None:
                 _argv.check_host(params[key], key)
+        _argv.check_hosts(params.get('anchors'), 'anchors')
         for key in ('device', 'client_device'):
             if params[key] is not None:
                 _argv.check_host(params[key], key)
@@ -506,6 +540,10 @@ def validate_sequence(params):
     for key in ('size', 'iterations', 'timeout', 'dead_after', 'start_grace'):
         if params[key] is not None and params[key] < 1:
             raise ArgumentError('%s must be a positive integer' % key)
+    if params.get('controller_lease') is not None and params['controller_lease'] < 0:
+        raise ArgumentError('controller_lease must be 0 (off) or a positive number of seconds')
+    if len(params.get('anchors') or []) > MAX_ANCHORS:
+        raise ArgumentError('anchors: at most %d nodes (each is asked every second)' % MAX_ANCHORS)
 
 
 def run_sequence(module, params):
@@ -531,7 +569,8 @@ def run_sequence(module, params):
         def counters():
             return error_counters(read_ib(SysRoot(params['counters_root'])))
     options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
-                                                  'dead_after', 'start_grace'))
+                                                  'dead_after', 'start_grace', 'anchors'))
+    options['lease_s'] = params['controller_lease']
     try:
         done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
     except _sequence.BeaconError as exc:
@@ -542,6 +581,8 @@ def run_sequence(module, params):
     result = {'status': 'failed' if failed else 'ok', 'steps': done['steps'], 'counters_start': done['counters_start'],
               'elapsed_s': done['elapsed_s'], 'results': [], 'settings': {}, 'tool_warnings': [], 'units': None,
               'failure': None, 'tests': len(tests), 'tests_failed': len(failed)}
+    if done.get('stopped'):
+        result['stopped'] = done['stopped']
     if failed:
         kinds = sorted(set((t['failure'] or {}).get('kind', 'unknown') for t in failed))
         result['failure'] = {'kind': kinds[0] if len(kinds) == 1 else 'several', 'lines': [],
@@ -729,6 +770,8 @@ def main():
             run_id=dict(type='str'),
             dead_after=dict(type='int', default=10),
             start_grace=dict(type='int', default=60),
+            controller_lease=dict(type='int', default=0),
+            anchors=dict(type='list', elements='str'),
             counters_root=dict(type='path', aliases=['root']),
             keep_output=dict(type='bool', default=False),
         ),

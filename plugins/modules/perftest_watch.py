@@ -88,7 +88,10 @@ progress:
   description:
     - Where the followed sequence is - C(step) (the step its beacon reports, null once finished), C(finished)
       (its beacon said every step is done), C(gone) (its beacon stopped answering - the run ended there, finished
-      or dead), C(timed_out) (still at or before O(step) after O(timeout)), C(waited_s).
+      or dead), C(timed_out) (still at or before O(step) after O(timeout)), C(waited_s); C(stopped) (true, with
+      C(gone)) when the node stopped the run because its controller lease ran out (see
+      C(controller_lease) of M(hpc.gpu_fabric.perftest_run)).
+    - While it follows the node, it renews the run's controller lease there.
   returned: when not in check mode
   type: dict
   sample: {step: 4, finished: false, gone: false, timed_out: false, waited_s: 2.31}
@@ -96,7 +99,7 @@ progress:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _process, _sequence
 
 
 def validate(params):
@@ -134,8 +137,13 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg='nothing runs in check mode, so there is nothing to follow')
     try:
-        progress = _sequence.watch(params['address'], params['beacon_port'], params['run_id'], params['step'],
-                                   params['timeout'], params['start_grace'])
+        # Guard: a killed controller ends this watch within a second (_process.ParentWatch), so that it stops
+        # renewing the run's lease and the run stops too (perftest_run controller_lease).
+        with _process.Guard():
+            progress = _sequence.watch(params['address'], params['beacon_port'], params['run_id'], params['step'],
+                                       params['timeout'], params['start_grace'], lease=_sequence.lease_path(params['run_id'], params['address']))
+    except _process.Terminated as exc:
+        module.fail_json(msg='stopped following the beacon at %s:%d: %s' % (params['address'], params['beacon_port'], exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg='cannot follow the beacon at %s:%d: %s' % (params['address'], params['beacon_port'], exc))
     module.exit_json(changed=False, progress=progress)

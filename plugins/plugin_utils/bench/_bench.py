@@ -14,12 +14,11 @@ import gzip
 import json
 import math
 import os
-import re
 import zlib
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._perftest import DROPPED_NOTE
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._perftest import DROPPED_NOTE, listen_failed
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a console line may hold
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
@@ -380,12 +379,10 @@ def _shown(value, present):
 # Kinds of a side's failure that say the test never reached the hardware: the benchmark could not set it
 # up. perftest_run's own (setup_failed: the sequence's beacon could not listen, its port taken by another
 # run or a leftover server; tool_missing: no perftest binary), and perftest's parser refusing its arguments
-# (bad_arguments, module_utils/_perftest.py). No device verdict follows from such a test.
-SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments')
-# perftest's server could not listen on its TCP port (perftest_communication.c ethernet_server_connect:
-# "Couldn't listen to port %d" after bind() failed - the port in use; module_utils/_perftest.py files it
-# under connect_failed): no RDMA resource was exchanged, the test never started.
-_LISTEN_FAILED = re.compile(r"Couldn't listen to port|Failed to bind socket")
+# (bad_arguments, module_utils/_perftest.py); and a sequence stopped because its controller was gone (stopped:
+# module_utils/_sequence.py, the controller's lease): the tests it did not run, or cut short. No device verdict
+# follows from such a test.
+SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments', 'stopped')
 # A client's failure that only shows its server's: it read EOF (exchange_failed) or waited (timeout) when the
 # server exited, was refused (connect_failed) when the server never listened, or lost or passed the server's
 # beacon (the sequence engine's peer_lost, peer_moved_on). The server's own failure then is the cause
@@ -397,7 +394,8 @@ def never_reached(failure):
     """Does one side's failure say its test never reached the hardware (SETUP_KINDS, or perftest's server could not listen)?"""
     failure = mapping(failure)
     kind = text(failure.get('kind'))
-    return kind in SETUP_KINDS or (kind == 'connect_failed' and bool(_LISTEN_FAILED.search(text(failure.get('message')) or '')))
+    # perftest's server could not listen on its TCP port: module_utils/_perftest.py listen_failed says which failures.
+    return kind in SETUP_KINDS or listen_failed({'kind': kind, 'message': text(failure.get('message')) or ''})
 
 
 def failure_cause(pair):

@@ -370,8 +370,8 @@ BENCH_NOT_RUN = _register(
 BENCH_RUN_BROKEN = _register(
     'BENCH_RUN_BROKEN', 'benchmark', 'error',
     'pair tests that never reached the hardware: the benchmark could not set them up (its beacon port or perftest\'s TCP '
-    'port in use, perftest missing, arguments refused); `evidence.causes` names each node\'s cause, no device verdict '
-    'follows from these tests',
+    'port in use, perftest missing, arguments refused) or stopped them (its controller gone); `evidence.causes` names each '
+    'node\'s cause, no device verdict follows from these tests',
     'free what the causes name (another benchmark run, a leftover perftest server: ss -ltnp on the node) or give the '
     'benchmark free ports (fabric_bench_beacon_port, fabric_bench_base_port), install perftest where it is missing, and '
     'run the benchmark again: these pairs were not tested', scope='run')

@@ -8,6 +8,7 @@ stand-ins of tests/sim, really talking over TCP between 127.0.1.x addresses)."""
 from __future__ import annotations
 
 import json
+import signal
 import multiprocessing
 import os
 import socket
@@ -17,6 +18,7 @@ import time
 import types
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process, _sequence
+from tests.processes import wait_for as processes_wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(REPO, 'tests', 'sim', 'bin', 'ib_write_bw')
@@ -286,3 +288,185 @@ def test_a_step_whose_counters_did_not_change_sends_only_the_time_of_the_read():
     # Unchanged since the last read sent: the time only; changed (up, or down after a reset): the read.
     assert [('counters' in s, s.get('counters_same_at')) for s in steps] == [(False, 2.0), (True, None), (False, 4.0), (True, None)]
     assert steps[1]['counters'] == read(3.0, 4) and steps[3]['counters'] == read(5.0, 0)
+
+
+def _steps(peer, port, count, first):
+    other = 'client' if first == 'server' else 'server'
+    return [{'tests': [_test(first if i % 2 else other, peer, port)]} for i in range(count)]
+
+
+def _stopped_kinds(result):
+    return [t['failure']['kind'] for step in result['steps'] for t in step['tests'] if t['failure']]
+
+
+def test_a_controller_gone_stops_the_followed_node_and_through_it_every_node(sim_root):
+    """A sequence is an async job that outlives a killed ansible-playbook. The followed node (a) holds the
+    controller's lease, renewed by perftest_watch in a's own lease file; b (its anchor is a) learns of the
+    renewals from a's beacon. Both run in one temporary directory (as the simulated cluster's local nodes
+    do): each has a file of its own, so the renewals reach a whichever node starts first. Once the
+    controller is gone, neither runs its remaining tests, each fails them as stopped."""
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.6', '127.0.1.7'
+    options = _options(lease_s=3)
+    lease_a, lease_b = _sequence.lease_path(options['run_id'], a), _sequence.lease_path(options['run_id'], b)
+    assert lease_a != lease_b and not os.path.exists(lease_a)
+    ctx = multiprocessing.get_context('fork')
+    queues = {'a': ctx.Queue(), 'b': ctx.Queue()}
+    # b starts first: it must not take a's lease.
+    procs = {'b': ctx.Process(target=_node, args=(b, root, _steps(a, port, 60, 'client'), dict(options, anchors=[a, b]), queues['b']))}
+    procs['b'].start()
+    assert processes_wait(lambda: os.path.exists(lease_b), 10), 'b made no lease file'
+    procs['a'] = ctx.Process(target=_node, args=(a, root, _steps(b, port, 60, 'server'), dict(options, anchors=[a, b]), queues['a']))
+    procs['a'].start()
+    assert processes_wait(lambda: os.path.exists(lease_a), 10), 'the followed node made no lease file'
+    start = time.time()
+    # The controller follows a for 6 s (twice the lease: the renewals keep both running), then is killed.
+    while time.time() - start < 6.0:
+        assert _sequence.renew_lease(lease_a)
+        time.sleep(0.05)
+    gone = time.time()
+    results = _collect(queues, procs)
+    stopped = time.time() - gone
+    for name in ('a', 'b'):
+        assert 'error' not in results[name], results[name]
+        kinds = _stopped_kinds(results[name])
+        assert len(results[name]['steps']) == 60 and kinds.count('stopped') > 10, (name, kinds)
+        assert 'the controller stopped following the benchmark' in results[name]['stopped']
+        # Tests ran while the controller followed (the lease counts from the start: 3 s, passed twice).
+        assert sum(1 for step in results[name]['steps'] for t in step['tests'] if t['status'] == 'ok') > 2, name
+    assert 'no renewal of its lease' in results['a']['stopped']
+    # Within the lease, a check, the probes and the stopped linger; not after 60 steps (each test takes up to 0.2 s).
+    assert stopped < 3 + _sequence.LEASE_CHECK_S + _sequence.STOPPED_LINGER_S + 3, stopped
+    # The lease files go with the run, and a watch after the end leaves none behind.
+    assert not os.path.exists(lease_a) and not os.path.exists(lease_b)
+    assert not _sequence.renew_lease(lease_a) and not os.path.exists(lease_a)
+
+
+def test_a_hung_anchor_keeps_no_node_running(sim_root):
+    """The anchor stops answering (SIGSTOP: its beacon still accepts, its loop never checks): b has no news of
+    the lease and stops by itself once the lease is out, its tests with a failing as stopped or peer_lost."""
+    root, _ctx = sim_root('homelab_cx4')
+    port = _free_port()
+    a, b = '127.0.1.8', '127.0.1.9'
+    options = _options(lease_s=3, dead_after=30, start_grace=30)
+    lease_a = _sequence.lease_path(options['run_id'], a)
+    ctx = multiprocessing.get_context('fork')
+    queues = {'a': ctx.Queue(), 'b': ctx.Queue()}
+    procs = {'a': ctx.Process(target=_node, args=(a, root, _steps(b, port, 200, 'server'), dict(options, anchors=[a]), queues['a'])),
+             'b': ctx.Process(target=_node, args=(b, root, _steps(a, port, 200, 'client'), dict(options, anchors=[a]), queues['b']))}
+    for proc in procs.values():
+        proc.start()
+    try:
+        assert processes_wait(lambda: os.path.exists(lease_a), 10)
+        start = time.time()
+        while time.time() - start < 2.0:
+            assert _sequence.renew_lease(lease_a)
+            time.sleep(0.05)
+        os.kill(procs['a'].pid, signal.SIGSTOP)      # the anchor hangs while the controller still follows it
+        hung = time.time()
+        while time.time() - hung < 1.0:
+            _sequence.renew_lease(lease_a)
+            time.sleep(0.05)
+        result = json.loads(queues['b'].get(timeout=30))
+        stopped = time.time() - hung
+        assert 'error' not in result, result
+        assert 'no renewal of its lease' in result['stopped'], result['stopped']
+        assert len(result['steps']) == 200 and _stopped_kinds(result).count('stopped') > 100
+        # The last news came before the hang: out within the lease, a check and the linger.
+        assert stopped < 3 + _sequence.LEASE_CHECK_S + _sequence.STOPPED_LINGER_S + 3, stopped
+    finally:
+        os.kill(procs['a'].pid, signal.SIGCONT)
+        procs['b'].join(10)
+    # a, let go, finds its lease out too (no renewal since) and stops.
+    result = json.loads(queues['a'].get(timeout=30))
+    assert 'no renewal of its lease' in result['stopped']
+    procs['a'].join(10)
+
+
+class _Quiet(object):
+    renewed = None
+
+    def serve(self):
+        return None
+
+
+def test_the_lease_counts_from_the_start_and_the_backstop_ends_a_stuck_loop(tmp_path, monkeypatch):
+    """No renewal ever (the controller killed before it followed the run): the run stops all the same; and
+    should the loop never check, SIGALRM ends the module LEASE_BACKSTOP_S past the lease's end."""
+    monkeypatch.setattr(_sequence.tempfile, 'gettempdir', lambda: str(tmp_path))
+    monkeypatch.setattr(_sequence, 'LEASE_BACKSTOP_S', 0.5)
+    started = time.time()
+    beacon = _Quiet()
+    stop = _sequence._Stop({'lease_s': 1, 'run_id': 'run-1', 'address': '10.0.0.1', 'beacon_port': 1,
+                            'anchors': ['10.0.0.1']}, started, beacon)
+    try:
+        assert stop.lease == str(tmp_path / 'hpc.gpu_fabric-bench-run-1-10.0.0.1.lease') and os.path.isfile(stop.lease)
+        assert stop.anchors == [] and beacon.renewed == started      # itself is no anchor to ask
+        assert stop.check(started + 0.5) is None
+        assert 'no renewal of its lease for 2 s' in stop.check(started + 2.1)
+        stop.arm()
+        caught = None
+        try:
+            time.sleep(5)
+        except _process.Terminated as exc:
+            caught = exc
+        assert caught is not None and 'the backstop' in str(caught) and time.time() - started < 4
+    finally:
+        stop.close()
+    assert not os.path.exists(str(tmp_path / 'hpc.gpu_fabric-bench-run-1-10.0.0.1.lease'))
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_lease_files_are_the_nodes_own_and_never_taken_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(_sequence.tempfile, 'gettempdir', lambda: str(tmp_path))
+    path = _sequence.lease_path('run-1', '10.0.0.1')
+    assert path.startswith(str(tmp_path)) and path != _sequence.lease_path('run-1', '10.0.0.2')
+    for run_id, address in (('../x', 'a'), ('a/b', 'a'), ('r', '../etc'), ('r', 'a/b'), ('r', ''), ('', 'a'), ('r', 'x' * 200)):
+        assert _sequence.lease_path(run_id, address) is None, (run_id, address)
+    assert _sequence.renew_lease(path, create=True) and time.time() - _sequence.lease_renewed(path) < 5
+    assert not _sequence.renew_lease(path, create=True)          # another run's file is never taken over
+    os.utime(path, (1000, 1000))
+    assert _sequence.renew_lease(path) and time.time() - _sequence.lease_renewed(path) < 5
+    os.unlink(path)
+    os.symlink(str(tmp_path / 'elsewhere'), path)                 # never written through a symlink
+    assert not _sequence.renew_lease(path) and not _sequence.renew_lease(path, create=True)
+    assert not (tmp_path / 'elsewhere').exists() and _sequence.lease_renewed(path) is None
+
+
+def test_the_beacon_says_when_the_lease_was_renewed_and_a_bad_answer_says_nothing():
+    port = _free_port()
+    beacon = _sequence.Beacon('127.0.0.1', port, 'run-a')
+    try:
+        beacon.step = 3
+        beacon.renewed = time.time() - 4.2
+        sock = socket.create_connection(('127.0.0.1', port), 1)
+        beacon.serve()
+        line = sock.recv(100)
+        sock.close()
+        assert line.startswith(b'gf-fabric-bench run-a 3 4.') and line.endswith(b'\n')
+    finally:
+        beacon.close()
+    for answer, expected in ((b'gf-fabric-bench r 3 1.5\n', (3, True, 1.5)), (b'gf-fabric-bench r 3\n', (3, True, None)),
+                             (b'gf-fabric-bench r 3 nan\n', (3, True, None)), (b'gf-fabric-bench r 3 -1\n', (3, True, None)),
+                             (b'gf-fabric-bench r 3 x\n', (None, False, None)), (b'gf-fabric-bench r 3 1 2\n', (None, False, None))):
+        assert _answer(answer) == expected, answer
+
+
+def _answer(answer):
+    with socket.socket() as server:
+        server.bind(('127.0.0.1', 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                conn = server.accept()[0]
+                conn.sendall(answer)
+                conn.close()
+            finally:
+                os._exit(0)
+        try:
+            return _sequence.probe_lease('127.0.0.1', port, 'r', timeout=2)
+        finally:
+            os.waitpid(pid, 0)
