@@ -335,7 +335,9 @@ def test_a_controller_gone_stops_the_followed_node_and_through_it_every_node(sim
         assert 'the controller stopped following the benchmark' in results[name]['stopped']
         # Tests ran while the controller followed (the lease counts from the start: 3 s, passed twice).
         assert sum(1 for step in results[name]['steps'] for t in step['tests'] if t['status'] == 'ok') > 2, name
-    assert 'no renewal of its lease' in results['a']['stopped']
+    # a stops on its own lease, or (a loaded machine delays b's probes of a, and a 3 s lease is short) on b's word
+    # that b's lease ran out: either way for the lease, never for another cause.
+    assert 'no renewal of its lease' in results['a']['stopped'] or 'stopped the run: its lease ran out' in results['a']['stopped']
     # Within the lease, a check, the probes and the stopped linger; not after 60 steps (each test takes up to 0.2 s).
     assert stopped < 3 + _sequence.LEASE_CHECK_S + _sequence.STOPPED_LINGER_S + 3, stopped
     # The lease files go with the run, and a watch after the end leaves none behind.
