@@ -71,9 +71,9 @@ def _matches(pid, match):
         return False
 
 
-def measure(argv, interval=0.5, match=None):
+def measure(argv, interval=0.5, match=None, stdout=None, cwd=None):
     start = time.monotonic()
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, stdout=stdout, cwd=cwd)
     peak_pss = peak_rss = peak_count = peak_matched = peak_matched_count = samples = 0
     while proc.poll() is None:
         pss = rss = count = matched = matched_count = 0
