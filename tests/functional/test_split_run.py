@@ -70,3 +70,14 @@ def test_a_run_with_part_of_the_nodes_refuses_the_benchmark_and_says_why(tmp_pat
     assert sorted(report['hosts']) == nodes, sorted(report['hosts'])
     assert [report['hosts'][h]['status'] for h in nodes] == ['ok'] * len(nodes), report['hosts']
     assert not [f for f in report['findings'] if f['code'] in ('HOST_LOST', 'HOST_TASK_FAILED')], report['findings']
+
+
+def test_a_limit_that_keeps_every_node_runs_the_benchmark(tmp_path):
+    """--limit on all of gpu_fabric_hosts (and localhost), and slice variables of an unsliced job (count 1): the
+    run holds every node, so the mesh runs."""
+    result, report, _out = _run(tmp_path, '--limit', 'n1,n2,n3,localhost', '-e', 'awx_job_slice_count=1', '-e', 'awx_job_slice_number=1',
+                                '-e', 'gpu_fabric_collective_enabled=false')
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert 'not run: ' not in result.stdout
+    assert report['bench']['skipped'] is None and len(report['bench']['pairs']) == 3, report['bench']
+    assert not [f for f in report['findings'] if f['code'] in ('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN')], report['findings']
