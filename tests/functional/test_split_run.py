@@ -24,8 +24,8 @@ from tests.sim import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Ports of their own: functional tests may run in parallel on the same 127.0.1.x addresses.
-OPTIONS = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_memory': ['host'], 'fabric_bench_base_port': 23515,
-           'fabric_bench_beacon_port': 23514, 'gpu_fabric_benchmark': True}
+OPTIONS = {'fabric_bench_hcas': ['mlx5_0'], 'fabric_bench_memory': ['host'], 'fabric_bench_base_port': 26515,
+           'fabric_bench_beacon_port': 26514, 'gpu_fabric_benchmark': True}
 
 
 def _run(tmp_path, *extra):
