@@ -22,7 +22,10 @@ steps=("$@")
 if ((EUID == 0)); then
     # Without shellcheck, sanity skips its shellcheck test; openssh-server runs the SSH lab.
     # chromium: the HTML report is checked in a real headless browser (tests/browser.py).
-    gf_apt_install shellcheck openssh-server iproute2 chromium || gf_log "warning: could not install test packages"
+    # slurmctld, slurmd, munge, slurm-client: act.yml drains and resumes nodes of a real Slurm started by the
+    # test (tests/lab/slurm.py; its own slurm.conf, ports and munge socket, whatever the packages start).
+    gf_apt_install shellcheck openssh-server iproute2 chromium slurmctld slurmd munge slurm-client ||
+        gf_log "warning: could not install test packages"
 fi
 gf_venv
 

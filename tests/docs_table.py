@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Rewrite the codes table of docs/report.md from the registry (plugins/module_utils/_findings.py).
+"""Rewrite the codes table of docs/report.md from the registry (plugins/plugin_utils/diagnosis/_findings.py).
 
     PYTHONPATH=.collections python -m tests.docs_table          # rewrite
     PYTHONPATH=.collections python -m tests.docs_table --check  # exit 1 when it differs
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import markdown_rows
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import markdown_rows
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs', 'report.md')
 HEADER = '| code | layer | severity | found from | explained by |'

@@ -25,8 +25,12 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search, _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch, _culprit_search, _fleet_model, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench, _culprit_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 
 display = Display()
 

@@ -7,8 +7,8 @@
 Why an action: as tasks, the judging was a set_fact of every pair's verdict on the controller
 (a 256-node full mesh over 8 rails is about half a million pair tests), templated again by the
 task that wrote bench.json, by the console summary and by the report. Here the records are read
-from their files one node at a time (plugin_utils/_bench.py report()), the verdicts are written
-to bench.json as fabric_output writes (plugin_utils/_files.py), and the task returns only the
+from their files one node at a time (plugin_utils/bench/_bench.py report()), the verdicts are written
+to bench.json as fabric_output writes (plugin_utils/report/_files.py), and the task returns only the
 counts, the console lines and the file's path: the pair list never becomes an Ansible variable.
 The report action (fabric_report_write) reads bench.json back from that path.
 """
@@ -22,16 +22,19 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch, _fleet_model, _offline, _report_stage
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import OutputError, write_files
 
 THRESHOLDS = _bench.THRESHOLDS
 NAME = 'bench.json'
 
 
 def _threshold(args, name):
-    """A threshold: None (unset: the default of plugin_utils/_bench.py), else a positive number;
-    the check is plugin_utils/_bench.py threshold(), which role fabric_bench runs before any pair."""
+    """A threshold: None (unset: the default of plugin_utils/bench/_bench.py), else a positive number;
+    the check is plugin_utils/bench/_bench.py threshold(), which role fabric_bench runs before any pair."""
     try:
         return _bench.threshold(name, args.get(name))
     except ValueError as exc:

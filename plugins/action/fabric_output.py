@@ -24,7 +24,7 @@ from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import OutputError, write_files
 
 
 def _mode(value):

@@ -8,8 +8,8 @@ Why an action: as tasks, the report was a set_fact of the whole report.json (tem
 every task that named it: 11 times over 9 filter calls, report.md rendered twice), a drift
 set_fact, five rendered contents handed to fabric_output, a policy set_fact and two fail tasks.
 Here the nodes' hostvars are read once (the fleet model), the diagnosis, the drift and every rendering run in the
-task's worker (plugin_utils/_report_stage.py, the code the filters of plugins/filter/report.py
-call too), the files are written as fabric_output writes them (plugin_utils/_files.py), and the
+task's worker (plugin_utils/report/_report_stage.py, the code the filters of plugins/filter/report.py
+call too), the files are written as fabric_output writes them (plugin_utils/report/_files.py), and the
 report never becomes an Ansible variable.
 """
 
@@ -26,8 +26,10 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch, _fleet_model, _report_stage
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import OutputError, write_files
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import OutputError, write_files
 
 display = Display()
 
@@ -85,7 +87,7 @@ class ActionModule(ActionBase):
         dest = os.path.abspath(os.path.expanduser(to_text(dest)))
         html_path = os.path.join(dest, 'report.html')
 
-        # The run's state: the fleet model (the nodes' hostvars, read once: plugin_utils/_fleet_model.py),
+        # The run's state: the fleet model (the nodes' hostvars, read once: plugin_utils/fleet/_fleet_model.py),
         # the benchmark's verdicts (the bench.json fabric_bench_judge wrote in this run), the
         # collective's result (from the first node that holds one).
         model = _fleet_model.read(task_vars.get('hostvars'), list(hosts), ('facts', 'run', 'collective'))

@@ -26,7 +26,8 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.six import string_types
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
 
 # The longest wait for a job: 30 days (a 1,024-node full mesh's budget, fabric_bench's

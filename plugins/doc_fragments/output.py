@@ -8,7 +8,7 @@ from __future__ import annotations
 class ModuleDocFragment(object):
 
     # The directory the controller-side writers (fabric_output, fabric_bench_judge, fabric_report_write)
-    # write into: one description of it, as plugin_utils/_files.py write_files treats it for all three.
+    # write into: one description of it, as plugin_utils/report/_files.py write_files treats it for all three.
     DOCUMENTATION = r'''
 options:
   dest:

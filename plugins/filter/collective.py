@@ -8,8 +8,10 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _fleet_model, _tasks
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
 def _model(name, hostvars, hosts, parts):
@@ -61,7 +63,7 @@ def collective_expected(hostvars, hosts, hcas=None):
 def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_per_node=None):
     """What role fabric_collective needs to know of its nodes, in one read: the collective's result (from
     the first node that holds one), the GPU count and address of each node, the GPU vendors, the ranks
-    per node and the expectation (plugin_utils/_tasks.py collective_fleet)."""
+    per node and the expectation (plugin_utils/fleet/_tasks.py collective_fleet)."""
     model = _model('collective_fleet', hostvars, hosts, ('facts', 'collective'))
     return _tasks.collective_fleet(model, launcher, expected_gbs, ranks_per_node)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails, _schedule
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _schedule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
 
 
 def bench_node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
@@ -58,7 +60,7 @@ def _model(name, hostvars, hosts):
 
 
 def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed=0):
-    """The fleet plan (plugin_utils/_bench.py fleet_plan) with what the rounds need of it, from one
+    """The fleet plan (plugin_utils/bench/_bench.py fleet_plan) with what the rounds need of it, from one
     read of the nodes: ``plans`` and ``rails`` (node -> its plan, its HCAs) of the nodes to test and
     ``summary`` (pair_schedule_summary of the rounds; no round when nothing runs). Role fabric_bench
     keeps it as one fact: a task's vars entry is templated again at every reference."""
@@ -78,7 +80,7 @@ def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed
 
 def bench_threshold_errors(given):
     """Why each of ``given`` ({variable: value}) is not a pair threshold, [] when all are: the check
-    action fabric_bench_judge makes (plugin_utils/_bench.py threshold), made before any pair runs."""
+    action fabric_bench_judge makes (plugin_utils/bench/_bench.py threshold), made before any pair runs."""
     if not isinstance(given, dict):
         raise AnsibleFilterError('bench_threshold_errors: expected a mapping of variable names to values')
     return _bench.threshold_errors(given)

@@ -11,9 +11,9 @@ from ansible.plugins.filter.core import to_nice_json
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a terminal may be shown
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what each HCA is for
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose  # the one judge of a port
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model  # the nodes' state, read from hostvars
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _tasks  # the playbooks' and roles' small helpers
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose  # the one judge of a port
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model  # the nodes' state, read from hostvars
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _tasks  # the playbooks' and roles' small helpers
 
 
 def _port_line(device, port):
@@ -62,7 +62,7 @@ def node_summary(host, ib, gdr):
 
 
 def _model(name, hostvars, hosts):
-    # A node's facts as the fleet model reads them from hostvars (plugin_utils/_fleet_model.py).
+    # A node's facts as the fleet model reads them from hostvars (plugin_utils/fleet/_fleet_model.py).
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError('%s: hosts must be a list of inventory names, got %s' % (name, type(hosts).__name__))
     try:
@@ -92,7 +92,7 @@ def fabric_facts_files(hostvars, hosts):
     return files
 
 
-# The playbooks' and roles' helpers that would otherwise be long Jinja (plugin_utils/_tasks.py).
+# The playbooks' and roles' helpers that would otherwise be long Jinja (plugin_utils/fleet/_tasks.py).
 def failure_record(failed, stage, task=None, unreachable=False):
     if not isinstance(stage, str) or not stage:
         raise AnsibleFilterError('failure_record: give the stage (validate, configure, benchmark, offline)')

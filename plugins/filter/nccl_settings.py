@@ -65,7 +65,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._nccl_env import recommend
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._nccl_env import recommend
 
 
 def nccl_settings(ib, gdr=None):

@@ -11,7 +11,8 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch, _fleet_model, _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _offline
 
 
 def offline_logs(files):

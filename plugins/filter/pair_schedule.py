@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _schedule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _schedule
 
 
 def pair_schedule(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate', round=None, expand=False, node=None):

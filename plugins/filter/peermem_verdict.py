@@ -41,7 +41,8 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 
 
 def _options(gdr):

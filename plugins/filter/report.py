@@ -8,7 +8,8 @@ from __future__ import annotations
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model, _html, _report, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report, _report_stage
 
 
 def fabric_report(hostvars, hosts, bench=None, collective=None, generated_at=None, options=None):

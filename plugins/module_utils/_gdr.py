@@ -375,7 +375,7 @@ def dmabuf_stands_in(vendor, dmabuf):
 
 # What blocks a peer-memory path, deepest root first (peer_verdict's ``blocker``) -> what the
 # peermem_verdict filter answers. A node says what blocks; the controller names the finding
-# (module_utils/_findings.py PEER_BLOCKER_CODES), so the registry never travels to a node.
+# (plugin_utils/diagnosis/_findings.py PEER_BLOCKER_CODES), so the registry never travels to a node.
 PEER_OUTCOMES = OrderedDict((
     ('mm_kobj_not_exported', 'kernel'),
     ('ofed_stale_build', 'rebuild'),
@@ -523,7 +523,7 @@ def read_gdr(sysroot, rdma_devices):
     ready, reasons, notes = assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf)
     # PCIe links below what both ends can do, and the IOMMU mode: they slow GPUDirect RDMA down
     # (or stop it, an IOMMU that translates), they do not make it impossible: notes, and the
-    # diagnosis judges them (plugin_utils/_pcie_rules.py).
+    # diagnosis judges them (plugin_utils/diagnosis/_pcie_rules.py).
     pcie_links = _pcie.read_links(sysroot, pci, gpus, nics)
     iommu = _pcie.read_iommu(sysroot, gpus, nics)
     for link in pcie_links:

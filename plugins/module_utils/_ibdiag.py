@@ -367,7 +367,7 @@ _DROPPED = {}
 def _ports_line(nodes, match):
     """One line of ``ibnetdiscover -p`` -> a link (its peer None when the port has no remote port).
     The GUIDs are port GUIDs: a switch's is its node GUID (all its ports share port 0's), a CA
-    port's is the GUID of that port, which host_ports() of plugin_utils/_fabric.py maps too."""
+    port's is the GUID of that port, which host_ports() of plugin_utils/diagnosis/_fabric.py maps too."""
     node_id = guid(match.group('guid'))
     lid, port = int(match.group('lid')), int(match.group('port'))
     desc = (match.group('desc') if match.group('desc') is not None else match.group('odesc')).strip()

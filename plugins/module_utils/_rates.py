@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Counter rates: the ONE place that says when an increase of a port's error counters
-between two reads is a fault. Used for the fabric's switch ports (plugin_utils/_fabric.py,
+between two reads is a fault. Used for the fabric's switch ports (plugin_utils/diagnosis/_fabric.py,
 two perfquery reads by ib_fabric_facts) and for the benchmark's per-round deltas
-(plugin_utils/_bench.py).
+(plugin_utils/bench/_bench.py).
 
 Rules (each verdict names the counter, the increase, the seconds and the rate):
   - ``flapping``: any increase of ``link_downed`` - the link went down and retrained

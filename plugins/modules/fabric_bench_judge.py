@@ -58,19 +58,19 @@ options:
   bw_ratio:
     description:
       - Share of the rail's nominal rate below which a pair's bandwidth is C(low). Unset or empty - C(BW_RATIO) of
-        C(plugins/plugin_utils/_bench.py). A number (a string such as V("0.9") from C(-e) is taken).
+        C(plugins/plugin_utils/bench/_bench.py). A number (a string such as V("0.9") from C(-e) is taken).
       - A threshold that is not a finite positive number fails the task (the same check as
         P(hpc.gpu_fabric.bench_threshold_errors#filter), which role C(fabric_bench) makes before any pair runs).
     type: raw
   gpu_ratio:
     description:
       - Share of the same pair's host-memory bandwidth below which a GPU-memory test is C(low). Unset or empty -
-        C(GPU_RATIO) of C(plugins/plugin_utils/_bench.py).
+        C(GPU_RATIO) of C(plugins/plugin_utils/bench/_bench.py).
     type: raw
   lat_max_us:
     description:
       - Typical latency in microseconds above which a latency test is C(low). Unset or empty - C(LAT_MAX_US) of
-        C(plugins/plugin_utils/_bench.py).
+        C(plugins/plugin_utils/bench/_bench.py).
     type: raw
   limit:
     description:

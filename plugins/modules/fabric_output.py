@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - Writes text files into a directory of the controller, the machine running C(ansible-playbook), whichever host
     the task runs for. The playbooks use it for C(collective.json), C(facts/<host>.json) and C(capture.json);
-    C(bench.json) and the report files are written the same way (the same code, C(plugins/plugin_utils/_files.py)) by
+    C(bench.json) and the report files are written the same way (the same code, C(plugins/plugin_utils/report/_files.py)) by
     M(hpc.gpu_fabric.fabric_bench_judge) and M(hpc.gpu_fabric.fabric_report_write).
   - Each file is written atomically - a temporary file in the same directory renamed over the old one - so a
     reader (a dashboard, a CI job collecting C(junit.xml)) never sees half a file. A file whose content and mode

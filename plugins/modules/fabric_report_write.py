@@ -12,7 +12,7 @@ version_added: 0.1.0
 description:
   - The report stage of C(playbooks/report.yml) in one task on the controller. Reads the nodes' facts, the stages
     they got through, their rescued task failures and unreachable marks from C(hostvars), once, through the fleet model
-    (C(plugins/plugin_utils/_fleet_model.py)); the collective's result from the first node that holds
+    (C(plugins/plugin_utils/fleet/_fleet_model.py)); the collective's result from the first node that holds
     C(fabric_collective_result), and the benchmark's verdicts from the C(bench.json) that this run's
     M(hpc.gpu_fabric.fabric_bench_judge) wrote (its result registered as C(gpu_fabric_bench) on the controller), where
     those ran. A C(bench.json) of an earlier run is never read; one that cannot be read (not a regular file, larger than

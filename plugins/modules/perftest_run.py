@@ -416,7 +416,7 @@ class ArgumentError(Exception):
 class SetupError(ArgumentError):
     """The test could not be set up on this node: the task fails, and its RV(failure) says why by kind
     (C(setup_failed): the beacon's port taken; C(tool_missing): no perftest), so that the judging tells a
-    benchmark that never reached the hardware from a device that failed (plugin_utils/_bench.py SETUP_KINDS)."""
+    benchmark that never reached the hardware from a device that failed (plugin_utils/bench/_bench.py SETUP_KINDS)."""
 
     def __init__(self, kind, message):
         super(SetupError, self).__init__(message)

@@ -25,7 +25,7 @@ called as the roles and plays call them:
                 their time together; worker_peak_rss_mib: the largest worker);
   judge       - bench_report over every node's records file (benchmark.yml, "Judge the pairs");
   diagnose    - fabric_report: _diagnose and report.json's content (report.yml);
-  report_json - report.json's text (plugin_utils/_report_stage.py report_json), written (fabric_report_write);
+  report_json - report.json's text (plugin_utils/report/_report_stage.py report_json), written (fabric_report_write);
   report_html - report_html, written;
   report_rest - report_markdown, report_junit, report_prometheus.
 (synth_facts and synth_nodes make the input and are printed too, marked "input": not controller work.)
@@ -231,7 +231,7 @@ _COLLECT = {}
 def _collect_node(host):
     """perftest_collect's work for one node, in a worker: its finished job's result (async_status's
     JSON), its records, its records file."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     work = _COLLECT['work']
     with open(os.path.join(work, 'results', host + '.json')) as handle:
         raw = json.load(handle)
@@ -305,8 +305,8 @@ def _writer(work, name, render):
 
 
 def stage_report_json(work, count, mode):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage
-    # As the report action writes it (plugin_utils/_report_stage.py report_json).
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
+    # As the report action writes it (plugin_utils/report/_report_stage.py report_json).
     return _writer(work, 'report.json', _report_stage.report_json)
 
 

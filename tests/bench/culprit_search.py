@@ -10,10 +10,10 @@ their noise margin is what the functional tests check on the simulator). For N i
 1024} nodes and k in {0, 1, 2, 5, 10} bad nodes (k <= N), TRIALS random placements each, plus
 pair-fault cases (one bad pair, with 0, 1 or 2 bad nodes beside it), three strategies:
 
-  rounds    - plugins/plugin_utils/_culprit_search.py, the default: the fewest rounds (every node
+  rounds    - plugins/plugin_utils/bench/_culprit_search.py, the default: the fewest rounds (every node
               in every round; bad groups split eight ways, small ones node by node beside a
               healthy reference, pairs by halving both sides of every candidate cross at once);
-  runs      - plugins/module_utils/_group_search.py (Hwang's adaptive group testing, k unknown):
+  runs      - plugins/plugin_utils/bench/_group_search.py (Hwang's adaptive group testing, k unknown):
               the fewest runs, for clusters where node time is billed;
   halving   - the search this replaced (halve every bad group, test both halves; a group of
               two or three nodes node by node with a cleared reference; pairs of suspects when
@@ -44,11 +44,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 try:
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
 except ImportError:     # run from the checkout without PYTHONPATH: the checkout's own link to itself
     sys.path.insert(0, os.path.join(REPO, '.collections'))
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
 
 NODES = (16, 64, 232, 1024)
 BAD = (0, 1, 2, 5, 10)

@@ -6,7 +6,7 @@
 
 Every fault of tests/sim/faults.py injected alone and in pairs on a profile it applies to,
 on one node beside PEERS healthy nodes of the same profile (the fleet faults, hca_missing and
-fw_mismatch, show only against peers: plugin_utils/_fleet.py); a case counts as right when
+fw_mismatch, show only against peers: plugin_utils/diagnosis/_fleet.py); a case counts as right when
 every injected fault's expected code is a root finding (explained_by null) on that node.
 Also, each with goal 0: findings above info on the fault-free profiles judged alone
 (``healthy_findings_above_info``) and as a fleet of PEERS + 1 identical nodes
@@ -34,7 +34,7 @@ import tempfile
 import time
 
 # Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 
@@ -56,7 +56,7 @@ EXPECTED = {
     'modules_not_persistent': ('HOST_MODULES_NOT_PERSISTENT', 'nvidia_h100_8x_ndr'),
     'hca_missing': ('FLEET_HW_MISSING', 'nvidia_h100_8x_ndr'),
     'fw_mismatch': ('FLEET_DIFFERS', 'nvidia_h100_8x_ndr'),
-    # RoCE lossless: plugin_utils/_roce_rules.py, _fleet.roce_qos.
+    # RoCE lossless: plugin_utils/diagnosis/_roce_rules.py, _fleet.roce_qos.
     'roce_trust_pcp': ('ROCE_TRUST_PCP', 'amd_mi300x_roce'),
     'roce_pfc_off': ('ROCE_PFC_OFF', 'amd_mi300x_roce'),
     'roce_ecn_off': ('ROCE_ECN_OFF', 'amd_mi300x_roce'),
@@ -65,13 +65,13 @@ EXPECTED = {
     'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
     'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
     'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
-    # PCIe links and the IOMMU: plugin_utils/_pcie_rules.py.
+    # PCIe links and the IOMMU: plugin_utils/diagnosis/_pcie_rules.py.
     'pcie_link_degraded': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
     'pcie_bridge_slow': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
     'iommu_translated': ('HOST_IOMMU_TRANSLATED', 'nvidia_h100_8x_ndr'),
 }
 # Healthy nodes of the faulty node's profile beside it: two, so that the peers hold a strict
-# majority of three (plugin_utils/_fleet.py MIN_MAJORITY).
+# majority of three (plugin_utils/diagnosis/_fleet.py MIN_MAJORITY).
 PEERS = 2
 # Faults on one HCA: the second fault of a pair goes to another HCA (on the same port, a
 # port that is down hides its rate and counters, rightly).
@@ -355,7 +355,7 @@ def _effects(host, node, fault_names, targets):
 def pair_bench(nodes, faults=None):
     """(_bench.report() of the synthetic mesh, {pair subject: [(fault, device)] that touched its test}).
     ``faults``: {host: (fault names, targets)}."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     plans = dict((host, _bench.node_plan(node.get('ib'), node.get('gdr'))) for host, node in nodes.items())
     effects = []
     for host, (names, targets) in (faults or {}).items():

@@ -30,7 +30,7 @@ import tempfile
 import time
 import tracemalloc
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.bench import diagnosis_accuracy
 from tests.sim import fabric as sim_fabric, tools_ibdiags
 

@@ -76,7 +76,7 @@ def _facts(root, host):
 
 
 def test_check_apply_idempotent(nodes):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._roce_rules import roce_findings
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._roce_rules import roce_findings
     dest, roots = nodes
     before = dict((h, tree_hash(r)) for h, r in roots.items())
     check = playbook(dest, '--check', '--diff')

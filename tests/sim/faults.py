@@ -208,7 +208,7 @@ def services_memlock_8m(profile, target):
     return {'file': '/etc/systemd/system.conf.d/99-memlock.conf'}
 
 
-# The modules nothing else loads at boot (plugin_utils/_diagnose.py PEER_MODULES, RDMA_USER_MODULES):
+# The modules nothing else loads at boot (plugin_utils/diagnosis/_diagnose.py PEER_MODULES, RDMA_USER_MODULES):
 # the peer-memory module everywhere, the RDMA user-space modules where MLNX OFED's openibd does not.
 _PEER_MODULES = ('nvidia_peermem', 'nv_peer_mem')
 _RDMA_USER_MODULES = ('ib_uverbs', 'ib_umad', 'rdma_ucm', 'ib_ipoib')
@@ -238,7 +238,7 @@ def hca_missing(profile, target):
     # An HCA that did not enumerate (no link training on the slot, a card that failed its
     # firmware load: mlx5_core never probes it) is in neither the PCI tree nor
     # /sys/class/infiniband; its ports, netdev and routes go with it. Nothing on the node
-    # itself looks wrong: only its peers show the gap (plugin_utils/_fleet.py).
+    # itself looks wrong: only its peers show the gap (plugin_utils/diagnosis/_fleet.py).
     profile['hcas'] = [h for h in profile['hcas'] if h is not hca]
     profile['pci'] = [dev for dev in profile['pci'] if dev['bdf'] != hca['pci']]
     return {'hca': hca['name'], 'bdf': hca['pci']}
@@ -455,7 +455,7 @@ CATALOG = {
             ("contains(gdr.host.modules_loaded, '{module}')", True),
             ("contains(keys(gdr.host.modules_persistent), '{module}')", False),
         ]),
-    # Faults only a comparison with the node's peers can see (plugin_utils/_fleet.py).
+    # Faults only a comparison with the node's peers can see (plugin_utils/diagnosis/_fleet.py).
     'hca_missing': _fault(hca_missing, 'An HCA did not enumerate: absent from the PCI tree and /sys/class/infiniband.', [
         ("length(ib.devices[?name=='{hca}'])", 0),
         ("length(gdr.nics[?name=='{hca}'])", 0),

@@ -26,7 +26,7 @@ import re
 
 import yaml
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE_PREFIXES = tuple(sorted(os.path.basename(path) for path in glob.glob(os.path.join(REPO, 'roles', '*'))))
@@ -90,7 +90,7 @@ def roles_md_variables():
 
 def plugin_names():
     return {os.path.splitext(os.path.basename(path))[0] for kind in ('modules', 'action')
-            for path in glob.glob(os.path.join(REPO, 'plugins', kind, '*.py')) if not path.endswith('__init__.py')}
+            for path in glob.glob(os.path.join(REPO, 'plugins', kind, '**', '*.py'), recursive=True) if not path.endswith('__init__.py')}
 
 
 def _ansible_files():
@@ -226,13 +226,13 @@ def test_every_variable_a_user_is_told_to_set_is_documented():
                 told.setdefault(name, set()).add(code.code)
     # Messages of the controller code: the gpu_fabric_* names in them, less the facts keys, the
     # prom metric names and the groups offline.yml makes.
-    metrics = set(re.findall(r'# TYPE (gpu_fabric_\w+)', _read(os.path.join(REPO, 'plugins', 'plugin_utils', '_report.py'))))
+    metrics = set(re.findall(r'# TYPE (gpu_fabric_\w+)', _read(os.path.join(REPO, 'plugins', 'plugin_utils', 'report', '_report.py'))))
     groups = set(re.findall(r'groups: (gpu_fabric_\w+)', _read(os.path.join(REPO, 'playbooks', 'offline.yml'))))
-    for path in glob.glob(os.path.join(REPO, 'plugins', 'plugin_utils', '*.py')):
+    for path in glob.glob(os.path.join(REPO, 'plugins', 'plugin_utils', '**', '*.py'), recursive=True):
         for name in set(re.findall(r'(?<![\w.])(gpu_fabric_[a-z0-9_]+)', _read(path))) - metrics - groups - facts_keys() - set(RUN_STATE):
             told.setdefault(name, set()).add(os.path.relpath(path, REPO))
     # -e name=value anywhere a user reads it.
-    for path in glob.glob(os.path.join(REPO, 'plugins', '*', '*.py')) + glob.glob(os.path.join(REPO, 'docs', '*.md')) \
+    for path in glob.glob(os.path.join(REPO, 'plugins', '**', '*.py'), recursive=True) + glob.glob(os.path.join(REPO, 'docs', '*.md')) \
             + [os.path.join(REPO, 'README.md')] + _ansible_files():
         for name in SET_ON_COMMAND_LINE.findall(_read(path)):
             told.setdefault(name, set()).add(os.path.relpath(path, REPO))
@@ -253,12 +253,12 @@ def test_docs_roles_md_lists_every_role_variable():
 def test_architecture_md_names_every_plugin_file_and_only_files_that_exist():
     text = _read(os.path.join(REPO, 'docs', 'architecture.md'))
     files = [path for kind in ('module_utils', 'plugin_utils', 'action', 'filter')
-             for path in glob.glob(os.path.join(REPO, 'plugins', kind, '*.py')) if not path.endswith('__init__.py')]
+             for path in glob.glob(os.path.join(REPO, 'plugins', kind, '**', '*.py'), recursive=True) if not path.endswith('__init__.py')]
     missing = sorted(os.path.relpath(path, REPO) for path in files if '`%s`' % os.path.basename(path) not in text
                      and not re.search(r'`[\w/]*/%s`' % re.escape(os.path.basename(path)), text))
     assert not missing, 'docs/architecture.md does not say what these files are: %s' % ', '.join(missing)
-    basenames = {os.path.basename(path) for path in glob.glob(os.path.join(REPO, 'plugins', '*', '*.py'))}
-    # A bare name is a file of plugins/*/; a path is relative to the repository or to plugins/.
+    basenames = {os.path.basename(path) for path in glob.glob(os.path.join(REPO, 'plugins', '**', '*.py'), recursive=True)}
+    # A bare name is a file below plugins/; a path is relative to the repository or to plugins/.
     gone = sorted(name for name in set(re.findall(r'`([\w/.]+\.py)`', text))
                   if not (any(os.path.exists(os.path.join(REPO, prefix, name)) for prefix in ('', 'plugins')) if '/' in name
                           else name in basenames))

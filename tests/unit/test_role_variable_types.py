@@ -179,7 +179,8 @@ def test_the_check_itself(expression, bad):
 
 
 def test_the_filters_that_get_them_raw_convert_strings(monkeypatch):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _offline
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
     from ansible_collections.hpc.gpu_fabric.plugins.filter import offline_bench
     assert _bench.thresholds({'bw_ratio': '0.5', 'gpu_ratio': '0.7', 'lat_max_us': '12'}) == {'bw_ratio': 0.5, 'gpu_ratio': 0.7, 'lat_max_us': 12.0}
     calls = []

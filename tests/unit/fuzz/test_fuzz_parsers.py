@@ -51,7 +51,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _sysroot
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.unit.fuzz import _mutate
 
 PER_PARSER = 10000
@@ -128,7 +129,7 @@ def _scratch_file():
 
 
 def _report_files(text):
-    """The baseline report.json and bench.json readers (plugin_utils/_report_stage.py): the
+    """The baseline report.json and bench.json readers (plugin_utils/report/_report_stage.py): the
     document, or ValueError saying why."""
     path = _scratch_file()
     with open(path, 'w', encoding='utf-8', errors='surrogateescape') as handle:
@@ -143,7 +144,7 @@ def _report_files(text):
 
 
 def _offline_names(text):
-    """The log names of an offline run (plugin_utils/_offline.py classify): a line a path."""
+    """The log names of an offline run (plugin_utils/fleet/_offline.py classify): a line a path."""
     return _offline.classify(text.splitlines())
 
 
@@ -212,20 +213,23 @@ COVERED = {
 
 
 def _public_parsers():
-    """{module: [name]} of the public parse_* functions and file readers of the two packages."""
+    """{module: [name]} of the public parse_* functions and file readers of the two packages and
+    plugin_utils' folders."""
     from ansible_collections.hpc.gpu_fabric.plugins import module_utils, plugin_utils
     found = {}
     for package in (module_utils, plugin_utils):
-        where = list(package.__path__)[0]
-        for file_name in sorted(os.listdir(where)):
-            if not file_name.endswith('.py') or file_name == '__init__.py':
-                continue
-            module = __import__('%s.%s' % (package.__name__, file_name[:-3]), fromlist=['x'])
-            names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__
-                     and (name.startswith('parse_') or name.endswith('from_log')
-                          or (package is plugin_utils and name.startswith('read_')) or name == 'classify' and file_name == '_offline.py')]
-            if names:
-                found[file_name[:-3]] = sorted(names)
+        top = list(package.__path__)[0]
+        for folder, _dirs, files in sorted(os.walk(top)):
+            dotted = '.'.join([package.__name__] + os.path.relpath(folder, top).split(os.sep)).replace('.' + os.curdir, '')
+            for file_name in sorted(files):
+                if not file_name.endswith('.py') or file_name == '__init__.py':
+                    continue
+                module = __import__('%s.%s' % (dotted, file_name[:-3]), fromlist=['x'])
+                names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__
+                         and (name.startswith('parse_') or name.endswith('from_log')
+                              or (package is plugin_utils and name.startswith('read_')) or name == 'classify' and file_name == '_offline.py')]
+                if names:
+                    found[file_name[:-3]] = sorted(names)
     return found
 
 

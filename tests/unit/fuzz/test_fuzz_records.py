@@ -22,7 +22,7 @@ import random
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 from tests.unit.conftest import fixture_text
 from tests.unit.fuzz import _mutate
 # A fixture (tmpfs when there is one), used as an argument.

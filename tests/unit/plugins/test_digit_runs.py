@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.report import fabric_report
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _ib, _nccl, _rails, _roce, _sysroot
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage, _roce_rules
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _roce_rules
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.sim import node_facts
 
 LENGTHS = (5000, 100000)
@@ -105,7 +106,7 @@ def test_report_of_a_snapshot_with_a_long_run(twelve, field, length):
 
 @pytest.mark.parametrize('length', LENGTHS)
 def test_schedule_arguments_of_a_long_run_are_refused_with_a_reason(length):
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _schedule
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _schedule
     nodes = ['a', 'b', 'c', 'd']
     with pytest.raises(_schedule.ScheduleError, match='k must be an integer'):
         _schedule.summary(nodes, mode='random', k='7' * length)

@@ -291,9 +291,11 @@ def _function_at(tree, lineno):
 
 def _module_names():
     for package in PACKAGES:
-        for name in sorted(os.listdir(os.path.join(PLUGINS, package))):
-            if name.endswith('.py') and name != '__init__.py':
-                yield package, name[:-3]
+        for folder, _dirs, files in sorted(os.walk(os.path.join(PLUGINS, package))):
+            dotted = os.path.relpath(folder, PLUGINS).replace(os.sep, '.')
+            for name in sorted(files):
+                if name.endswith('.py') and name != '__init__.py':
+                    yield dotted, name[:-3]
 
 
 SEARCHING = ('search', 'finditer', 'findall', 'sub', 'subn', 'split')

@@ -12,7 +12,7 @@ import yaml
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.collective import collective_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROLE_THRESHOLDS = {'fabric_bench': ('fabric_bench_bw_ratio', 'fabric_bench_gpu_ratio', 'fabric_bench_lat_max_us'),

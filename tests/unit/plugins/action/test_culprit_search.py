@@ -131,7 +131,7 @@ def test_the_facts_and_the_pairwise_records_are_read_here_not_passed_in(tmp_path
     """from_facts: the findings of the nodes' facts, as the report judges them, set their nodes
     aside; bench_pairs: the pairs this run's pairwise benchmark judged bad, from its records files
     (hostvars holds only their paths), are named without a search."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     plan = {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}, 'active_rate_gbps': {'mlx5_0': 400.0}, 'model': {}}
 
     def record(server, client, side, bw=None):
@@ -152,7 +152,7 @@ def test_the_facts_and_the_pairwise_records_are_read_here_not_passed_in(tmp_path
                          'fabric_bench_records_file': _bench.write_records(str(tmp_path), n, kept, 'r1'),
                          'fabric_bench_records_run': 'r1'}) for n, kept in records.items())
     findings = [{'host': 'n09', 'severity': 'error', 'layer': 'ib', 'code': 'IB_PORT_DOWN'}]
-    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._report_stage.from_model',
+    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._report_stage.from_model',
                     return_value={'findings': findings}) as from_model:
         result, _lines = run({'nodes': NODES, 'from_facts': 'true', 'bench_pairs': True}, Fleet(slow=['n09', 'n13']), hostvars=hostvars)
     model = from_model.call_args[0][0]
@@ -161,6 +161,6 @@ def test_the_facts_and_the_pairwise_records_are_read_here_not_passed_in(tmp_path
     assert search['known_pairs'] == [['n04', 'n05']]
     assert search['basis'].get('n09') == 'facts' and 'n13' in search['culprits']
     # Off (the string 'false' of -e): nothing is read, nothing set aside.
-    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._report_stage.from_model') as from_model:
+    with mock.patch('ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._report_stage.from_model') as from_model:
         result, _lines = run({'nodes': NODES, 'from_facts': 'false'}, Fleet(slow=['n09']), hostvars=hostvars)
     assert not from_model.called and result['search']['known_pairs'] == [] and result['search']['basis'] == {'n09': 'runs'}

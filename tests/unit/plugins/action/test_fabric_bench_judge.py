@@ -18,7 +18,9 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.hpc.gpu_fabric.plugins.action import fabric_bench_judge, fabric_report_write
 from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_bench import bench_report, bench_threshold_errors
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 
 PLAN = {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}, 'active_rate_gbps': {'mlx5_0': 400.0}, 'model': {}}
 

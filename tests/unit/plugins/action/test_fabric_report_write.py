@@ -18,7 +18,8 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.hpc.gpu_fabric.plugins.action.fabric_report_write import ActionModule
 from ansible_collections.hpc.gpu_fabric.plugins.filter.report import fabric_report
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.bench import diagnosis_accuracy
 
 FILES = ['gpu_fabric.prom', 'junit.xml', 'report.html', 'report.json', 'report.md']

@@ -11,7 +11,7 @@ import pytest
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 
 from ansible_collections.hpc.gpu_fabric.plugins.action import perftest_collect
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
 STEPS = [{'step': 1, 'round': 1, 'memory': 'host', 'tests': [
     {'side': 'client', 'server': 'a', 'client': 'b', 'rail': 0, 'server_hca': 'mlx5_0', 'client_hca': 'mlx5_0',

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The culprit_search_* filters as the role fabric_collective chains them, and the findings the
-search makes (plugins/plugin_utils/_search_findings.py)."""
+search makes (plugins/plugin_utils/diagnosis/_search_findings.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.collective import FilterModule
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._search_findings import search_findings
 
 F = FilterModule().filters()
 IB = {'devices': [{'name': 'mlx5_0', 'ports': [{'state': 'ACTIVE', 'rate_gbps': 400.0}]}]}

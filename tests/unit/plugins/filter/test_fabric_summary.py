@@ -11,7 +11,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_summary import fabric_facts_files, fabric_summary
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.sim import node_facts
 
 

@@ -8,7 +8,7 @@ failure is a finding, and a run that validated nothing fails closed."""
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.report import fabric_report
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report
 from tests.bench import diagnosis_accuracy
 
 

@@ -11,20 +11,20 @@ import re
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 from tests import docs_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PLUGINS = os.path.join(REPO, 'plugins')
 # The files whose rules make findings.
-RULES = ('plugins/plugin_utils/_diagnose.py', 'plugins/plugin_utils/_fleet.py',
-         'plugins/plugin_utils/_fabric.py',
+RULES = ('plugins/plugin_utils/diagnosis/_diagnose.py', 'plugins/plugin_utils/diagnosis/_fleet.py',
+         'plugins/plugin_utils/diagnosis/_fabric.py',
          # Culprit search (group testing): culprits, bad pairs, unresolved nodes.
-         'plugins/plugin_utils/_search_findings.py',
+         'plugins/plugin_utils/diagnosis/_search_findings.py',
          # RoCE lossless.
-         'plugins/plugin_utils/_roce_rules.py',
+         'plugins/plugin_utils/diagnosis/_roce_rules.py',
          # PCIe links and the IOMMU.
-         'plugins/plugin_utils/_pcie_rules.py')
+         'plugins/plugin_utils/diagnosis/_pcie_rules.py')
 CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 

@@ -12,8 +12,9 @@ import itertools
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.peermem_verdict import peermem_verdict
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _gdr
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 
 MODULE = {'nvidia': 'nvidia_peermem', 'metax': 'metax', 'amd': 'amdgpu'}
 COMBINATIONS = list(itertools.product(('nvidia', 'metax', 'amd'), (True, False), (True, False, None), (True, False, None),

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The culprit search by adaptive group testing (plugins/module_utils/_group_search.py), driven
+"""The culprit search by adaptive group testing (plugins/plugin_utils/bench/_group_search.py), driven
 round by round the way the role fabric_collective drives it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search as G
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import REGISTRY
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search as G
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import REGISTRY
 
 
 def _fleet(bad=(), pairs=()):

@@ -15,7 +15,9 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_summary import fabric_summary
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _fleet_model, _offline, _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.bench import diagnosis_accuracy
 
 # Clear the screen, ring the bell, a NUL, set the window title, reverse what follows, C1 CSI, DEL.

@@ -17,7 +17,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag, _nccl, _perftest, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fabric
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric
 from tests.sim import render
 from tests.unit.plugins.modules.utils import run_module
 
@@ -223,7 +223,7 @@ def test_a_collective_judged_on_capped_records_says_so(monkeypatch, tmp_path):
 
 
 def test_a_pair_judged_on_capped_rows_says_so(monkeypatch):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     from tests.unit.plugins.plugin_utils.test__bench import _mesh
     monkeypatch.setattr(_perftest, 'RESULTS_MAX', 2)
     parsed = _perftest.parse_output(fixture('perftest', 'aks_ib_write_bw_hdr_sweep_gbits.txt'))

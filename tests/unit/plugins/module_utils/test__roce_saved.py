@@ -197,7 +197,7 @@ def test_module_from_log(node, tmp_path, monkeypatch):
 
 def test_a_dscp_with_two_priorities_is_a_conflict_found_on_its_port(node, tmp_path):
     """dcb-app(8)'s own EXAMPLE output: DSCP 24 (CS3) listed to priorities 2 and 3. Kept, not collapsed."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _roce_rules
     app = [line for line in fixture('dcb', 'man7_dcb_app_conflicting_entries.txt').splitlines() if line.startswith('dscp-prio')][0]
     paths = [write(tmp_path, NETDEV + '.dcb_pfc.txt', fixture('dcb', 'talos_roce_dcb_pfc_one_line_prio3.txt')),
              write(tmp_path, NETDEV + '.dcb_app.txt', app + '\n')]

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _schedule
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._schedule import ScheduleError, schedule, summary
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _schedule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench._schedule import ScheduleError, schedule, summary
 
 RAILS = ['mlx5_%d' % index for index in range(8)]
 LARGE = [255, 256, 999, 1000]

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
 
 def facts(sim_root, profile, *fault_names):
@@ -228,7 +228,7 @@ def test_node_plan_keeps_active_rates_and_models(sim_root):
 def test_a_1x_port_is_low_and_explained_by_its_rate_on_its_own_rail():
     """Issue 22: a 1X link's 97 Gb/s cells were green on a 400 Gb/s rail. Three nodes, b's rail 0 at 1X:
     its pairs on rail 0 are BENCH_PAIR_LOW explained by IB_RATE_DEGRADED on b's mlx5_0; the other rails are ok."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
     from tests.bench import diagnosis_accuracy
     healthy = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr')
     degraded = diagnosis_accuracy.node_facts('nvidia_h100_8x_ndr', ('rate_degraded_1x',))
@@ -298,7 +298,7 @@ def test_report_keeps_a_pair_whose_client_node_was_lost():
 
 
 def test_fleet_plan_leaves_out_what_cannot_run_and_says_why():
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._bench import fleet_plan
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench._bench import fleet_plan
     found = {'status': 'skipped', 'skipped': True, 'cmd': ['/usr/bin/ib_write_bw']}
     missing = {'failed': True, 'msg': 'ib_write_bw not found on PATH: install perftest'}
     plan = fleet_plan({'a': {'plan': {'hcas': ['mlx5_0']}, 'tool': found},

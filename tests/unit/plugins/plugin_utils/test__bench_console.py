@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 from tests.bench import controller_scale
 
 

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 from tests.unit import special_files
 from tests.unit.plugins.plugin_utils.test__bench import _mesh
 
@@ -107,7 +107,7 @@ def test_the_caps_hold_a_1024_node_full_mesh_with_every_message_size():
 
 @pytest.mark.parametrize('levels', [0, 1, 15, 16, 17, 40])
 def test_the_depth_limit_is_exact_for_lists_and_mappings(levels):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._bench import _deeper_than
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench._bench import _deeper_than
     value = 'leaf'
     for level in range(levels):
         value = [1, value] if level % 2 else {'a': 1, 'b': value}

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPLIT = os.path.join(HERE, '..', '..', '..', 'fixtures', 'real', 'h200x4-split')
@@ -165,7 +165,7 @@ def test_libibverbs_missing_is_read_from_the_log():
 
 
 def _iommu_root(host):
-    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
     return F.finding(F.HOST_IOMMU_TRANSLATED, host, 'iommu', {}, 'the IOMMU translates DMA', at=[('node', host)])
 
 

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The culprit search in the fewest rounds (plugins/plugin_utils/_culprit_search.py), driven round
+"""The culprit search in the fewest rounds (plugins/plugin_utils/bench/_culprit_search.py), driven round
 by round as the culprit_search action drives it; strategy 'runs' through the same interface."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import random
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search as C
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search as C
 
 
 def _fleet(bad=(), pairs=()):

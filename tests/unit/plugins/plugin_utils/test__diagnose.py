@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _host
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.bench import diagnosis_accuracy
 
 

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Fabric rules (plugin_utils/_fabric.py), the counter-rate rules (module_utils/_rates.py) and
+"""Fabric rules (plugin_utils/diagnosis/_fabric.py), the counter-rate rules (module_utils/_rates.py) and
 the fabric's HTML view, on the simulated fat tree (tests/sim/fabric.py) and on hand-made facts."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _fabric, _html, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fabric
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 from tests.bench import diagnosis_accuracy
 
 
@@ -104,7 +105,7 @@ def test_rates_rules():
 
 
 def test_bench_counter_deltas_use_the_rate_rules():
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     before = {'devices': [{'name': 'mlx5_0', 'ports': [{'counters_read_at': 100.0, 'counters': {'link_downed': 0, 'symbol_error': 0}}]}]}
     after = {'devices': [{'name': 'mlx5_0', 'ports': [{'counters_read_at': 110.0, 'counters': {'link_downed': 1, 'symbol_error': 2}}]}]}
     assert _bench.counter_seconds(before, after, 'mlx5_0') == 10.0

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _fabric
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fabric
 from tests.bench import diagnosis_accuracy
 from tests.sim import fabric as sim_fabric, tools_ibdiags
 

@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings, _rails
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import roce_active_mtu
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _fleet
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fleet
 from tests.sim import node_facts
 
 
@@ -268,7 +269,7 @@ def test_missing_hca_explains_the_failed_pair_and_the_culprit():
 
 def test_no_circular_import():
     # Each module imports on its own, in a fresh interpreter, whichever comes first.
-    for module in ('_fleet', '_diagnose'):
+    for module in ('diagnosis._fleet', 'diagnosis._diagnose'):
         subprocess.run([sys.executable, '-c', 'import ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.%s' % module],
                        check=True)
 

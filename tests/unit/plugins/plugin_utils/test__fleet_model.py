@@ -15,7 +15,7 @@ import tokenize
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter import collective, fabric_bench, fabric_summary, report
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _fleet_model
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 IB = {'devices': [{'name': 'mlx5_0', 'ports': [{'port': 1, 'state': 'ACTIVE', 'link_layer': 'InfiniBand', 'rate_gbps': 400.0}]}]}
@@ -44,7 +44,7 @@ def test_every_part_of_a_node_in_plain_data_and_nothing_copied():
     # Facts referenced, not copied; only those the node has.
     assert a['facts']['ib'] is IB and a['facts']['gdr'] is GDR and sorted(a['facts']) == ['fabric', 'gdr', 'ib']
     assert a['address'] == '10.0.0.1' and b['address'] is None
-    # Only what a reader uses: the GPU count is the collective's (plugin_utils/_tasks.py collective_fleet).
+    # Only what a reader uses: the GPU count is the collective's (plugin_utils/fleet/_tasks.py collective_fleet).
     assert 'gpus' not in a and 'offline_lost' not in b
     assert a['stages'] == ['validate', 'benchmark'] and b['stages'] == [] and a['failures'] == []
     assert b['failures'] == [{'stage': 'validate', 'msg': 'x'}, {'msg': 'a plain string'}]
@@ -173,7 +173,7 @@ def test_no_other_file_of_plugins_indexes_hostvars():
             after = tokens[index + 1].string if index + 1 < len(tokens) else ''
             if after in ('[', '.') or before == 'in':
                 offenders.append('%s:%d' % (os.path.relpath(path, REPO), token.start[0]))
-    assert not offenders, 'hostvars indexed outside plugins/plugin_utils/_fleet_model.py: %s' % ', '.join(offenders)
+    assert not offenders, 'hostvars indexed outside plugins/plugin_utils/fleet/_fleet_model.py: %s' % ', '.join(offenders)
     # The check sees what it looks for.
     tokens = [t.string for t in tokenize.generate_tokens(io.StringIO("x = hostvars[h] if h in hostvars else {}\n").readline)]
     assert tokens.count('hostvars') == 2

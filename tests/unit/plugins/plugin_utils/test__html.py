@@ -11,7 +11,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 from tests.bench import diagnosis_accuracy
 
 
@@ -138,7 +139,7 @@ def test_per_node_collective_is_a_table_of_nodes_against_their_peers():
 def test_a_1x_ports_cells_are_not_green_and_name_the_port():
     """Issue 22: a 1X link's 97 Gb/s cells were green on a 400 Gb/s rail. Judged by _bench.report against
     the rail's nominal rate, its cells are low and their tooltips name the port (escaped: names are untrusted)."""
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
     bad = 'x<b>&"1x'
     plans = {'a': {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}}, 'b': {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 400.0}},
              bad: {'hcas': ['mlx5_0'], 'rate_gbps': {'mlx5_0': 100.0}}}

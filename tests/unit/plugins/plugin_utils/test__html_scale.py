@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 
 RAILS = 8
 

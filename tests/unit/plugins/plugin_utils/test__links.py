@@ -11,8 +11,8 @@ import copy
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.bench import diagnosis_accuracy
 
 

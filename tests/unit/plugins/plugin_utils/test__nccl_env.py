@@ -17,7 +17,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.nccl_settings import nccl_settings
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._nccl_env import recommend
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._nccl_env import recommend
 from tests.sim import node_facts
 
 H100_HCA = '=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1'

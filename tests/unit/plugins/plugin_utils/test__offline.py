@@ -14,7 +14,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.offline_bench import offline_logs
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 
 PLANS = {
     'gpu_node_1': {'hcas': ['mlx5_0', 'mlx5_1'], 'rate_gbps': {'mlx5_0': 400.0, 'mlx5_1': 400.0},

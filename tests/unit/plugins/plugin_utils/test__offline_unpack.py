@@ -20,7 +20,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _host
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 
 
 def _info(name, kind=tarfile.REGTYPE, data=None, **attrs):
@@ -280,7 +280,7 @@ def test_a_parser_crash_is_a_listed_file_not_a_lost_run():
 
 def test_a_report_with_only_unreadable_logs_and_a_refused_snapshot_renders():
     from ansible_collections.hpc.gpu_fabric.plugins.filter import report as report_filter
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html, _report
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
     collective = _offline.collective_result([{'item': '/l/x.log', 'failed': True, 'msg': 'boom'}], {})
     failure = {'stage': 'offline', 'task': 'Unpack each snapshot into its node root', 'msg': 'snapshot n1.tar.gz refused: x'}
     report = report_filter.fabric_report({'n1': {'gpu_fabric_failures': [failure]}}, ['n1'], None, collective, 'now')

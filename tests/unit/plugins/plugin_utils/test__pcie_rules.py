@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""PCIE_LINK_DEGRADED and HOST_IOMMU_TRANSLATED (plugin_utils/_pcie_rules.py): one finding per fault,
+"""PCIE_LINK_DEGRADED and HOST_IOMMU_TRANSLATED (plugin_utils/diagnosis/_pcie_rules.py): one finding per fault,
 on the places whose traffic crosses it, over simulated nodes read by gdr_facts' own readers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _pcie_rules
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _pcie_rules
 from tests.bench import diagnosis_accuracy
 
 H100 = 'nvidia_h100_8x_ndr'

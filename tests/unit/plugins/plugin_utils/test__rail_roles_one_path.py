@@ -15,8 +15,9 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter.fabric_bench import bench_node_plan
 from ansible_collections.hpc.gpu_fabric.plugins.filter.report import fabric_report
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F, _rails
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _fleet
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fleet
 from tests.sim import node_facts
 
 

@@ -10,7 +10,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report
 from tests.bench import diagnosis_accuracy
 
 
@@ -154,6 +155,6 @@ def test_prometheus_label_values_are_escaped(hostile):
 
 
 def test_html_escapes_the_hostile_report(hostile):
-    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _html
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html
     page = _html.render(hostile)
     assert 'alert(1)</script>' not in page and 'alert(2)</script>' not in page and page.count('<script>') == 1

@@ -15,7 +15,7 @@ import pytest
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _report_stage
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 
 
 class Facts(Mapping):

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""RoCE lossless rules (plugin_utils/_roce_rules.py), the fleet attribute and NCCL_IB_TC."""
+"""RoCE lossless rules (plugin_utils/diagnosis/_roce_rules.py), the fleet attribute and NCCL_IB_TC."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _nccl_env, _roce_rules
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _nccl_env, _roce_rules
 from tests.sim import node_facts
 
 

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""plugin_utils/_tasks.py and _bench.plan_line: each gives what the Jinja it replaced gave (the
+"""plugin_utils/fleet/_tasks.py and _bench.plan_line: each gives what the Jinja it replaced gave (the
 expressions below are the ones the playbooks and roles held, rendered with jinja2 and the few
 Ansible tests and filters they used), and the filters check their arguments."""
 
@@ -18,7 +18,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.hpc.gpu_fabric.plugins.filter import collective as collective_filters
 from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_bench as bench_filters
 from ansible_collections.hpc.gpu_fabric.plugins.filter import fabric_summary as summary_filters
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tasks
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _tasks
 
 
 def _jinja(source, **variables):

@@ -15,7 +15,9 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts, perftest_watch
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _boot_script, _html, _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _boot_script
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html
 from tests.unit.plugins.modules.utils import run_module
 
 HOSTILE = "eth0\ntouch /tmp/gpu_fabric_pwned; x='"

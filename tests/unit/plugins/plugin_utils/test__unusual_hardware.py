@@ -12,8 +12,10 @@ import copy
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _group_search, _rails, _schedule
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _diagnose, _fleet, _nccl_env, _roce_rules
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search, _schedule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fleet, _nccl_env, _roce_rules
 from tests.sim import node_facts
 
 

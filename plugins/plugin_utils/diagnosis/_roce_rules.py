@@ -11,8 +11,8 @@ to IB_PORT_DOWN. What could not be read is ROCE_QOS_UNKNOWN, never a pass.
 
 from __future__ import annotations
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # which ports carry compute traffic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority

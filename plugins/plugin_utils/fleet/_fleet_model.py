@@ -32,7 +32,7 @@ and per node (each part only where it was asked for, ``parts``):
                   where it set none (it did not answer).
 
 Nothing is copied: the values are the ones hostvars hold (read-only by convention), records stay
-in their files (plugin_utils/_bench.py reads them one node at a time), and a part that was not
+in their files (plugin_utils/bench/_bench.py reads them one node at a time), and a part that was not
 asked for is not read.
 
 How: what the nodes' modules, register and set_fact left is read where Ansible keeps it (its fact
@@ -243,7 +243,7 @@ def facts_of(model, name):
 
 def bench_nodes(model):
     """{host: {'plan', 'records' or 'records_file' and 'run_id'}} of the known nodes: what
-    plugin_utils/_bench.py report() judges."""
+    plugin_utils/bench/_bench.py report() judges."""
     nodes = {}
     for host in known(model):
         bench = model['nodes'][host]['bench']

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench  # which failed pairs never reached the hardware
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench  # which failed pairs never reached the hardware
 
 # opensm's SMInfo states (IBTA Vol 1 14.4.1, SMInfo:SMState): 3 is MASTER, 2 STANDBY, 1 DISCOVERING, 0 NOT-ACTIVE.
 SM_MASTER, SM_DISCOVERING, SM_NOTACTIVE = 3, 1, 0

@@ -14,19 +14,19 @@ the symptoms it causes, not twenty symptoms.
 
 from __future__ import annotations
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import LAYERS, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, natural_key, peer_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fleet import fleet_findings
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._search_findings import search_findings
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._fabric import fabric_findings, routes as fabric_routes  # fabric beyond the node
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._roce_rules import roce_findings  # RoCE lossless
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._pcie_rules import iommu_findings, pcie_findings  # PCIe links, IOMMU
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._fleet import fleet_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._search_findings import search_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._fabric import fabric_findings, routes as fabric_routes  # fabric beyond the node
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._roce_rules import roce_findings  # RoCE lossless
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._pcie_rules import iommu_findings, pcie_findings  # PCIe links, IOMMU
 
 # NCCL_NET_GDR_LEVEL default (PXB, module_utils/_gdr.py): a GPU farther from its NIC than this is not used for GDR.
 FAR = BEYOND_GDR_LEVEL
@@ -735,7 +735,7 @@ def _collective_interconnect(transport, name):
 
 # ---------------------------------------------------------------------------- roots and symptoms
 
-# Which codes a root explains, and when: the registry's (module_utils/_findings.py); where: F.on_path.
+# Which codes a root explains, and when: the registry's (plugin_utils/diagnosis/_findings.py); where: F.on_path.
 EXPLAINS = F.EXPLAINS
 # A pair's symptoms (bench_findings), judged again per device when no root on their path explains them.
 PAIR_SYMPTOMS = (F.BENCH_PAIR_FAILED, F.BENCH_PAIR_LOW, F.BENCH_GPU_MEMORY_LOW, F.BENCH_GPU_MEMORY_FAILED)

@@ -5,7 +5,7 @@
 """The registry of finding codes: the one place that says, per code, its layer, its severity,
 what it explains, what fixes it and what it means.
 
-The rules (plugins/plugin_utils/_diagnose.py, _fleet.py, ...) make findings through ``finding()``, which refuses a code not registered here and
+The rules (plugins/plugin_utils/diagnosis/_diagnose.py, _fleet.py, ...) make findings through ``finding()``, which refuses a code not registered here and
 takes the layer, the severity and the remedy from here; ``link_causes`` reads EXPLAINS; the
 codes table of docs/report.md is ``markdown_rows()`` (tests/unit/plugins/module_utils/test__findings.py
 compares them).
@@ -35,7 +35,7 @@ REGISTRY = OrderedDict()
 
 def _failed_side(symptom):
     """The failure a pair's symptom names as its cause: ``evidence.failed_side`` (the judging's
-    plugin_utils/_bench.py failure_cause: the server's own failure where the client only saw its
+    plugin_utils/bench/_bench.py failure_cause: the server's own failure where the client only saw its
     effect), else the client's ``evidence.failure``; {} where neither is a mapping."""
     evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
     for name in ('failed_side', 'failure'):
@@ -129,7 +129,7 @@ IB_ERRORS_UNDER_LOAD = _register(
     'replace the cable or transceiver of %(hca)s on %(host)s',
     explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
 
-# ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/_roce_rules.py)
+# ---------------------------------------------------------------------------- RoCE lossless (plugin_utils/diagnosis/_roce_rules.py)
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
 
 
@@ -151,7 +151,7 @@ def _qos_parts_missing_only(symptom):
 
 
 # A node's lossless settings unlike its peers' only where a ROCE_* fault of the node is (the fleet
-# comparison, plugin_utils/_fleet.py roce_qos, names the same ports): one fault, one root. A part
+# comparison, plugin_utils/diagnosis/_fleet.py roce_qos, names the same ports): one fault, one root. A part
 # set otherwise (PFC on priority 4 where the peers use 3) is a difference of its own.
 _ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (_qos_parts_missing_only, 'roce_qos, only the parts the ROCE finding names'))
 # Not COLLECTIVE_NODE_SLOW: a node's own collective runs over its GPUs' interconnect (its path is the
@@ -202,7 +202,7 @@ ROCE_CONGESTION = _register(
     'check PFC on the switch ports of %(subject)s (pause counters: ethtool -S IF | grep prio3_pause) and the lossless '
     'findings; clear the counters and watch whether they rise under load', explains=('BENCH_PAIR_LOW',))
 
-# ---------------------------------------------------------------------------- fleet (plugin_utils/_fleet.py)
+# ---------------------------------------------------------------------------- fleet (plugin_utils/diagnosis/_fleet.py)
 # The remedy is the compared attribute's (_fleet.ATTRIBUTES).
 FLEET_HW_MISSING = _register(
     'FLEET_HW_MISSING', ('ib', 'ib_gpu'), 'error',
@@ -268,7 +268,7 @@ GPU_NIC_FAR = _register(
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
     remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'}, gpu_memory=True)
 # A PCIe link on the way of an HCA or a GPU trained below what both of its ends can do
-# (plugin_utils/_pcie_rules.py; facts gdr.pcie_links, module_utils/_pcie.py): every byte through it
+# (plugin_utils/diagnosis/_pcie_rules.py; facts gdr.pcie_links, module_utils/_pcie.py): every byte through it
 # crawls, host memory and GPU memory alike for an HCA's link, GPU memory for a GPU's.
 PCIE_LINK_DEGRADED = _register(
     'PCIE_LINK_DEGRADED', 'ib_gpu', 'error',
@@ -365,7 +365,7 @@ BENCH_NOT_RUN = _register(
     'BENCH_NOT_RUN', 'benchmark', 'error',
     'fewer than two nodes could run the mesh: nothing was tested, `evidence.skipped` says why',
     'see the nodes\' findings; the mesh needs two or more nodes with an ACTIVE RDMA port and perftest (%(test)s) installed')
-# Pair tests that never reached the hardware (plugin_utils/_bench.py not_reached): the benchmark could not set
+# Pair tests that never reached the hardware (plugin_utils/bench/_bench.py not_reached): the benchmark could not set
 # them up, so they say nothing of any device and no device verdict follows from them; the run is what failed.
 BENCH_RUN_BROKEN = _register(
     'BENCH_RUN_BROKEN', 'benchmark', 'error',
@@ -375,7 +375,7 @@ BENCH_RUN_BROKEN = _register(
     'free what the causes name (another benchmark run, a leftover perftest server: ss -ltnp on the node) or give the '
     'benchmark free ports (fabric_bench_beacon_port, fabric_bench_base_port), install perftest where it is missing, and '
     'run the benchmark again: these pairs were not tested', scope='run')
-# Records of a node's benchmark that could not be placed in a pair (plugin_utils/_bench.py record_problem): dropped
+# Records of a node's benchmark that could not be placed in a pair (plugin_utils/bench/_bench.py record_problem): dropped
 # so that the other pairs are judged, but the tests they held were not judged at all, so the run fails closed.
 BENCH_RECORDS_MALFORMED = _register(
     'BENCH_RECORDS_MALFORMED', 'benchmark', 'error',
@@ -464,7 +464,7 @@ COLLECTIVE_NODE_SLOW = _register(
 COLLECTIVE_SUSPECT = _register(
     'COLLECTIVE_SUSPECT', 'collective', 'warning', 'the search could not clear or name this node',
     'give fabric_collective a known-good reference node')
-# Culprit search by group testing (plugins/module_utils/_group_search.py): a fault between two nodes.
+# Culprit search by group testing (plugins/plugin_utils/bench/_group_search.py): a fault between two nodes.
 COLLECTIVE_PAIR_SLOW = _register(
     'COLLECTIVE_PAIR_SLOW', 'collective', 'error',
     'the culprit search: runs with both nodes are bad, each node runs healthy without the other (a link or route between them)',
@@ -477,7 +477,7 @@ COLLECTIVE_NOT_RUN = _register(
     'run playbooks/benchmark.yml --tags fabric_collective on the nodes of one GPU vendor')
 
 # ---------------------------------------------------------------------------- fabric beyond the node
-# Rules: plugins/plugin_utils/_fabric.py (rates: module_utils/_rates.py). A switch port whose other end
+# Rules: plugins/plugin_utils/diagnosis/_fabric.py (rates: module_utils/_rates.py). A switch port whose other end
 # is a node's HCA is that node's finding, so the node's own symptoms on it are one root cause.
 _FABRIC_PORT_SYMPTOMS = ('IB_ERROR_COUNTERS', 'IB_ERRORS_UNDER_LOAD', 'BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED',
                          'COLLECTIVE_CULPRIT')
@@ -590,7 +590,7 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
     a root without places would explain nothing."""
     entry = REGISTRY.get(code)
     if entry is None:
-        raise ValueError('finding code %r is not registered in plugins/module_utils/_findings.py' % (code,))
+        raise ValueError('finding code %r is not registered in plugins/plugin_utils/diagnosis/_findings.py' % (code,))
     severity = severity or entry.severity
     if severity != entry.severity and severity not in entry.other:
         raise ValueError('%s: severity %r is not registered' % (code, severity))

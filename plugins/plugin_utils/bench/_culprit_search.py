@@ -33,7 +33,7 @@ reserved anyway. So every node works in every round:
 
 The cost in runs stays within 3 x (k x ceil(log2(N / k)) + 2k) for k bad nodes among N
 (tests/bench/culprit_search.py). Where node time is billed, strategy 'runs'
-(module_utils/_group_search.py, Hwang's generalized binary splitting) needs about a third of the
+(plugin_utils/bench/_group_search.py, Hwang's generalized binary splitting) needs about a third of the
 runs and several times the rounds.
 
 Verdicts come from _collective.judge: this module only asks whether a run was bad
@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
 
 STRATEGIES = ('rounds', 'runs')
 DEFAULT_STRATEGY = 'rounds'

@@ -7,7 +7,7 @@ fabric_report_write (playbooks/report.yml) runs, and the filters of plugins/filt
 call, one code path for both.
 
 - from_model: the nodes' facts, stage marks, rescued failures and unreachable marks (the fleet model,
-  plugin_utils/_fleet_model.py) -> report.json's content;
+  plugin_utils/fleet/_fleet_model.py) -> report.json's content;
 - read_bench: the benchmark's verdicts from the bench.json the action fabric_bench_judge wrote;
 - read_baseline, with_drift: the drift against a baseline report.json, read bounded, as a regular file;
 - render: every file of the report (report.json, report.html, report.md, junit.xml, gpu_fabric.prom);
@@ -22,9 +22,10 @@ import uuid
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _printable, _rails
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _diagnose, _html, _nccl_env, _report
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _nccl_env
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 
 # report.json is indented, a line per pair test, up to 100,000 pair tests (a full mesh of 112 nodes x 8
 # rails x 2 memories); beyond, one line, the least the file and the memory to write it can be (a 256-node
@@ -41,7 +42,7 @@ MATCHED_SHOWN = 20
 
 
 def from_model(model, bench=None, collective=None, generated_at=None, options=None):
-    """report.json's content for the nodes of ``model`` (plugin_utils/_fleet_model.py read(), parts
+    """report.json's content for the nodes of ``model`` (plugin_utils/fleet/_fleet_model.py read(), parts
     facts and run), in its order; ``collective``: the collective's result (None: none ran)."""
     nodes, unreachable, stages, failures = {}, {}, {}, {}
     for host in model['hosts']:

@@ -28,7 +28,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails, storage, management
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import DEFAULT_GDR_LEVEL, dmabuf_stands_in, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules  # NCCL_IB_TC
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _roce_rules  # NCCL_IB_TC
 
 # gdr_facts distance class -> NCCL path type. NCCL has no NODE: its topology has one CPU node
 # per NUMA node, so a path through two host bridges of the same NUMA node is PHB to it.

@@ -14,8 +14,8 @@ other not); the IOMMU on the node.
 
 from __future__ import annotations
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pcie import link_words
 
 

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _nccl_env
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _roce_rules  # qos_signature, qos_text
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _nccl_env
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _roce_rules  # qos_signature, qos_text
 
 # One node against another names no culprit: with two nodes (or a tie) either may be the odd one.
 MIN_MAJORITY = 3

@@ -133,7 +133,7 @@ def _number(value, kind):
 
 
 def collective_fleet(model, launcher=None, expected_gbs=None, ranks_per_node=None):
-    """What role fabric_collective reads of its nodes, from the fleet model (plugin_utils/_fleet_model.py,
+    """What role fabric_collective reads of its nodes, from the fleet model (plugin_utils/fleet/_fleet_model.py,
     parts facts and collective): ``gpus`` (the GPUs of each node, in the model's order: 0 without GPU
     facts), ``min_gpus`` (the fewest), ``ranks`` (``ranks_per_node`` where given, else ``min_gpus``:
     the ranks per node of a fleet run), ``vendors`` (sorted), ``names`` ({node: the name mpirun/srun

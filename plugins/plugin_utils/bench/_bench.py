@@ -24,7 +24,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bo
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a console line may hold
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails in position order
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils._files import write_atomic
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import write_atomic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
 # Which perftest flag puts the buffer on which vendor's GPU.
@@ -866,7 +866,7 @@ NOT_REACHED = 'no node reached the benchmark stage (unreachable, or failed befor
 
 
 def judge(nodes, fleet, options=None):
-    """report() of ``nodes`` (plugin_utils/_fleet_model.py bench_nodes), with what was not tested and
+    """report() of ``nodes`` (plugin_utils/fleet/_fleet_model.py bench_nodes), with what was not tested and
     why from ``fleet`` (role fabric_bench's fleet plan: fleet_plan(); None when no node reached the
     benchmark, which fails closed as skipped)."""
     result = report(nodes, options or {})

@@ -2,13 +2,13 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Findings of the culprit search (plugins/module_utils/_group_search.py, role fabric_collective):
+"""Findings of the culprit search (plugins/plugin_utils/bench/_group_search.py, role fabric_collective):
 the nodes it named, the pairs of nodes bad only together, the nodes it could neither clear nor name."""
 
 from __future__ import annotations
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 
 
 def search_findings(search):

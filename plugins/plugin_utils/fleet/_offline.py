@@ -31,7 +31,8 @@ import zlib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _bench, _tasks
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _tasks
 
 # Names and HCAs may hold single underscores (gpu_node_1, mlx5_1); '__' separates the fields.
 _NAME_MAX = 255

@@ -21,7 +21,8 @@ import re
 from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _culprit_search, _fabric
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric
 
 SCHEMA = 'hpc.gpu_fabric/report'
 SCHEMA_VERSION = 1
