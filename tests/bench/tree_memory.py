@@ -55,7 +55,7 @@ def _memory_kib(pid):
     try:
         with open('/proc/%s/smaps_rollup' % pid) as handle:
             for line in handle:
-                key, _, rest = line.partition(':')
+                key, _sep, rest = line.partition(':')
                 if key in ('Pss', 'Rss'):
                     values[key] = int(rest.split()[0])
     except (IOError, OSError, ValueError):
