@@ -108,10 +108,9 @@ gf_venv() {
 # The file that marks a venv of gf_venv_compat (and holds its requirements' stamp).
 GF_COMPAT_STAMP=.gf-compat.sha256
 
-# What the playbooks need on the controller besides ansible-core (jmespath: the report's
-# queries; netaddr: address filters; PyYAML: the simulator's profiles), as in
-# requirements-dev.txt.
-GF_CONTROLLER_REQUIREMENTS=(jmespath netaddr pyyaml)
+# What the playbooks need on the controller besides ansible-core: meta/ee-requirements.txt, the list
+# an execution environment gets from meta/execution-environment.yml (comments and blank lines dropped).
+mapfile -t GF_CONTROLLER_REQUIREMENTS < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$REPO/meta/ee-requirements.txt")
 
 # gf_venv_compat DIR SPEC [PYTHON] : create or update a virtualenv at DIR with only the
 # ansible-core of pip requirement SPEC (e.g. 'ansible-core==2.16.*') and
