@@ -81,3 +81,24 @@ def test_a_limit_that_keeps_every_node_runs_the_benchmark(tmp_path):
     assert 'not run: ' not in result.stdout
     assert report['bench']['skipped'] is None and len(report['bench']['pairs']) == 3, report['bench']
     assert not [f for f in report['findings'] if f['code'] in ('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN')], report['findings']
+
+
+def test_a_limit_without_localhost_is_refused_before_any_node_is_touched(tmp_path):
+    """The judging and the report run on the controller (plays on localhost), which --limit filters like any host: a
+    limit of nodes only is refused at the start, naming the fix, before a fact is read or a node is changed."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr'} for i in (1, 2)]}
+    inventory = cluster.build(spec, dest, 'local', python=sys.executable)
+    with open(os.path.join(dest, 'inventory.yml'), 'w') as handle:
+        yaml.safe_dump(inventory, handle)
+    out = os.path.join(dest, 'out')
+    cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'validate_fabric.yml'),
+           '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+           '-e', 'gpu_fabric_remediate=true', '--limit', 'n1,n2']
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "--limit 'n1,n2' leaves out localhost" in result.stdout and "--limit 'n1,n2,localhost'" in result.stdout, result.stdout[-3000:]
+    # Nothing ran after the refusal: no configure role, no facts task, nothing written.
+    assert 'Read the facts' not in result.stdout and 'hpc.gpu_fabric.' not in result.stdout.split('Refuse a --limit')[1], result.stdout[-3000:]
+    assert not os.path.exists(out)
