@@ -156,6 +156,8 @@ class ActionModule(ActionBase):
             if from_facts:
                 prior = prior + _report_stage.from_model(model)['findings']
             if bench_pairs and pairs is None and model.get('bench_fleet') is not None:
+                # With the thresholds role fabric_bench checked and kept in its fleet plan, as bench.json
+                # is judged (_bench.judged_with): a pair ok there is never named bad here.
                 pairs = _bench.judge(_fleet_model.bench_nodes(model), model['bench_fleet'])
         timeout = _number(args, 'timeout', bench.get('timeout', 900), 1, 30 * 86400)
         delay = _number(args, 'delay', 1, 0.05, 60)

@@ -21,22 +21,31 @@ def _model(name, hostvars, hosts, parts):
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def _ratios(healthy, warn):
-    return (_collective.HEALTHY_RATIO if healthy is None else float(healthy)), (_collective.WARN_RATIO if warn is None else float(warn))
+def _ratios(name, healthy, warn):
+    """The collective's thresholds, checked by their one owner (module_utils/_collective.py thresholds)."""
+    try:
+        return _collective.thresholds(healthy, warn)
+    except ValueError as exc:
+        raise AnsibleFilterError('%s: %s' % (name, exc))
+
+
+def collective_thresholds(healthy=None, warn=None):
+    """{healthy_ratio, warn_ratio}: role fabric_collective's thresholds, checked once before any run and
+    handed to every reader (the runs, the culprit search's runs, the local verdict)."""
+    healthy, warn = _ratios('collective_thresholds', healthy, warn)
+    return {'healthy_ratio': healthy, 'warn_ratio': warn}
 
 
 def collective_verdict(result, expected_gbs, healthy=None, warn=None, metric='max'):
-    healthy, warn = _ratios(healthy, warn)
+    healthy, warn = _ratios('collective_verdict', healthy, warn)
     if metric not in ('max', 'avg'):
         raise AnsibleFilterError('collective_verdict: metric must be max or avg, not %r' % (metric,))
-    if not 0 < float(warn) <= float(healthy) <= 1.5:
-        raise AnsibleFilterError('collective_verdict: need 0 < warn <= healthy (got warn=%s, healthy=%s)' % (warn, healthy))
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
 def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, warn=None, metric='max'):
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
-    healthy, warn = _ratios(healthy, warn)
+    healthy, warn = _ratios('collective_local_verdict', healthy, warn)
     model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
     results = dict((host, node['collective_local']) for host, node in model['nodes'].items())
     return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
@@ -108,6 +117,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'collective_verdict': collective_verdict,
+            'collective_thresholds': collective_thresholds,
             'collective_expected': collective_expected,
             'collective_fleet': collective_fleet,
             'collective_local_verdict': collective_local_verdict,

@@ -865,12 +865,22 @@ def report(nodes, options):
 NOT_REACHED = 'no node reached the benchmark stage (unreachable, or failed before it)'
 
 
+def judged_with(fleet, options=None):
+    """The thresholds every reader of the pairs judges them with: ``options``' where given (not None:
+    the judging's own arguments), else those role fabric_bench checked and kept in its fleet plan
+    (``fleet['thresholds']``, filter bench_fleet_plan), else the defaults above. One owner: the
+    judging (bench.json) and the culprit search (its pairs found bad) both take them from here."""
+    given = dict(mapping(mapping(fleet).get('thresholds')))
+    given.update((name, value) for name, value in mapping(options).items() if value is not None)
+    return thresholds(given)
+
+
 def judge(nodes, fleet, options=None):
     """report() of ``nodes`` (plugin_utils/fleet/_fleet_model.py bench_nodes), with what was not tested and
     why from ``fleet`` (role fabric_bench's fleet plan: fleet_plan(); None when no node reached the
-    benchmark, which fails closed as skipped)."""
-    result = report(nodes, options or {})
+    benchmark, which fails closed as skipped), judged with judged_with(fleet, options)."""
     fleet = mapping(fleet) or {'skipped': NOT_REACHED, 'excluded': {}}
+    result = report(nodes, judged_with(fleet, options))
     result.update(skipped=fleet.get('skipped'), excluded=mapping(fleet.get('excluded')), test=fleet.get('test'))
     return result
 
