@@ -9,8 +9,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
@@ -77,41 +75,6 @@ def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_pe
     return _tasks.collective_fleet(model, launcher, expected_gbs, ranks_per_node)
 
 
-def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):
-    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes):
-        raise AnsibleFilterError('culprit_search_start: the nodes must be a list of inventory names')
-    if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
-        raise AnsibleFilterError('culprit_search_start: pairs must be a fabric_bench report or a list of [node, node]')
-    if strategy not in _culprit_search.STRATEGIES:
-        raise AnsibleFilterError('culprit_search_start: strategy must be one of %s' % ', '.join(_culprit_search.STRATEGIES))
-    return _culprit_search.start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs), strategy)
-
-
-def culprit_search_next(state):
-    return _culprit_search.next_round(state)
-
-
-def culprit_search_update(state, runs, verdicts, seconds=None):
-    if len(runs or []) != len(verdicts or []):
-        raise AnsibleFilterError('culprit_search_update: one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
-    return _culprit_search.update(state, runs, verdicts, seconds)
-
-
-def culprit_search_verdicts(started, finished):
-    """The verdict of each run of a round, in the order of the runs: started with async (poll 0),
-    waited for with async_status. A run that did not start or did not finish is failed, never cleared."""
-    if not isinstance(started, (list, tuple)) or not isinstance(finished, (list, tuple)):
-        raise AnsibleFilterError('culprit_search_verdicts: the registered results of the loops (their .results)')
-    done = dict((str(r.get('ansible_job_id')), r) for r in finished if isinstance(r, dict) and r.get('ansible_job_id'))
-    verdicts = []
-    for launch in started:
-        launch = launch if isinstance(launch, dict) else {}
-        job = launch.get('ansible_job_id')
-        result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
-        verdicts.append(_culprit_search.verdict_of(dict(result, ansible_job_id=job) if job else result))
-    return verdicts
-
-
 class FilterModule(object):
 
     def filters(self):
@@ -123,8 +86,4 @@ class FilterModule(object):
             'collective_local_verdict': collective_local_verdict,
             'collective_outcome': collective_outcome,
             'collective_skipped': collective_skipped,
-            'culprit_search_start': culprit_search_start,
-            'culprit_search_next': culprit_search_next,
-            'culprit_search_update': culprit_search_update,
-            'culprit_search_verdicts': culprit_search_verdicts,
         }

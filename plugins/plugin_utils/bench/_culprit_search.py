@@ -606,6 +606,44 @@ def search(nodes, run, reference=None, prior=None, pairs=None, strategy=DEFAULT_
     return state
 
 
+def begin(nodes, reference=None, prior=None, pairs=None, strategy=None):
+    """start() with its arguments checked as they come from a task (the action culprit_search and the
+    filter culprit_search_start): ValueError with a line that stands alone otherwise. ``pairs``: a
+    fabric_bench report, its list of pairs, or [[a, b], ...] (_group_search.bad_pairs reads the bad ones)."""
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) and n for n in nodes):
+        raise ValueError('nodes must be a list of inventory names')
+    if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
+        raise ValueError('pairs must be a fabric_bench report or a list of [node, node]')
+    if prior is not None and not isinstance(prior, (list, tuple)):
+        raise ValueError('prior must be a list of findings or inventory names')
+    strategy = strategy or DEFAULT_STRATEGY
+    if strategy not in STRATEGIES:
+        raise ValueError('strategy must be one of %s, not %r' % (', '.join(STRATEGIES), strategy))
+    return start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs), strategy)
+
+
+def fold(state, runs, verdicts, seconds=None):
+    """update() with one verdict per run checked (ValueError otherwise)."""
+    if len(runs or []) != len(verdicts or []):
+        raise ValueError('one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
+    return update(state, runs, verdicts, seconds)
+
+
+def round_verdicts(started, finished):
+    """The verdict of each run of a round, in the order of the runs: started with async (poll 0),
+    waited for with async_status. A run that did not start or did not finish is failed, never cleared."""
+    if not isinstance(started, (list, tuple)) or not isinstance(finished, (list, tuple)):
+        raise ValueError('the registered results of the loops (their .results)')
+    done = dict((str(r.get('ansible_job_id')), r) for r in finished if isinstance(r, dict) and r.get('ansible_job_id'))
+    verdicts = []
+    for launch in started:
+        launch = launch if isinstance(launch, dict) else {}
+        job = launch.get('ansible_job_id')
+        result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
+        verdicts.append(verdict_of(dict(result, ansible_job_id=job) if job else result))
+    return verdicts
+
+
 def verdict_of(result):
     """The verdict of one run from what its job returned (a collective_bench result, or the
     failure of a run that did not start or did not finish): not started, not finished and
