@@ -348,51 +348,75 @@ def _pair_within(state, group):
     return [{'kind': 'within', 'group': list(group)}]
 
 
-def _fold_item(state, item, results, new):
-    kind = item['kind']
-    if kind == 'trial':
-        run, failed = results[0]
-        if failed:
-            new.append({'kind': 'bad', 'group': list(item['group'])})
+def _fold_trial(state, item, results, new):
+    _run, failed = results[0]
+    if failed:
+        new.append({'kind': 'bad', 'group': list(item['group'])})
+    else:
+        _clear(state, item['group'])
+        state['verified'] = True
+
+
+def _fold_bad(state, item, results, new):
+    """The parts of a bad group: a bad single is named, a bad part is searched, the untested run next."""
+    bad_parts = []
+    for run, failed in results:
+        if not failed:
+            _clear(state, run['group'])
+        elif run['step'] == 'single':
+            node, ref = run['group'][0], run['hosts'][-1]
+            if node not in state['culprits']:
+                state['culprits'].append(node)
+                state['basis'][node] = 'runs'
+                state['first_reference'][node] = ref
         else:
-            _clear(state, item['group'])
-            state['verified'] = True
-        return
-    if kind == 'bad':
-        bad_parts = []
-        for run, failed in results:
-            if not failed:
-                _clear(state, run['group'])
-            elif run['step'] == 'single':
-                node, ref = run['group'][0], run['hosts'][-1]
-                if node not in state['culprits']:
-                    state['culprits'].append(node)
-                    state['basis'][node] = 'runs'
-                    state['first_reference'][node] = ref
-            else:
-                bad_parts.append(run['group'])
-        tested = set(n for run, _failed in results for n in run['group'])
-        untested = [n for n in item['group'] if n not in tested]
-        anything_bad = any(failed for _run, failed in results)
-        new.extend({'kind': 'bad', 'group': part} for part in bad_parts)
-        if untested:
-            # Parts that found no reference this round run next round: the fault is theirs when
-            # every tested part was healthy, else they are only not cleared yet ('maybe').
-            new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False),
-                        'entire': item.get('entire') or item['group']})
-        elif not anything_bad and not item.get('maybe'):
-            # Every part healthy: no node of the group is bad alone, two are bad together (of the
-            # whole group, where its parts ran over several rounds).
-            new.extend(_pair_within(state, item.get('entire') or item['group']))
-        return
-    if kind == 'within':
-        bad_halves = [run['group'] for run, failed in results if failed]
-        for half in bad_halves:
-            new.extend(_pair_within(state, half))
-        if not bad_halves:
-            state['origins'] = state.get('origins', 0) + 1
-            new.append({'kind': 'crosses', 'blocks': [list(_halves(item['group']))], 'origin': state['origins']})
-        return
+            bad_parts.append(run['group'])
+    tested = set(n for run, _failed in results for n in run['group'])
+    untested = [n for n in item['group'] if n not in tested]
+    anything_bad = any(failed for _run, failed in results)
+    new.extend({'kind': 'bad', 'group': part} for part in bad_parts)
+    if untested:
+        # Parts that found no reference this round run next round: the fault is theirs when
+        # every tested part was healthy, else they are only not cleared yet ('maybe').
+        new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False),
+                    'entire': item.get('entire') or item['group']})
+    elif not anything_bad and not item.get('maybe'):
+        # Every part healthy: no node of the group is bad alone, two are bad together (of the
+        # whole group, where its parts ran over several rounds).
+        new.extend(_pair_within(state, item.get('entire') or item['group']))
+
+
+def _fold_within(state, item, results, new):
+    bad_halves = [run['group'] for run, failed in results if failed]
+    for half in bad_halves:
+        new.extend(_pair_within(state, half))
+    if not bad_halves:
+        state['origins'] = state.get('origins', 0) + 1
+        new.append({'kind': 'crosses', 'blocks': [list(_halves(item['group']))], 'origin': state['origins']})
+
+
+def _other_diagonals(state, item):
+    """Every diagonal of ``item`` ran healthy: the blocks of the other diagonals, or [] when one
+    candidate pair is left (named, to run alone next round) or none."""
+    blocks = []
+    # Every diagonal healthy: the other diagonals hold it (a cross of two nodes that ran healthy is none).
+    for x, y in item['blocks']:
+        if len(x) > 1 or len(y) > 1:
+            (x1, x2), (y1, y2) = _halves(x), _halves(y)
+            blocks.extend([a, b] for a, b in ((x1, y2), (x2, y1)) if a and b)
+    if len(blocks) == 1 and len(blocks[0][0]) == 1 and len(blocks[0][1]) == 1:
+        # One candidate left, by elimination: named now, run alone in the next round (_plan_checks).
+        pair = sorted(blocks[0][0] + blocks[0][1])
+        _name_pair(state, pair, 'runs')
+        state['pair_checks'].append(pair)
+        return []
+    if not blocks:
+        state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
+                              'from is not reproduced')
+    return blocks
+
+
+def _fold_crosses(state, item, results, new):
     # crosses: the pair is one node of x and one of y, in one of the blocks [x, y]; the pairs
     # between blocks (and within a side) ran in healthy runs, so a bad run holds it in one of the
     # diagonals it ran.
@@ -405,22 +429,17 @@ def _fold_item(state, item, results, new):
         else:
             blocks.extend(held)
     if not bad:
-        # Every diagonal healthy: the other diagonals hold it (a cross of two nodes that ran healthy is none).
-        for x, y in item['blocks']:
-            if len(x) > 1 or len(y) > 1:
-                (x1, x2), (y1, y2) = _halves(x), _halves(y)
-                blocks.extend([a, b] for a, b in ((x1, y2), (x2, y1)) if a and b)
-        if len(blocks) == 1 and len(blocks[0][0]) == 1 and len(blocks[0][1]) == 1:
-            # One candidate left, by elimination: named now, run alone in the next round (_plan_checks).
-            pair = sorted(blocks[0][0] + blocks[0][1])
-            _name_pair(state, pair, 'runs')
-            state['pair_checks'].append(pair)
-            return
-        if not blocks:
-            state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
-                                  'from is not reproduced')
+        blocks = _other_diagonals(state, item)
     if blocks:
         new.append({'kind': 'crosses', 'blocks': blocks, 'origin': item.get('origin')})
+
+
+# What the verdicts of an item's runs decide, by the item's kind.
+_FOLD = {'trial': _fold_trial, 'bad': _fold_bad, 'within': _fold_within, 'crosses': _fold_crosses}
+
+
+def _fold_item(state, item, results, new):
+    _FOLD.get(item['kind'], _fold_crosses)(state, item, results, new)
 
 
 def _fold_checks(state, runs, failed_of):
@@ -464,51 +483,48 @@ def _fold_final(state, runs, failed_of):
         state['verified'] = True
 
 
-def update(state, runs, verdicts, seconds=None):
-    """Fold the verdicts of next_round's runs into the state (a new dict). ``seconds``: how long
-    the round took (what the user waited), added to the state's 'seconds'."""
-    if state.get('strategy') == 'runs':
-        new = _group_search.search_update(state, runs, verdicts)
-        new['seconds'] = _seconds(state, seconds if runs else None)
-        return new
-    state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
-                 pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
-                 runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
-                 first_reference=dict(state['first_reference']), pair_checks=[list(p) for p in state['pair_checks']])
-    if state['done']:
-        return state
-    state['rounds'] += 1 if runs else 0
-    state['seconds'] = _seconds(state, seconds if runs else None)
-    verdicts = list(verdicts or []) + [None] * (len(runs) - len(verdicts or []))
+def _copy(state):
+    return dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
+                pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
+                runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
+                first_reference=dict(state['first_reference']), pair_checks=[list(p) for p in state['pair_checks']])
+
+
+def _record_runs(state, runs, verdicts):
+    """Each run into the state's 'runs'; whether each was bad, by the run's id()."""
     failed_of = {}
     for run, verdict in zip(runs, verdicts):
         failed_of[id(run)] = _group_search.bad(verdict)
         state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'step': run['step'], 'round': state['rounds'],
                               'bad': failed_of[id(run)],
                               'status': (verdict or {}).get('status'), 'ratio': (verdict or {}).get('ratio')})
+    return failed_of
+
+
+def _fold_items(state, runs, failed_of):
+    """The search's items after this round's runs."""
     items, new = state['items'], []
     by_item = {}
     for run in runs:
         if run.get('task') is not None:
             by_item.setdefault(run['task'], []).append((run, failed_of[id(run)]))
-    if items:
-        for index, item in enumerate(items):
-            if index in by_item:
-                _fold_item(state, item, by_item[index], new)
-            elif runs:
-                new.append(item)    # nothing of it could run this round (no reference free): next round
-        for run in runs:
-            if run['step'] == 'verify_early':
-                if failed_of[id(run)]:
-                    new.extend(_pair_within(state, run['group']))
-        if not runs:
-            _give_up(state, items)
-            new = []
-        state['items'] = _disjoint(new)
-        _fold_checks(state, runs, failed_of)
-    else:
-        _fold_checks(state, runs, failed_of)
-        _fold_final(state, runs, failed_of)
+    for index, item in enumerate(items):
+        if index in by_item:
+            _fold_item(state, item, by_item[index], new)
+        elif runs:
+            new.append(item)    # nothing of it could run this round (no reference free): next round
+    for run in runs:
+        if run['step'] == 'verify_early':
+            if failed_of[id(run)]:
+                new.extend(_pair_within(state, run['group']))
+    if not runs:
+        _give_up(state, items)
+        new = []
+    state['items'] = _disjoint(new)
+
+
+def _finish(state, runs):
+    """Done when nothing is left to search or confirm, nothing could run, or at max_rounds."""
     state['done'] = not state['items'] and not state['pair_checks'] and state['verified'] and all(
         n in state['confirmed'] for n in state['culprits'] if state['basis'].get(n) == 'runs' and _second_reference(state, n))
     if not state['done'] and not state['items'] and not runs:
@@ -518,6 +534,28 @@ def update(state, runs, verdicts, seconds=None):
         state['notes'].append('the search stopped after %d rounds' % state['rounds'])
         state['items'] = []
         state['done'] = True
+
+
+def update(state, runs, verdicts, seconds=None):
+    """Fold the verdicts of next_round's runs into the state (a new dict). ``seconds``: how long
+    the round took (what the user waited), added to the state's 'seconds'."""
+    if state.get('strategy') == 'runs':
+        new = _group_search.search_update(state, runs, verdicts)
+        new['seconds'] = _seconds(state, seconds if runs else None)
+        return new
+    state = _copy(state)
+    if state['done']:
+        return state
+    state['rounds'] += 1 if runs else 0
+    state['seconds'] = _seconds(state, seconds if runs else None)
+    failed_of = _record_runs(state, runs, list(verdicts or []) + [None] * (len(runs) - len(verdicts or [])))
+    if state['items']:
+        _fold_items(state, runs, failed_of)
+        _fold_checks(state, runs, failed_of)
+    else:
+        _fold_checks(state, runs, failed_of)
+        _fold_final(state, runs, failed_of)
+    _finish(state, runs)
     return state
 
 
