@@ -31,19 +31,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integ
 GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
 
 
-def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
-    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
-
-    Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
-    the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
-    name in natural order), so that rail i is the same slot on every node of a kind - never the
-    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail.
-    ``nccl_ib_hca``: the node's NCCL_IB_HCA where its settings name one (what the report's
-    diagnosis and NCCL recommendation read, filter/report.py): the rails are the same there and here."""
-    devices = (ib or {}).get('devices') or []
-    if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
-        hcas = [name.strip() for name in hcas.split(',') if name.strip()]
-    names = list(hcas) if hcas else _rails.compute(ib, gdr, role_of=_rails.node_roles({'ib': ib, 'gdr': gdr, 'nccl_ib_hca': nccl_ib_hca}))
+def _device_rates(devices):
+    """Each device's port rate, its ACTIVE ports' rate and its model."""
     rates, active, models = {}, {}, {}
     for device in devices:
         rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
@@ -54,6 +43,11 @@ def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
         active[device['name']] = max(up) if up else None
         kind = _rails.model(device)
         models[device['name']] = ' '.join(str(part) for part in kind if part) if kind else None
+    return rates, active, models
+
+
+def _nearest_gpus(gdr, names):
+    """Each HCA of ``names``: its nearest GPU (the smallest distance class, then the name), or None."""
     gpus = (gdr or {}).get('gpus') or []
     vendor_index = {}
     for gpu in gpus:
@@ -75,6 +69,23 @@ def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
         nearest[hca] = best[1] if best else None
     for gpu in gpus:
         gpu.pop('_index', None)
+    return nearest
+
+
+def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
+    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
+
+    Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
+    the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
+    name in natural order), so that rail i is the same slot on every node of a kind - never the
+    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail.
+    ``nccl_ib_hca``: the node's NCCL_IB_HCA where its settings name one (what the report's
+    diagnosis and NCCL recommendation read, filter/report.py): the rails are the same there and here."""
+    if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
+        hcas = [name.strip() for name in hcas.split(',') if name.strip()]
+    names = list(hcas) if hcas else _rails.compute(ib, gdr, role_of=_rails.node_roles({'ib': ib, 'gdr': gdr, 'nccl_ib_hca': nccl_ib_hca}))
+    rates, active, models = _device_rates((ib or {}).get('devices') or [])
+    nearest = _nearest_gpus(gdr, names)
     return {'hcas': names, 'rate_gbps': rates, 'active_rate_gbps': active, 'model': models, 'gpu_by_hca': nearest}
 
 
@@ -723,87 +734,64 @@ def thresholds(options):
             'lat_max_us': float(LAT_MAX_US if given['lat_max_us'] is None else given['lat_max_us'])}
 
 
-def report(nodes, options):
-    """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
+def _counters_entry(host, plan, record):
+    """A record's counter increase, judged by the same rules as the fabric's switch ports (module_utils/_rates.py)."""
+    return {'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
+            'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
+            'increase': record['counters_delta'],
+            'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'), _rate(plan, record['hca']))}
 
-    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}, or 'records_file' (and
-    'run_id') instead of 'records' for records written by write_records; ``options``: thresholds().
-    """
-    limits = thresholds(options)
-    bw_ratio, gpu_ratio, lat_max = limits['bw_ratio'], limits['gpu_ratio'], limits['lat_max_us']
-    nominal = rail_nominal(nodes)
-    pairs = []
-    matrix = {}
-    counters = []
-    # What a client's record needs from its server's (the GPU distance, the failure) and what a
-    # pair without a client record is shown with, per pair. Each node's records are read once, one
-    # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
-    # kinds is about a million records: tests/bench/controller_scale.py): a client's pair is
-    # judged as its record is read, and what its server's record adds is added once all are read
-    # (reading every file twice, once for the server sides, was half of the judging).
-    server_side = {}
-    reported = set()
-    unreadable = {}
-    malformed = {}
-    known = {}
-    for host in sorted(nodes):
-        plan = mapping(mapping(nodes[host]).get('plan'))
-        for record in _node_records(host, nodes[host], unreadable, malformed):
-            reported.add(host)
-            if record.get('counters_delta'):
-                counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
-                                 'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
-                                 'increase': record['counters_delta'],
-                                 # The same rules as the fabric's switch ports (module_utils/_rates.py).
-                                 'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'),
-                                                          _rate(plan, record['hca']))})
-            if record['side'] == 'server':
-                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
-                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
-                    text(record['gpu'].get('gpu')) or None)
-                continue
-            server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
-            ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
-            # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
-            expected, rail_rate, degraded, rates = _judged_rate(nominal, ends, known)
-            summary = record.get('summary') or {}
-            entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
-                     'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
-                     'status': record['status'], 'failure': record.get('failure'),
-                     'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
-                     'port_rate_gbps': min(rates) if rates else None, 'rail_nominal_gbps': rail_rate, 'degraded_ports': degraded,
-                     'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
-                     'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
-            if record['memory'] == 'gpu':
-                # The client's side; the server's is added below (the farther of the two distances).
-                entry['gpu_distance'] = record['gpu'].get('distance')
-                # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
-                entry['server_gpu'], entry['client_gpu'] = None, text(record['gpu'].get('gpu')) or None
-            if record['status'] != 'ok':
-                entry['verdict'] = 'failed'
-                entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
-                                                    (record.get('failure') or {}).get('message', '')))
-            elif entry['bw_avg_gbps'] is not None and expected:
-                entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
-                if entry['bw_ratio'] < bw_ratio:
-                    entry['verdict'] = 'low'
-                    entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
-                        entry['bw_avg_gbps'], 100 * entry['bw_ratio'], float(expected),
-                        'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
-            elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
-                entry['verdict'] = 'low'
-                entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
-            # Said on top of the verdict, never instead of it: a failed test stays failed, a latency
-            # test through a degraded port is still judged.
-            if degraded:
-                entry['reasons'].append(degraded_text(entry))
-            # Rows or warnings past the parser's caps on records (module_utils/_perftest.py): judged on those kept.
-            entry['reasons'].extend(w for w in sequence(record.get('warnings')) if isinstance(w, str) and w.startswith(DROPPED_NOTE))
-            pairs.append(entry)
-            value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
-            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
-            rail.setdefault(record['server'], {})[record['client']] = value
-    # What each client's pair takes from its server's record.
+
+def _judge_entry(entry, record, expected, rail_rate, limits):
+    """The client's verdict of a pair: failed, low (bandwidth below bw_ratio of its rate, latency above lat_max_us) or ok."""
+    bw_ratio, lat_max = limits['bw_ratio'], limits['lat_max_us']
+    if record['status'] != 'ok':
+        entry['verdict'] = 'failed'
+        entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
+                                            (record.get('failure') or {}).get('message', '')))
+    elif entry['bw_avg_gbps'] is not None and expected:
+        entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
+        if entry['bw_ratio'] < bw_ratio:
+            entry['verdict'] = 'low'
+            entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
+                entry['bw_avg_gbps'], 100 * entry['bw_ratio'], float(expected),
+                'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
+    elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
+        entry['verdict'] = 'low'
+        entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
+
+
+def _client_entry(host, plan, record, nodes, nominal, known, limits):
+    """A pair as its client's record shows it, judged."""
+    server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
+    ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
+    # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
+    expected, rail_rate, degraded, rates = _judged_rate(nominal, ends, known)
+    summary = record.get('summary') or {}
+    entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
+             'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
+             'status': record['status'], 'failure': record.get('failure'),
+             'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
+             'port_rate_gbps': min(rates) if rates else None, 'rail_nominal_gbps': rail_rate, 'degraded_ports': degraded,
+             'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
+             'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
+    if record['memory'] == 'gpu':
+        # The client's side; the server's is added below (the farther of the two distances).
+        entry['gpu_distance'] = record['gpu'].get('distance')
+        # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
+        entry['server_gpu'], entry['client_gpu'] = None, text(record['gpu'].get('gpu')) or None
+    _judge_entry(entry, record, expected, rail_rate, limits)
+    # Said on top of the verdict, never instead of it: a failed test stays failed, a latency
+    # test through a degraded port is still judged.
+    if degraded:
+        entry['reasons'].append(degraded_text(entry))
+    # Rows or warnings past the parser's caps on records (module_utils/_perftest.py): judged on those kept.
+    entry['reasons'].extend(w for w in sequence(record.get('warnings')) if isinstance(w, str) and w.startswith(DROPPED_NOTE))
+    return entry
+
+
+def _add_server_sides(pairs, server_side):
+    """What each client's pair takes from its server's record."""
     for entry in pairs:
         server = server_side.get((entry['memory'], entry['server'], entry['client'], entry['rail']))
         if entry['memory'] == 'gpu':
@@ -815,7 +803,10 @@ def report(nodes, options):
             # the client then only sees a refused connection, a broken exchange or a hang.
             entry['server_failure'] = server[1]
             entry['reasons'].insert(1, 'server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
-    # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
+
+
+def _lost_client_pairs(pairs, matrix, server_side, reported, unreadable, malformed):
+    """A client node lost mid-run leaves only its server's record: the pair still shows, failed."""
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
     for pair, (_distance, seen_by_server, status, hca, peer_hca, gpu) in server_side.items():
         memory, server, client, rail_name = pair
@@ -836,6 +827,10 @@ def report(nodes, options):
                       'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
         rail = matrix.setdefault(memory, {}).setdefault(str(rail_name), {})
         rail.setdefault(server, {})[client] = None
+
+
+def _judge_gpu_vs_host(pairs, gpu_ratio):
+    """GPU memory against host memory on the same pair and rail: low below gpu_ratio."""
     host_bw = dict(((p['server'], p['client'], p['rail']), p['bw_avg_gbps']) for p in pairs if p['memory'] == 'host')
     for entry in pairs:
         if entry['memory'] != 'gpu' or entry['bw_avg_gbps'] is None:
@@ -849,11 +844,54 @@ def report(nodes, options):
                 entry['reasons'].append('GPU memory %.1f Gb/s is %.0f %% of host memory %.1f Gb/s on the same pair '
                                         '(threshold %.0f %%)' % (entry['bw_avg_gbps'], 100 * entry['gpu_vs_host'],
                                                                  host, 100 * gpu_ratio))
+
+
+def report(nodes, options):
+    """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
+
+    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}, or 'records_file' (and
+    'run_id') instead of 'records' for records written by write_records; ``options``: thresholds().
+    """
+    limits = thresholds(options)
+    nominal = rail_nominal(nodes)
+    pairs = []
+    matrix = {}
+    counters = []
+    # What a client's record needs from its server's (the GPU distance, the failure) and what a
+    # pair without a client record is shown with, per pair. Each node's records are read once, one
+    # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
+    # kinds is about a million records: tests/bench/controller_scale.py): a client's pair is
+    # judged as its record is read, and what its server's record adds is added once all are read
+    # (reading every file twice, once for the server sides, was half of the judging).
+    server_side = {}
+    reported = set()
+    unreadable = {}
+    malformed = {}
+    known = {}
+    for host in sorted(nodes):
+        plan = mapping(mapping(nodes[host]).get('plan'))
+        for record in _node_records(host, nodes[host], unreadable, malformed):
+            reported.add(host)
+            if record.get('counters_delta'):
+                counters.append(_counters_entry(host, plan, record))
+            if record['side'] == 'server':
+                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
+                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
+                    text(record['gpu'].get('gpu')) or None)
+                continue
+            entry = _client_entry(host, plan, record, nodes, nominal, known, limits)
+            pairs.append(entry)
+            value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
+            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
+            rail.setdefault(record['server'], {})[record['client']] = value
+    _add_server_sides(pairs, server_side)
+    _lost_client_pairs(pairs, matrix, server_side, reported, unreadable, malformed)
+    _judge_gpu_vs_host(pairs, limits['gpu_ratio'])
     verdicts = {}
     for entry in pairs:
         verdicts[entry['verdict']] = verdicts.get(entry['verdict'], 0) + 1
     result = {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
-              'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
+              'thresholds': {'bw_ratio': limits['bw_ratio'], 'gpu_ratio': limits['gpu_ratio'], 'lat_max_us': limits['lat_max_us']}}
     if unreadable:
         result['records_unreadable'] = unreadable
     if malformed:
