@@ -41,21 +41,31 @@ plans a round, search_update folds its verdicts in, search drives both for tests
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+# The search is plain data (kept in a task's result, JSON): the state, its runs, its tasks and the
+# verdicts (_collective.judge) are dicts of JSON values.
+State = Dict[str, Any]
+Run = Dict[str, Any]
+Task = Dict[str, Any]
+Verdict = Mapping[str, Any]
+# One round's folding: the state's tasks, the indexes of those done, the tasks it adds.
+Fold = Dict[str, Any]
 
 BAD = ('warning', 'low', 'corrupt', 'failed')
 
 
-def bad(verdict):
+def bad(verdict: Optional[Mapping[str, Any]]) -> bool:
     """Is a run's verdict (from _collective.judge) not healthy? 'unknown' is not bad: no
     expectation proves nothing against the nodes."""
     return (verdict or {}).get('status') in BAD
 
 
-def _log2(value):
+def _log2(value: float) -> int:
     return int(math.ceil(math.log(max(value, 1), 2)))
 
 
-def runs_bound(nodes, bad_count):
+def runs_bound(nodes: int, bad_count: int) -> int:
     """The runs the search aims at for ``bad_count`` bad nodes among ``nodes``:
     k x ceil(log2(N / k)) + 2k (Hwang's bound is about k x log2(N / k) + k; the other k pays for
     not knowing k and for the runs that confirm a node named by inference)."""
@@ -69,7 +79,7 @@ def runs_bound(nodes, bad_count):
 BLAMING_LAYERS = ('ib', 'ib_gpu', 'host')
 
 
-def blamed(prior):
+def blamed(prior: Optional[Iterable[Any]]) -> List[str]:
     """The nodes ``prior`` blames: inventory names as they are, or findings (fabric_report's) of
     severity error in BLAMING_LAYERS, by their host."""
     nodes = []
@@ -81,7 +91,7 @@ def blamed(prior):
     return nodes
 
 
-def bad_pairs(results):
+def bad_pairs(results: Any) -> List[List[str]]:
     """Pairs of nodes the pairwise benchmark judged bad: ``results`` is a fabric_bench report
     (bench_report: {'pairs': [{server, client, verdict}]}), its list of pairs, or [[a, b], ...]."""
     if isinstance(results, dict):
@@ -98,7 +108,7 @@ def bad_pairs(results):
     return sorted(found)
 
 
-def search_start(nodes, reference=None, prior=None, pairs=None):
+def search_start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
     """The state of a search over ``nodes``, whose run together was not healthy.
 
     ``reference``: a node known to be good, outside ``nodes`` (optional). ``prior``: nodes the
@@ -107,11 +117,11 @@ def search_start(nodes, reference=None, prior=None, pairs=None):
     although each of its parts is healthy.
     """
     nodes = list(dict.fromkeys(nodes))
-    blamed_nodes = set(blamed(prior))
-    blamed_nodes = [n for n in nodes if n in blamed_nodes]
+    named = set(blamed(prior))
+    blamed_nodes = [n for n in nodes if n in named]
     rest = [n for n in nodes if n not in blamed_nodes]
     known = sorted(sorted(p) for p in (pairs or []) if len(set(p)) == 2 and set(p) <= set(nodes))
-    state = {'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {}, 'pairs': [],
+    state: State = {'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {}, 'pairs': [],
              'unresolved': [], 'notes': [], 'pool': [], 'tasks': [], 'runs': [], 'rounds': 0, 'known_pairs': known,
              'verified': False, 'paired': False, 'done': False,
              # The role's loop needs a fixed number of rounds: generous (every round makes progress).
@@ -138,14 +148,14 @@ def search_start(nodes, reference=None, prior=None, pairs=None):
     return state
 
 
-def _references(state, busy, avoid, exclude):
+def _references(state: State, busy: Set[str], avoid: Set[str], exclude: Set[str]) -> List[str]:
     """Cleared nodes free this round and not in ``exclude``, those outside ``avoid`` first."""
     pool = ([state['reference']] if state.get('reference') else []) + state['cleared']
     free = [n for n in pool if n not in busy and n not in exclude]
     return [n for n in free if n not in avoid] + [n for n in free if n in avoid]
 
 
-def _take_reference(state, busy, avoid=(), exclude=()):
+def _take_reference(state: State, busy: Set[str], avoid: Iterable[str] = (), exclude: Iterable[str] = ()) -> Optional[str]:
     refs = _references(state, busy, set(avoid), set(exclude))
     if not refs:
         return None
@@ -153,18 +163,18 @@ def _take_reference(state, busy, avoid=(), exclude=()):
     return refs[0]
 
 
-def _found(state):
+def _found(state: State) -> int:
     """Bad nodes and pairs the runs (not the facts) have named so far."""
     return len([n for n in state['culprits'] if state['basis'].get(n) != 'facts']) + len(state['pairs'])
 
 
-def _evidence(state):
+def _evidence(state: State) -> int:
     """Disjoint sets of nodes the runs have shown to hold a bad node (or pair): the nodes and pairs
     named, and the groups being split."""
     return _found(state) + len([t for t in state['tasks'] if t['kind'] == 'split'])
 
 
-def _pool_group_size(state, beside=False):
+def _pool_group_size(state: State, beside: bool = False) -> int:
     """Hwang's group size for the pool: 2^a, a = floor(log2((u - d + 1) / d)) for u pool nodes and
     d the bad nodes expected among them; 0 when fewer than one is expected.
 
@@ -186,10 +196,11 @@ def _pool_group_size(state, beside=False):
         expected = float(max(_found(state), 1)) * pool / max(searched, 1)
     if pool < 1 or expected < 1.0:
         return 0
-    return max(2, min(pool, 2 ** int(math.floor(math.log((pool - expected + 1) / expected, 2)))))
+    size: int = 2 ** int(math.floor(math.log((pool - expected + 1) / expected, 2)))
+    return max(2, min(pool, size))
 
 
-def _with_references(state, runs, busy):
+def _with_references(state: State, runs: List[Run], busy: Set[str]) -> List[Run]:
     """A group of one node runs with a cleared node (busy in nothing else this round), one from
     outside the group's witness when there is one: it cannot be the partner of a bad pair there."""
     planned = []
@@ -204,7 +215,7 @@ def _with_references(state, runs, busy):
     return planned
 
 
-def _task_runs(state, busy):
+def _task_runs(state: State, busy: Set[str]) -> List[Run]:
     """One run per task: a trial of its group, a half (or the last node) of a group being split, a pair probe."""
     runs = []
     for index, task in enumerate(state['tasks']):
@@ -221,7 +232,7 @@ def _task_runs(state, busy):
     return _with_references(state, runs, busy)
 
 
-def _pool_runs(state, planned, busy):
+def _pool_runs(state: State, planned: List[Run], busy: Set[str]) -> Tuple[List[Run], Optional[List[Run]]]:
     """The pool's runs this round beside ``planned``; or, as the second item, the one 'final' run that
     replaces the whole round."""
     # The pool runs beside the splits when they show at least two bad groups and it is expected
@@ -247,7 +258,7 @@ def _pool_runs(state, planned, busy):
     return _with_references(state, runs, busy), None
 
 
-def _fallback_runs(state):
+def _fallback_runs(state: State) -> List[Run]:
     """When nothing else can run: the suspects in pairs (no cleared node yet), or every cleared node together once."""
     if state['tasks'] and not state.get('paired'):
         # No cleared node to run a single suspect with: every half was bad so far (many bad
@@ -262,12 +273,12 @@ def _fallback_runs(state):
     return []
 
 
-def search_next(state):
+def search_next(state: State) -> List[Run]:
     """The runs of the next round: [{'group': [suspects], 'hosts': [hosts to run on], 'task': i,
     'step': ...}], over disjoint hosts. Empty when the search is done."""
     if state['done']:
         return []
-    busy = set()
+    busy: Set[str] = set()
     planned = _task_runs(state, busy)
     pool, final = _pool_runs(state, planned, busy)
     if final:
@@ -276,21 +287,21 @@ def search_next(state):
     return planned or _fallback_runs(state)
 
 
-def _pair_nodes(state):
+def _pair_nodes(state: State) -> Set[str]:
     return set(n for pair in state['pairs'] for n in pair['nodes'])
 
 
-def _clear(state, nodes):
+def _clear(state: State, nodes: Iterable[str]) -> None:
     state['cleared'].extend(n for n in nodes if n not in state['cleared'] and n != state.get('reference'))
 
 
-def _name(state, node, basis):
+def _name(state: State, node: str, basis: str) -> None:
     if node not in state['culprits']:
         state['culprits'].append(node)
         state['basis'][node] = basis
 
 
-def _pair_task(state, witness):
+def _pair_task(state: State, witness: Sequence[str]) -> Optional[Task]:
     """A group ran bad although no node of it is bad alone: find the pair (known, or searched)."""
     nodes = set(witness)
     for pair in state['known_pairs']:
@@ -310,7 +321,7 @@ def _pair_task(state, witness):
     return _pair_probe(state, task)
 
 
-def _pair_probe(state, task):
+def _pair_probe(state: State, task: Task) -> Optional[Task]:
     """The next run of a pair search, or None when it has named the pair."""
     order = task['order']
     while task['hi'] - task['lo'] > 1:
@@ -337,11 +348,11 @@ def _pair_probe(state, task):
     return None
 
 
-def _split_task(group, witness=None):
+def _split_task(group: Sequence[str], witness: Optional[Sequence[str]] = None) -> Task:
     return {'kind': 'split', 'group': list(group), 'witness': list(group if witness is None else witness)}
 
 
-def _on_trial(state, run, failed, fold):
+def _on_trial(state: State, run: Run, failed: bool, fold: Fold) -> None:
     fold['drop'].add(run['task'])
     if failed:
         fold['new'].append(_split_task(run['group']))
@@ -350,7 +361,7 @@ def _on_trial(state, run, failed, fold):
         state['verified'] = True
 
 
-def _on_pool(state, run, failed, fold):
+def _on_pool(state: State, run: Run, failed: bool, fold: Fold) -> None:
     if failed and len(run['group']) == 1:
         _name(state, run['group'][0], 'runs')
     elif failed:
@@ -360,7 +371,7 @@ def _on_pool(state, run, failed, fold):
     state['pool'] = [n for n in state['pool'] if n not in run['group']]
 
 
-def _on_split_one_bad(state, run, task, fold):
+def _on_split_one_bad(state: State, run: Run, task: Task, fold: Fold) -> None:
     """A single node of a split ran bad beside its reference."""
     node, ref = run['group'][0], run['hosts'][-1]
     state['pool'].extend(n for n in task['group'] if n not in run['group'])
@@ -374,7 +385,7 @@ def _on_split_one_bad(state, run, task, fold):
         fold['drop'].add(run['task'])
 
 
-def _on_split_healthy(state, run, task, fold):
+def _on_split_healthy(state: State, run: Run, task: Task, fold: Fold) -> None:
     """A part of a split ran healthy."""
     _clear(state, run['group'])
     rest = [n for n in task['group'] if n not in run['group']]
@@ -395,7 +406,7 @@ def _on_split_healthy(state, run, task, fold):
             fold['new'].append(pair)
 
 
-def _on_split(state, run, failed, fold):
+def _on_split(state: State, run: Run, failed: bool, fold: Fold) -> None:
     task = fold['tasks'][run['task']]
     if failed and len(run['group']) == 1:
         _on_split_one_bad(state, run, task, fold)
@@ -406,7 +417,7 @@ def _on_split(state, run, failed, fold):
         _on_split_healthy(state, run, task, fold)
 
 
-def _on_pair(state, run, failed, fold):
+def _on_pair(state: State, run: Run, failed: bool, fold: Fold) -> None:
     task = fold['tasks'][run['task']]
     if task['phase'] == 'confirm':
         if failed:
@@ -424,7 +435,7 @@ def _on_pair(state, run, failed, fold):
         fold['drop'].add(run['task'])
 
 
-def _on_pairs(state, run, failed, fold):
+def _on_pairs(state: State, run: Run, failed: bool, fold: Fold) -> None:
     fold['drop'].update(range(len(fold['tasks'])))
     if failed:
         fold['new'].append(_split_task(run['group']))
@@ -432,7 +443,7 @@ def _on_pairs(state, run, failed, fold):
         _clear(state, run['group'])
 
 
-def _on_final(state, run, failed, fold):
+def _on_final(state: State, run: Run, failed: bool, fold: Fold) -> None:
     if failed:
         fold['new'].append(_split_task(state['pool'], run['group']))
     else:
@@ -441,7 +452,7 @@ def _on_final(state, run, failed, fold):
     state['pool'] = []
 
 
-def _on_verify(state, run, failed, fold):
+def _on_verify(state: State, run: Run, failed: bool, fold: Fold) -> None:
     if not failed:
         state['verified'] = True
         return
@@ -458,13 +469,13 @@ _ON_STEP = {'trial': _on_trial, 'pool': _on_pool, 'split': _on_split, 'confirm':
             'pairs': _on_pairs, 'final': _on_final, 'verify': _on_verify}
 
 
-def _copy(state):
+def _copy(state: State) -> State:
     return dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
                 pairs=list(state['pairs']), unresolved=list(state['unresolved']), notes=list(state['notes']),
                 pool=list(state['pool']), runs=list(state['runs']), tasks=[dict(t) for t in state['tasks']])
 
 
-def _close_round(state, runs):
+def _close_round(state: State, runs: Sequence[Run]) -> None:
     """After a round's verdicts: what could not run is unresolved; done when nothing is left, or at max_rounds."""
     if not runs:
         # Nothing could run (no reference node for a single suspect): what is left is unresolved.
@@ -482,7 +493,7 @@ def _close_round(state, runs):
         state['done'] = True
 
 
-def search_update(state, runs, verdicts):
+def search_update(state: State, runs: Sequence[Run], verdicts: Optional[Sequence[Optional[Verdict]]]) -> State:
     """Fold the verdicts of search_next's runs into the state (a new dict)."""
     state = _copy(state)
     if state['done']:
@@ -507,14 +518,14 @@ def search_update(state, runs, verdicts):
     return state
 
 
-def summary(state):
+def summary(state: State) -> Dict[str, Any]:
     """What a report needs: culprits (with their basis), pairs, unresolved, runs and rounds."""
     return {'culprits': list(state['culprits']), 'basis': dict(state['basis']), 'pairs': list(state['pairs']),
             'unresolved': list(state['unresolved']), 'runs': len(state['runs']), 'rounds': state['rounds'],
             'notes': list(state['notes'])}
 
 
-def search(nodes, run, reference=None, prior=None, pairs=None):
+def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
     """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
     state = search_start(nodes, reference, prior, pairs)
     while not state['done']:
