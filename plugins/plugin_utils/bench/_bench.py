@@ -167,7 +167,8 @@ def _snapshot(ib: Any) -> Dict[str, Tuple[Dict[str, Any], Optional[float]]]:
     return found
 
 
-def _changes(old: Dict[str, Tuple[Dict[str, Any], Optional[float]]], new: Dict[str, Tuple[Dict[str, Any], Optional[float]]], hca: str) -> Tuple[Dict[str, int], Optional[float]]:
+def _changes(old: Dict[str, Tuple[Dict[str, Any], Optional[float]]], new: Dict[str, Tuple[Dict[str, Any], Optional[float]]],
+             hca: str) -> Tuple[Dict[str, int], Optional[float]]:
     """(counter_delta, counter_seconds) of the HCA between two _snapshot()s."""
     old_values, old_at = old.get(hca) or ({}, None)
     new_values, new_at = new.get(hca) or ({}, None)
@@ -296,7 +297,8 @@ def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
     return records
 
 
-def record_of(test: Dict[str, Any], outcome: Dict[str, Any], before: Any, after: Any, changes: Optional[Tuple[Dict[str, int], Optional[float]]] = None) -> Record:
+def record_of(test: Dict[str, Any], outcome: Dict[str, Any], before: Any, after: Any,
+              changes: Optional[Tuple[Dict[str, int], Optional[float]]] = None) -> Record:
     """The record of one test. ``outcome`` (and, from a sequence, ``test``) is what a node
     returned: the fields the report computes with are typed here (_shape), once.
 
@@ -649,7 +651,8 @@ def rail_nominal(nodes: Dict[str, Any]) -> Dict[Tuple[str, Optional[str]], float
     return dict((kind, max(counts.items(), key=lambda item: (item[1], item[0]))[0]) for kind, counts in seen.items())
 
 
-def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, hca: str, rail: Any, known: Dict[Any, Any]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, hca: str, rail: Any, known: Dict[Any, Any]) -> Tuple[Optional[float],
+         Optional[float], Optional[float]]:
     """(its port's rate, the nominal rate of its rail and model, the rate it runs at) of one end of
     a pair; ``known``: {(host, hca, rail): that}, filled as ends are met (a node's ports are the
     ends of thousands of pairs in a full mesh)."""
@@ -660,7 +663,8 @@ def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, 
     return end
 
 
-def _judged_rate(nominal: Dict[Tuple[str, Optional[str]], float], ends: Sequence[Tuple[str, Any, str, Any]], known: Optional[Dict[Any, Any]] = None) -> Tuple[Optional[float], Optional[float], List[Dict[str, Any]], List[float]]:
+def _judged_rate(nominal: Dict[Tuple[str, Optional[str]], float], ends: Sequence[Tuple[str, Any, str, Any]],
+                 known: Optional[Dict[Any, Any]] = None) -> Tuple[Optional[float], Optional[float], List[Dict[str, Any]], List[float]]:
     """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports, the
     rates of its ports that are known). ``ends``: [(host, plan, hca, rail)] of the pair; ``known``: _end()'s. Against the nominal rate of
     the slower end's kind; where no nominal rate is known, against the slower port's rate (None
@@ -767,7 +771,8 @@ def _judge_entry(entry: Dict[str, Any], record: Record, expected: Optional[float
         entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
 
 
-def _client_entry(host: str, plan: Any, record: Record, nodes: Dict[str, Any], nominal: Dict[Tuple[str, Optional[str]], float], known: Dict[Any, Any], limits: Dict[str, float]) -> Dict[str, Any]:
+def _client_entry(host: str, plan: Any, record: Record, nodes: Dict[str, Any], nominal: Dict[Tuple[str, Optional[str]], float], known: Dict[Any, Any],
+                  limits: Dict[str, float]) -> Dict[str, Any]:
     """A pair as its client's record shows it, judged."""
     server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
     ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
@@ -811,7 +816,8 @@ def _add_server_sides(pairs: List[Dict[str, Any]], server_side: Dict[Tuple[Any, 
             entry['reasons'].insert(1, 'server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
 
 
-def _lost_client_pairs(pairs: List[Dict[str, Any]], matrix: Dict[str, Any], server_side: Dict[Tuple[Any, ...], Tuple[Any, ...]], reported: Set[str], unreadable: Dict[str, str], malformed: Dict[str, Any]) -> None:
+def _lost_client_pairs(pairs: List[Dict[str, Any]], matrix: Dict[str, Any], server_side: Dict[Tuple[Any, ...], Tuple[Any, ...]], reported: Set[str],
+                       unreadable: Dict[str, str], malformed: Dict[str, Any]) -> None:
     """A client node lost mid-run leaves only its server's record: the pair still shows, failed."""
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
     for pair, (_distance, seen_by_server, status, hca, peer_hca, gpu) in server_side.items():

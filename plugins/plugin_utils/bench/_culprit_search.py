@@ -88,7 +88,8 @@ def _log2(value: float) -> int:
     return int(math.ceil(math.log(max(value, 1), 2)))
 
 
-def start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None, strategy: str = DEFAULT_STRATEGY) -> State:
+def start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None,
+          strategy: str = DEFAULT_STRATEGY) -> State:
     """The state of a search over ``nodes``, whose run together was not healthy.
 
     ``reference``: a node known to be good, outside ``nodes`` (optional). ``prior``: nodes the
@@ -644,7 +645,8 @@ def round_line(state: State) -> str:
     return line
 
 
-def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None, strategy: str = DEFAULT_STRATEGY) -> State:
+def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None,
+           pairs: Optional[Iterable[Sequence[str]]] = None, strategy: str = DEFAULT_STRATEGY) -> State:
     """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
     state = start(nodes, reference, prior, pairs, strategy)
     while not state['done']:

@@ -108,7 +108,8 @@ def bad_pairs(results: Any) -> List[List[str]]:
     return sorted(found)
 
 
-def search_start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
+def search_start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None,
+                 pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
     """The state of a search over ``nodes``, whose run together was not healthy.
 
     ``reference``: a node known to be good, outside ``nodes`` (optional). ``prior``: nodes the
@@ -525,7 +526,8 @@ def summary(state: State) -> Dict[str, Any]:
             'notes': list(state['notes'])}
 
 
-def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
+def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None,
+           pairs: Optional[Iterable[Sequence[str]]] = None) -> State:
     """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
     state = search_start(nodes, reference, prior, pairs)
     while not state['done']:

@@ -392,7 +392,8 @@ def _summary(nodes: List[str], table: List[Rail], plan: _Plan, mode: str, direct
     }
 
 
-def expand_round(servers: Sequence[str], clients: Sequence[str], table: List[Rail], position: Mapping[str, int]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+def expand_round(servers: Sequence[str], clients: Sequence[str], table: List[Rail], position: Mapping[str, int]) -> Tuple[List[Dict[str, Any]],
+                 List[Dict[str, Any]]]:
     """One round as tests: ([{server, client, rail, server_hca, client_hca, pair_id}],
     [{server, client, rail, missing}]), pair-major, a pair's rails in rail order.
     ``position`` maps node -> index in the input list (for pair_id)."""
@@ -447,7 +448,8 @@ def _check_round(round_number: Any, count: int) -> int:
     return round_number
 
 
-def schedule(nodes: Any, rails: Any = None, mode: str = 'full', k: Any = 1, seed: Any = 0, direction: str = 'alternate', round_number: Any = None, expand: bool = False, node: Optional[str] = None) -> Dict[str, Any]:
+def schedule(nodes: Any, rails: Any = None, mode: str = 'full', k: Any = 1, seed: Any = 0, direction: str = 'alternate', round_number: Any = None,
+             expand: bool = False, node: Optional[str] = None) -> Dict[str, Any]:
     """The schedule: {mode, direction, seed, rails, rounds, summary}.
 
     ``rounds`` holds every round, or only round ``round_number`` (1-based) when given;
