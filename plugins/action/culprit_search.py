@@ -26,7 +26,6 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_watch
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench, _culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model
@@ -137,15 +136,12 @@ class ActionModule(ActionBase):
         reserved = sorted(RESERVED & set(bench))
         if reserved:
             raise AnsibleActionFail('bench must not set %s: the search sets them per run' % ', '.join(reserved))
-        strategy = args.get('strategy') or _culprit_search.DEFAULT_STRATEGY
-        if strategy not in _culprit_search.STRATEGIES:
-            raise AnsibleActionFail('strategy must be one of %s, not %r' % (', '.join(_culprit_search.STRATEGIES), strategy))
-        pairs = args.get('pairs')
-        if pairs is not None and not isinstance(pairs, (dict, list)):
-            raise AnsibleActionFail('pairs must be a fabric_bench report or a list of [node, node]')
-        prior = args.get('prior') or []
-        if not isinstance(prior, list):
-            raise AnsibleActionFail('prior must be a list of findings or inventory names')
+        pairs, prior = args.get('pairs'), args.get('prior') or []
+        try:
+            # The arguments' checks, before anything is read or run: the search's own (_culprit_search.begin).
+            _culprit_search.begin(nodes, None, prior, pairs, args.get('strategy'))
+        except ValueError as exc:
+            raise AnsibleActionFail(str(exc))
         from_facts, bench_pairs = (self._flag(args, name) for name in ('from_facts', 'bench_pairs'))
         if from_facts or (bench_pairs and pairs is None):
             # The nodes' facts and this run's pairwise records, read here from the fleet model
@@ -156,12 +152,14 @@ class ActionModule(ActionBase):
             if from_facts:
                 prior = prior + _report_stage.from_model(model)['findings']
             if bench_pairs and pairs is None and model.get('bench_fleet') is not None:
+                # With the thresholds role fabric_bench checked and kept in its fleet plan, as bench.json
+                # is judged (_bench.judged_with): a pair ok there is never named bad here.
                 pairs = _bench.judge(_fleet_model.bench_nodes(model), model['bench_fleet'])
         timeout = _number(args, 'timeout', bench.get('timeout', 900), 1, 30 * 86400)
         delay = _number(args, 'delay', 1, 0.05, 60)
         limit = int(math.ceil(timeout)) + 60
 
-        state = _culprit_search.start(nodes, args.get('reference') or None, prior, _group_search.bad_pairs(pairs), strategy)
+        state = _culprit_search.begin(nodes, args.get('reference'), prior, pairs, args.get('strategy'))
         lines = []
         if self._task.check_mode:
             result.update(changed=False, skipped=True, msg='the search runs no benchmark in check mode', search=state)

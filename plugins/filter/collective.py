@@ -9,8 +9,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
@@ -21,22 +19,31 @@ def _model(name, hostvars, hosts, parts):
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def _ratios(healthy, warn):
-    return (_collective.HEALTHY_RATIO if healthy is None else float(healthy)), (_collective.WARN_RATIO if warn is None else float(warn))
+def _ratios(name, healthy, warn):
+    """The collective's thresholds, checked by their one owner (module_utils/_collective.py thresholds)."""
+    try:
+        return _collective.thresholds(healthy, warn)
+    except ValueError as exc:
+        raise AnsibleFilterError('%s: %s' % (name, exc))
+
+
+def collective_thresholds(healthy=None, warn=None):
+    """{healthy_ratio, warn_ratio}: role fabric_collective's thresholds, checked once before any run and
+    handed to every reader (the runs, the culprit search's runs, the local verdict)."""
+    healthy, warn = _ratios('collective_thresholds', healthy, warn)
+    return {'healthy_ratio': healthy, 'warn_ratio': warn}
 
 
 def collective_verdict(result, expected_gbs, healthy=None, warn=None, metric='max'):
-    healthy, warn = _ratios(healthy, warn)
+    healthy, warn = _ratios('collective_verdict', healthy, warn)
     if metric not in ('max', 'avg'):
         raise AnsibleFilterError('collective_verdict: metric must be max or avg, not %r' % (metric,))
-    if not 0 < float(warn) <= float(healthy) <= 1.5:
-        raise AnsibleFilterError('collective_verdict: need 0 < warn <= healthy (got warn=%s, healthy=%s)' % (warn, healthy))
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
 def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, warn=None, metric='max'):
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
-    healthy, warn = _ratios(healthy, warn)
+    healthy, warn = _ratios('collective_local_verdict', healthy, warn)
     model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
     results = dict((host, node['collective_local']) for host, node in model['nodes'].items())
     return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
@@ -68,53 +75,15 @@ def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_pe
     return _tasks.collective_fleet(model, launcher, expected_gbs, ranks_per_node)
 
 
-def culprit_search_start(nodes, reference=None, prior=None, pairs=None, strategy=_culprit_search.DEFAULT_STRATEGY):
-    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes):
-        raise AnsibleFilterError('culprit_search_start: the nodes must be a list of inventory names')
-    if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
-        raise AnsibleFilterError('culprit_search_start: pairs must be a fabric_bench report or a list of [node, node]')
-    if strategy not in _culprit_search.STRATEGIES:
-        raise AnsibleFilterError('culprit_search_start: strategy must be one of %s' % ', '.join(_culprit_search.STRATEGIES))
-    return _culprit_search.start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs), strategy)
-
-
-def culprit_search_next(state):
-    return _culprit_search.next_round(state)
-
-
-def culprit_search_update(state, runs, verdicts, seconds=None):
-    if len(runs or []) != len(verdicts or []):
-        raise AnsibleFilterError('culprit_search_update: one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
-    return _culprit_search.update(state, runs, verdicts, seconds)
-
-
-def culprit_search_verdicts(started, finished):
-    """The verdict of each run of a round, in the order of the runs: started with async (poll 0),
-    waited for with async_status. A run that did not start or did not finish is failed, never cleared."""
-    if not isinstance(started, (list, tuple)) or not isinstance(finished, (list, tuple)):
-        raise AnsibleFilterError('culprit_search_verdicts: the registered results of the loops (their .results)')
-    done = dict((str(r.get('ansible_job_id')), r) for r in finished if isinstance(r, dict) and r.get('ansible_job_id'))
-    verdicts = []
-    for launch in started:
-        launch = launch if isinstance(launch, dict) else {}
-        job = launch.get('ansible_job_id')
-        result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
-        verdicts.append(_culprit_search.verdict_of(dict(result, ansible_job_id=job) if job else result))
-    return verdicts
-
-
 class FilterModule(object):
 
     def filters(self):
         return {
             'collective_verdict': collective_verdict,
+            'collective_thresholds': collective_thresholds,
             'collective_expected': collective_expected,
             'collective_fleet': collective_fleet,
             'collective_local_verdict': collective_local_verdict,
             'collective_outcome': collective_outcome,
             'collective_skipped': collective_skipped,
-            'culprit_search_start': culprit_search_start,
-            'culprit_search_next': culprit_search_next,
-            'culprit_search_update': culprit_search_update,
-            'culprit_search_verdicts': culprit_search_verdicts,
         }

@@ -59,11 +59,19 @@ def _model(name, hostvars, hosts):
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed=0):
+def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed=0, thresholds=None):
     """The fleet plan (plugin_utils/bench/_bench.py fleet_plan) with what the rounds need of it, from one
     read of the nodes: ``plans`` and ``rails`` (node -> its plan, its HCAs) of the nodes to test and
     ``summary`` (pair_schedule_summary of the rounds; no round when nothing runs). Role fabric_bench
-    keeps it as one fact: a task's vars entry is templated again at every reference."""
+    keeps it as one fact: a task's vars entry is templated again at every reference.
+    ``thresholds`` ({bw_ratio, gpu_ratio, lat_max_us}, None for the default) are checked here and kept
+    in the plan, the values every reader of the pairs judges them with (_bench.py judged_with)."""
+    if thresholds is not None and not isinstance(thresholds, dict):
+        raise AnsibleFilterError('bench_fleet_plan: thresholds must be a mapping of %s' % ', '.join(_bench.THRESHOLDS))
+    try:
+        limits = _bench.thresholds(dict((name, _bench.threshold(name, (thresholds or {}).get(name))) for name in _bench.THRESHOLDS))
+    except ValueError as error:
+        raise AnsibleFilterError('bench_fleet_plan: %s' % error)
     model = _model('bench_fleet_plan', hostvars, hosts)
     fleet = _bench.fleet_plan(dict((host, {'plan': node['bench']['plan'], 'tool': node['bench']['tool']})
                                    for host, node in model['nodes'].items()), test)
@@ -75,7 +83,7 @@ def bench_fleet_plan(hostvars, hosts, test='ib_write_bw', mode='full', k=1, seed
             summary = _schedule.summary(fleet['nodes'], rails, mode=mode, k=int(k), seed=seed)
         except (_schedule.ScheduleError, TypeError, ValueError) as error:
             raise AnsibleFilterError('bench_fleet_plan: %s' % error)
-    return dict(fleet, plans=plans, rails=rails, summary=summary)
+    return dict(fleet, plans=plans, rails=rails, summary=summary, thresholds=limits)
 
 
 def bench_threshold_errors(given):

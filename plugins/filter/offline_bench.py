@@ -50,9 +50,11 @@ def offline_collective(results, hostvars, hosts, healthy=None, warn=None, refuse
         model = _fleet_model.read(hostvars, hosts or [], ('facts',))
     except ValueError as exc:
         raise AnsibleFilterError('offline_collective: %s' % exc)
-    # None: the rule's own thresholds (module_utils/_collective.py).
-    healthy = _collective.HEALTHY_RATIO if healthy is None else float(healthy)
-    warn = _collective.WARN_RATIO if warn is None else float(warn)
+    # None: the rule's own thresholds; the one check (module_utils/_collective.py thresholds).
+    try:
+        healthy, warn = _collective.thresholds(healthy, warn)
+    except ValueError as exc:
+        raise AnsibleFilterError('offline_collective: %s' % exc)
     return _offline.collective_result(results or [], _fleet_model.facts_of(model, 'ib'), healthy, warn, refused or [])
 
 

@@ -25,6 +25,28 @@ HEALTHY_RATIO = 0.8
 WARN_RATIO = 0.7
 
 
+def thresholds(healthy=None, warn=None):
+    """The collective's thresholds as (healthy, warn): None or '' (unset) is the default above, else a
+    finite number - every -e key=value arrives as a string; ValueError unless 0 < warn <= healthy.
+    The one check: module collective_bench, the collective filters and role fabric_collective's plan
+    (filter collective_thresholds, before any run) all call it."""
+    values = []
+    for name, value, default in (('healthy_ratio', healthy, HEALTHY_RATIO), ('warn_ratio', warn, WARN_RATIO)):
+        if value is None or value == '':
+            values.append(default)
+            continue
+        try:
+            value = None if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not math.isfinite(value):
+            raise ValueError('%s must be a number, got %r' % (name, healthy if name == 'healthy_ratio' else warn))
+        values.append(value)
+    if not 0 < values[1] <= values[0]:
+        raise ValueError('need 0 < warn_ratio <= healthy_ratio (got %s and %s)' % (values[1], values[0]))
+    return values[0], values[1]
+
+
 def node_nic_gbs(ib, hcas=None):
     """GB/s a node's network can carry for a collective: the sum of its ACTIVE ports' rates
     (of ``hcas`` when given, e.g. the HCAs NCCL reported using), in GB/s (Gb/s / 8).

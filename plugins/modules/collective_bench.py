@@ -574,14 +574,13 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    # Left out: the thresholds of the rule that judges (module_utils/_collective.py).
-    for name, default in (('healthy_ratio', _collective.HEALTHY_RATIO), ('warn_ratio', _collective.WARN_RATIO)):
-        if params[name] is None:
-            params[name] = default
     try:
+        # Left out: the thresholds of the rule that judges; the one check (module_utils/_collective.py thresholds).
+        try:
+            params['healthy_ratio'], params['warn_ratio'] = _collective.thresholds(params['healthy_ratio'], params['warn_ratio'])
+        except ValueError as exc:
+            raise ArgumentError(str(exc))
         validate(params)
-        if not 0 < params['warn_ratio'] <= params['healthy_ratio']:
-            raise ArgumentError('need 0 < warn_ratio <= healthy_ratio (got %s and %s)' % (params['warn_ratio'], params['healthy_ratio']))
         result = parse_log(params) if params['from_log'] is not None else run(module, params)
     except ArgumentError as exc:
         module.fail_json(msg=str(exc))

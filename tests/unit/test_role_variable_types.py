@@ -75,6 +75,8 @@ FILTER_CONVERTS = {
     ('roles/fabric_bench/tasks/main.yml', 'fabric_bench_lat_max_us'),   # bench_threshold_errors: _bench.threshold, float()
     ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_expected_busbw_gbs'),
     ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_ranks_per_node'),   # collective_fleet: _tasks._number, float() / int()
+    ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_healthy_ratio'),
+    ('roles/fabric_collective/tasks/main.yml', 'fabric_collective_warn_ratio'),   # collective_thresholds: _collective.thresholds, float()
 }
 
 

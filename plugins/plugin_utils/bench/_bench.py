@@ -15,6 +15,7 @@ import json
 import math
 import os
 import zlib
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS, HW_ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
@@ -26,23 +27,15 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # co
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import write_atomic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
+# One test's record as a node returns it and report() reads it (record_of): JSON values.
+Record = Dict[str, Any]
+
 # Which perftest flag puts the buffer on which vendor's GPU.
 GPU_FLAGS = {'nvidia': 'use_cuda', 'amd': 'use_rocm', 'metax': 'use_maca'}
 
 
-def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
-    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
-
-    Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
-    the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
-    name in natural order), so that rail i is the same slot on every node of a kind - never the
-    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail.
-    ``nccl_ib_hca``: the node's NCCL_IB_HCA where its settings name one (what the report's
-    diagnosis and NCCL recommendation read, filter/report.py): the rails are the same there and here."""
-    devices = (ib or {}).get('devices') or []
-    if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
-        hcas = [name.strip() for name in hcas.split(',') if name.strip()]
-    names = list(hcas) if hcas else _rails.compute(ib, gdr, role_of=_rails.node_roles({'ib': ib, 'gdr': gdr, 'nccl_ib_hca': nccl_ib_hca}))
+def _device_rates(devices: List[Dict[str, Any]]) -> Tuple[Dict[str, Optional[float]], Dict[str, Optional[float]], Dict[str, Optional[str]]]:
+    """Each device's port rate, its ACTIVE ports' rate and its model."""
     rates, active, models = {}, {}, {}
     for device in devices:
         rated = [p.get('rate_gbps') for p in device.get('ports', []) if p.get('rate_gbps') is not None]
@@ -53,8 +46,13 @@ def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
         active[device['name']] = max(up) if up else None
         kind = _rails.model(device)
         models[device['name']] = ' '.join(str(part) for part in kind if part) if kind else None
+    return rates, active, models
+
+
+def _nearest_gpus(gdr: Optional[Dict[str, Any]], names: Sequence[str]) -> Dict[str, Optional[Dict[str, Any]]]:
+    """Each HCA of ``names``: its nearest GPU (the smallest distance class, then the name), or None."""
     gpus = (gdr or {}).get('gpus') or []
-    vendor_index = {}
+    vendor_index: Dict[str, List[int]] = {}
     for gpu in gpus:
         # CUDA/ROCm/MACA number the GPUs of one vendor in PCI order when CUDA_DEVICE_ORDER=PCI_BUS_ID
         # (the role sets it); gdr_facts lists GPUs in PCI order.
@@ -74,10 +72,27 @@ def node_plan(ib, gdr, hcas=None, nccl_ib_hca=None):
         nearest[hca] = best[1] if best else None
     for gpu in gpus:
         gpu.pop('_index', None)
+    return nearest
+
+
+def node_plan(ib: Optional[Dict[str, Any]], gdr: Optional[Dict[str, Any]], hcas: Any = None, nccl_ib_hca: Any = None) -> Dict[str, Any]:
+    """This node's rails (HCA names in order), their rate and each HCA's nearest GPU.
+
+    Rail i is the i-th name: ``hcas`` (fabric_bench_hcas) in the user's order where given, else
+    the node's compute rails in position order (module_utils/_rails.py: PCI address, NUMA, the
+    name in natural order), so that rail i is the same slot on every node of a kind - never the
+    names' text order (mlx5_10 before mlx5_2) - and a storage or management card is no rail.
+    ``nccl_ib_hca``: the node's NCCL_IB_HCA where its settings name one (what the report's
+    diagnosis and NCCL recommendation read, filter/report.py): the rails are the same there and here."""
+    if isinstance(hcas, str):      # -e fabric_bench_hcas=mlx5_0,mlx5_1 arrives as a string
+        hcas = [name.strip() for name in hcas.split(',') if name.strip()]
+    names = list(hcas) if hcas else _rails.compute(ib, gdr, role_of=_rails.node_roles({'ib': ib, 'gdr': gdr, 'nccl_ib_hca': nccl_ib_hca}))
+    rates, active, models = _device_rates((ib or {}).get('devices') or [])
+    nearest = _nearest_gpus(gdr, names)
     return {'hcas': names, 'rate_gbps': rates, 'active_rate_gbps': active, 'model': models, 'gpu_by_hca': nearest}
 
 
-def fleet_plan(candidates, test='ib_write_bw'):
+def fleet_plan(candidates: Any, test: str = 'ib_write_bw') -> Dict[str, Any]:
     """Which nodes the mesh can test, and why the others cannot.
 
     ``candidates``: {host: {'plan': node_plan(...), 'tool': the check-mode perftest_run result}}.
@@ -102,7 +117,7 @@ def fleet_plan(candidates, test='ib_write_bw'):
     return {'nodes': nodes, 'excluded': excluded, 'skipped': skipped, 'test': test}
 
 
-def pick_address(candidates, cidr):
+def pick_address(candidates: Iterable[Any], cidr: Any) -> Optional[str]:
     """First candidate address inside ``cidr`` (netaddr), or None."""
     from netaddr import AddrFormatError, IPAddress, IPNetwork  # controller-side only (requirements: netaddr)
     try:
@@ -118,7 +133,7 @@ def pick_address(candidates, cidr):
     return None
 
 
-def address_candidates(ib, ipv4_addresses=None, fallback=None):
+def address_candidates(ib: Optional[Dict[str, Any]], ipv4_addresses: Optional[Iterable[Any]] = None, fallback: Optional[str] = None) -> List[str]:
     """RoCE GID IPv4s, then the node's IPv4 addresses, then the inventory address."""
     found = []
     for device in (ib or {}).get('devices') or []:
@@ -134,7 +149,7 @@ def address_candidates(ib, ipv4_addresses=None, fallback=None):
     return found
 
 
-def _snapshot(ib):
+def _snapshot(ib: Any) -> Dict[str, Tuple[Dict[str, Any], Optional[float]]]:
     """Every HCA's first-port error counters and read time ({hca: (counters, read_at)}) in one pass
     over the facts, the first device of a name winning; the facts a node returned may hold any
     type in any field (_shape), and a counter that is no integer is not known. A sequence step's read serves the 8 tests of the step and the next
@@ -151,7 +166,8 @@ def _snapshot(ib):
     return found
 
 
-def _changes(old, new, hca):
+def _changes(old: Dict[str, Tuple[Dict[str, Any], Optional[float]]], new: Dict[str, Tuple[Dict[str, Any], Optional[float]]],
+             hca: str) -> Tuple[Dict[str, int], Optional[float]]:
     """(counter_delta, counter_seconds) of the HCA between two _snapshot()s."""
     old_values, old_at = old.get(hca) or ({}, None)
     new_values, new_at = new.get(hca) or ({}, None)
@@ -163,17 +179,17 @@ def _changes(old, new, hca):
     return delta, seconds
 
 
-def counter_seconds(before, after, hca):
+def counter_seconds(before: Any, after: Any, hca: str) -> Optional[float]:
     """Seconds between the two counter reads of the HCA's first port (None when a read has no time)."""
     return _changes(_snapshot(before), _snapshot(after), hca)[1]
 
 
-def counter_delta(before, after, hca):
+def counter_delta(before: Any, after: Any, hca: str) -> Dict[str, int]:
     """Increase of each error counter of the HCA's first port between two ib_link_facts reads."""
     return _changes(_snapshot(before), _snapshot(after), hca)[0]
 
 
-def round_records(me, tests, client_results, server_results, before, after, round_number, memory):
+def round_records(me: str, tests: Any, client_results: Any, server_results: Any, before: Any, after: Any, round_number: int, memory: str) -> List[Record]:
     """One record per test this node took part in this round.
 
     The client's record carries the perftest result; both sides carry the increase of
@@ -203,7 +219,7 @@ def round_records(me, tests, client_results, server_results, before, after, roun
     return records
 
 
-def sequence_steps(me, rounds, plans, memories, base_port):
+def sequence_steps(me: str, rounds: Any, plans: Dict[str, Any], memories: Sequence[str], base_port: int) -> List[Dict[str, Any]]:
     """This node's steps for perftest_run's ``sequence``: every memory kind, every round.
 
     ``rounds``: the expanded schedule rounds (pair_schedule expand=true, node=me), each
@@ -236,7 +252,7 @@ def sequence_steps(me, rounds, plans, memories, base_port):
     return steps
 
 
-def sequence_records(me, steps, result):
+def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
     """Records (as round_records makes them) from one perftest_run ``sequence`` result.
 
     ``steps``: what was asked (sequence_steps); ``result``: the task's result, or its
@@ -280,7 +296,8 @@ def sequence_records(me, steps, result):
     return records
 
 
-def record_of(test, outcome, before, after, changes=None):
+def record_of(test: Dict[str, Any], outcome: Dict[str, Any], before: Any, after: Any,
+              changes: Optional[Tuple[Dict[str, int], Optional[float]]] = None) -> Record:
     """The record of one test. ``outcome`` (and, from a sequence, ``test``) is what a node
     returned: the fields the report computes with are typed here (_shape), once.
 
@@ -314,7 +331,7 @@ def record_of(test, outcome, before, after, changes=None):
     return record
 
 
-def _sizes(results):
+def _sizes(results: Any) -> Optional[List[Dict[str, Any]]]:
     """The curve of one pair (every message size of an all-sizes run), compact: the report
     draws bandwidth vs message size from it."""
     sizes = []
@@ -331,7 +348,7 @@ def _sizes(results):
     return sizes
 
 
-def _test_of(result):
+def _test_of(result: Any) -> Optional[Dict[str, Any]]:
     """The schedule entry behind an async_status result (item of item) or a direct result."""
     item = mapping(result).get('item') or {}
     if isinstance(item, dict) and 'pair_id' in item:
@@ -348,7 +365,7 @@ MEMORIES = ('host', 'gpu')
 MALFORMED_NAMED = 5
 
 
-def record_problem(record):
+def record_problem(record: Any) -> Optional[str]:
     """Why ``record`` (one entry of a node's records) cannot be judged, or None."""
     if not isinstance(record, dict):
         return 'not a mapping (%s)' % type(record).__name__
@@ -366,7 +383,7 @@ def record_problem(record):
     return None
 
 
-def _shown(value, present):
+def _shown(value: Any, present: bool) -> str:
     if not present:
         return 'missing'
     if value is None:
@@ -390,7 +407,7 @@ SETUP_KINDS = ('setup_failed', 'tool_missing', 'bad_arguments', 'stopped')
 FOLLOW_ON_KINDS = ('exchange_failed', 'timeout', 'connect_failed', 'peer_lost', 'peer_moved_on', 'unparsed')
 
 
-def never_reached(failure):
+def never_reached(failure: Any) -> bool:
     """Does one side's failure say its test never reached the hardware (SETUP_KINDS, or perftest's server could not listen)?"""
     failure = mapping(failure)
     kind = text(failure.get('kind'))
@@ -398,7 +415,7 @@ def never_reached(failure):
     return kind in SETUP_KINDS or listen_failed({'kind': kind, 'message': text(failure.get('message')) or ''})
 
 
-def failure_cause(pair):
+def failure_cause(pair: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The failure that made a failed pair (report()'s entry) fail, as {'side', 'host', 'kind', 'message', 'hosts'}:
     the server's own failure where the client's only shows its effect (FOLLOW_ON_KINDS), else the client's; ``hosts``:
     the ends that failed so themselves (both, where both sides report that kind). None where neither side reported one."""
@@ -418,7 +435,7 @@ def failure_cause(pair):
             'hosts': ends}
 
 
-def not_reached(pair):
+def not_reached(pair: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """failure_cause() of a failed pair whose test never reached the hardware (the benchmark could not set it up:
     SETUP_KINDS, or perftest's server could not listen on its TCP port), else None. Such a pair is the run's
     failure, never a device's."""
@@ -428,7 +445,7 @@ def not_reached(pair):
     return cause if cause is not None and never_reached(cause) else None
 
 
-def _checked(record):
+def _checked(record: Any) -> Optional[Record]:
     """A record as report() reads it, or None (record_problem() says why): records travel
     through hostvars and files, so they are typed again here (_shape) rather than trusted to be
     what record_of made."""
@@ -458,7 +475,7 @@ def _checked(record):
 RECORDS_FORMAT = 'hpc.gpu_fabric.bench_records/1'
 
 
-def records_file_name(host):
+def records_file_name(host: str) -> str:
     """The file of ``host``'s records: its inventory name with every character outside
     [A-Za-z0-9._-] (a "/" included) written as %XX, so that any name stays one plain file in the
     directory; "." and ".." cannot come out (the suffix)."""
@@ -467,7 +484,7 @@ def records_file_name(host):
     return safe + '.records.json.gz'
 
 
-def write_records(directory, host, records, run_id=None):
+def write_records(directory: str, host: str, records: List[Record], run_id: Optional[str] = None) -> str:
     """Write ``host``'s records into ``directory`` (created, mode 0700, when missing), atomically
     (a temporary file renamed over the old one); returns the file's absolute path."""
     directory = os.path.abspath(os.path.expanduser(directory))
@@ -502,11 +519,11 @@ RECORDS_MAX_DEPTH = 16
 _CONTAINERS = frozenset((dict, list))
 
 
-def _deeper_than(value, limit):
+def _deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` (json.loads' lists and dicts) nests deeper than ``limit`` levels; without
     recursion, a level at a time, by exact type (a stack of every container, each checked with
     isinstance, was a third of the judging of a 1,024-node ring under a profiler)."""
-    level = [value] if value.__class__ in _CONTAINERS else []
+    level: List[Any] = [value] if value.__class__ in _CONTAINERS else []
     depth = 1
     while level:
         if depth > limit:
@@ -518,7 +535,7 @@ def _deeper_than(value, limit):
     return False
 
 
-def _read_records_file(path):
+def _read_records_file(path: str) -> Any:
     """The decoded content of the records file ``path``: a regular file (a FIFO would block the
     read forever), at most RECORDS_MAX_BYTES compressed and decompressed, holding at most
     RECORDS_MAX_CONTAINERS lists or mappings and RECORDS_MAX_VALUES values. Raises OSError,
@@ -549,7 +566,7 @@ def _read_records_file(path):
     return content
 
 
-def read_records(path, host, run_id=None):
+def read_records(path: str, host: str, run_id: Optional[str] = None) -> List[Any]:
     """The records ``write_records`` wrote for ``host``; ValueError, saying why, for a file that is
     missing, unreadable, no regular file, too large, nested too deep, not ours, or written for
     another host or another run."""
@@ -564,10 +581,11 @@ def read_records(path, host, run_id=None):
         raise ValueError('the records file %s holds the records of %r, not of %s' % (path, content.get('host'), host))
     if run_id is not None and content.get('run_id') != run_id:
         raise ValueError('the records file %s is from run %r, not from this run (%s)' % (path, content.get('run_id'), run_id))
-    return content['records']
+    records: List[Any] = content['records']
+    return records
 
 
-def _node_records(host, node, unreadable, malformed=None):
+def _node_records(host: str, node: Any, unreadable: Dict[str, str], malformed: Optional[Dict[str, Any]] = None) -> Iterator[Record]:
     """A node's records one at a time, checked (a checked copy of every node's records at once
     doubled what the judging holds for a full mesh); from its records file when it has one. A file
     that cannot be read gives no record, and its reason in ``unreadable``; a record that cannot be
@@ -592,12 +610,12 @@ def _node_records(host, node, unreadable, malformed=None):
                 entry['records'].append('record %d: %s' % (index, record_problem(record)))
 
 
-def _rate(plan, hca):
+def _rate(plan: Any, hca: str) -> Optional[float]:
     rate = number(mapping(mapping(plan).get('rate_gbps')).get(hca))
     return rate if rate and rate > 0 else None
 
 
-def _active_rate(plan, hca):
+def _active_rate(plan: Any, hca: str) -> Optional[float]:
     """The rate ``hca`` runs at: its fastest ACTIVE port's (node_plan), or where the plan does not say
     which ports are ACTIVE (a plan made before it did), its fastest port's."""
     if not isinstance(mapping(plan).get('active_rate_gbps'), dict):
@@ -606,20 +624,20 @@ def _active_rate(plan, hca):
     return rate if rate and rate > 0 else None
 
 
-def _rail_kind(plan, rail, hca):
+def _rail_kind(plan: Any, rail: Any, hca: str) -> Tuple[str, Optional[str]]:
     """A port's peers for the nominal rate: the ports of its rail of the same model (node_plan's
     hca_type, board_id, link layers; unknown models are peers of each other), so that a rail of
     nodes of two kinds (a 200 Gb/s card on some, a 400 Gb/s one on others) is not one bar."""
     return ('%s' % (key(rail),), text(mapping(mapping(plan).get('model')).get(hca)) or None)
 
 
-def rail_nominal(nodes):
+def rail_nominal(nodes: Dict[str, Any]) -> Dict[Tuple[str, Optional[str]], float]:
     """{(rail, model): the rate the fleet's ports of that rail and model are meant to run at}: the
     most common ACTIVE rate among the nodes' ports of it (ties: the higher). A port trained down
     (1X: 100 of 400 Gb/s) is one node's, the nominal rate the fleet's; judged against the slower
     port of the pair, its tests looked healthy at 97 Gb/s. The rails are the plans' (node_plan:
     the compute rails in position order, or fabric_bench_hcas), so a storage card is no rail."""
-    seen = {}
+    seen: Dict[Tuple[str, Optional[str]], Dict[float, int]] = {}
     for host in sorted(nodes or {}):
         plan = mapping(mapping(nodes[host]).get('plan'))
         for rail, hca in enumerate(sequence(plan.get('hcas'))):
@@ -627,10 +645,12 @@ def rail_nominal(nodes):
             if rate:
                 counts = seen.setdefault(_rail_kind(plan, rail, key(hca)), {})
                 counts[rate] = counts.get(rate, 0) + 1
-    return dict((kind, max(counts, key=lambda rate, c=counts: (c[rate], rate))) for kind, counts in seen.items())
+    # The most common rate, the higher of two as common (a rate is a key: no two tie on (count, rate)).
+    return dict((kind, max(counts.items(), key=lambda item: (item[1], item[0]))[0]) for kind, counts in seen.items())
 
 
-def _end(nominal, host, plan, hca, rail, known):
+def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, hca: str, rail: Any, known: Dict[Any, Any]) -> Tuple[Optional[float],
+         Optional[float], Optional[float]]:
     """(its port's rate, the nominal rate of its rail and model, the rate it runs at) of one end of
     a pair; ``known``: {(host, hca, rail): that}, filled as ends are met (a node's ports are the
     ends of thousands of pairs in a full mesh)."""
@@ -641,7 +661,8 @@ def _end(nominal, host, plan, hca, rail, known):
     return end
 
 
-def _judged_rate(nominal, ends, known=None):
+def _judged_rate(nominal: Dict[Tuple[str, Optional[str]], float], ends: Sequence[Tuple[str, Any, str, Any]],
+                 known: Optional[Dict[Any, Any]] = None) -> Tuple[Optional[float], Optional[float], List[Dict[str, Any]], List[float]]:
     """(the rate a pair is judged against, the rail's nominal rate or None, its degraded ports, the
     rates of its ports that are known). ``ends``: [(host, plan, hca, rail)] of the pair; ``known``: _end()'s. Against the nominal rate of
     the slower end's kind; where no nominal rate is known, against the slower port's rate (None
@@ -660,7 +681,7 @@ def _judged_rate(nominal, ends, known=None):
     return (rail_rate or (min(rates) if rates else None)), rail_rate, degraded, rates
 
 
-def degraded_text(entry):
+def degraded_text(entry: Dict[str, Any]) -> str:
     """The ports of a pair below its rail's nominal rate, for people ('' where none)."""
     ports = mapping(entry).get('degraded_ports') or []
     if not ports:
@@ -685,7 +706,7 @@ LAT_MAX_US = 5.0
 THRESHOLDS = ('bw_ratio', 'gpu_ratio', 'lat_max_us')
 
 
-def threshold(name, value):
+def threshold(name: str, value: Any) -> Optional[float]:
     """A threshold as given (``name`` names it in the message): None for unset (None or '': the default
     above), else a finite positive number - every -e key=value arrives as a string. ValueError
     otherwise. The one check: action fabric_bench_judge and filter bench_threshold_errors (role
@@ -701,7 +722,7 @@ def threshold(name, value):
     return number
 
 
-def threshold_errors(given):
+def threshold_errors(given: Dict[str, Any]) -> List[str]:
     """Why each of ``given`` ({name: value}) is not a threshold (threshold()), in the order given; [] when all are."""
     errors = []
     for name, value in given.items():
@@ -712,7 +733,7 @@ def threshold_errors(given):
     return errors
 
 
-def thresholds(options):
+def thresholds(options: Optional[Mapping[str, Any]]) -> Dict[str, float]:
     """The thresholds of a run: ``options``' where given (not None), else the defaults above."""
     options = options or {}
     given = dict((name, options.get(name)) for name in ('bw_ratio', 'gpu_ratio', 'lat_max_us'))
@@ -721,87 +742,65 @@ def thresholds(options):
             'lat_max_us': float(LAT_MAX_US if given['lat_max_us'] is None else given['lat_max_us'])}
 
 
-def report(nodes, options):
-    """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
+def _counters_entry(host: str, plan: Any, record: Record) -> Dict[str, Any]:
+    """A record's counter increase, judged by the same rules as the fabric's switch ports (module_utils/_rates.py)."""
+    return {'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
+            'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
+            'increase': record['counters_delta'],
+            'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'), _rate(plan, record['hca']))}
 
-    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}, or 'records_file' (and
-    'run_id') instead of 'records' for records written by write_records; ``options``: thresholds().
-    """
-    limits = thresholds(options)
-    bw_ratio, gpu_ratio, lat_max = limits['bw_ratio'], limits['gpu_ratio'], limits['lat_max_us']
-    nominal = rail_nominal(nodes)
-    pairs = []
-    matrix = {}
-    counters = []
-    # What a client's record needs from its server's (the GPU distance, the failure) and what a
-    # pair without a client record is shown with, per pair. Each node's records are read once, one
-    # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
-    # kinds is about a million records: tests/bench/controller_scale.py): a client's pair is
-    # judged as its record is read, and what its server's record adds is added once all are read
-    # (reading every file twice, once for the server sides, was half of the judging).
-    server_side = {}
-    reported = set()
-    unreadable = {}
-    malformed = {}
-    known = {}
-    for host in sorted(nodes):
-        plan = mapping(mapping(nodes[host]).get('plan'))
-        for record in _node_records(host, nodes[host], unreadable, malformed):
-            reported.add(host)
-            if record.get('counters_delta'):
-                counters.append({'host': host, 'hca': record['hca'], 'round': record['round'], 'memory': record['memory'],
-                                 'pair': '%s->%s' % (record['server'], record['client']), 'rail': record['rail'],
-                                 'increase': record['counters_delta'],
-                                 # The same rules as the fabric's switch ports (module_utils/_rates.py).
-                                 'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'),
-                                                          _rate(plan, record['hca']))})
-            if record['side'] == 'server':
-                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
-                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
-                    text(record['gpu'].get('gpu')) or None)
-                continue
-            server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
-            ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
-            # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
-            expected, rail_rate, degraded, rates = _judged_rate(nominal, ends, known)
-            summary = record.get('summary') or {}
-            entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
-                     'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
-                     'status': record['status'], 'failure': record.get('failure'),
-                     'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
-                     'port_rate_gbps': min(rates) if rates else None, 'rail_nominal_gbps': rail_rate, 'degraded_ports': degraded,
-                     'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
-                     'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
-            if record['memory'] == 'gpu':
-                # The client's side; the server's is added below (the farther of the two distances).
-                entry['gpu_distance'] = record['gpu'].get('distance')
-                # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
-                entry['server_gpu'], entry['client_gpu'] = None, text(record['gpu'].get('gpu')) or None
-            if record['status'] != 'ok':
-                entry['verdict'] = 'failed'
-                entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
-                                                    (record.get('failure') or {}).get('message', '')))
-            elif entry['bw_avg_gbps'] is not None and expected:
-                entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
-                if entry['bw_ratio'] < bw_ratio:
-                    entry['verdict'] = 'low'
-                    entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
-                        entry['bw_avg_gbps'], 100 * entry['bw_ratio'], float(expected),
-                        'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
-            elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
-                entry['verdict'] = 'low'
-                entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
-            # Said on top of the verdict, never instead of it: a failed test stays failed, a latency
-            # test through a degraded port is still judged.
-            if degraded:
-                entry['reasons'].append(degraded_text(entry))
-            # Rows or warnings past the parser's caps on records (module_utils/_perftest.py): judged on those kept.
-            entry['reasons'].extend(w for w in sequence(record.get('warnings')) if isinstance(w, str) and w.startswith(DROPPED_NOTE))
-            pairs.append(entry)
-            value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
-            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
-            rail.setdefault(record['server'], {})[record['client']] = value
-    # What each client's pair takes from its server's record.
+
+def _judge_entry(entry: Dict[str, Any], record: Record, expected: Optional[float], rail_rate: Optional[float], limits: Dict[str, float]) -> None:
+    """The client's verdict of a pair: failed, low (bandwidth below bw_ratio of its rate, latency above lat_max_us) or ok."""
+    bw_ratio, lat_max = limits['bw_ratio'], limits['lat_max_us']
+    if record['status'] != 'ok':
+        entry['verdict'] = 'failed'
+        entry['reasons'].append('%s: %s' % ((record.get('failure') or {}).get('kind', 'failed'),
+                                            (record.get('failure') or {}).get('message', '')))
+    elif entry['bw_avg_gbps'] is not None and expected:
+        entry['bw_ratio'] = round(entry['bw_avg_gbps'] / expected, 3)
+        if entry['bw_ratio'] < bw_ratio:
+            entry['verdict'] = 'low'
+            entry['reasons'].append('%.1f Gb/s is %.0f %% of the %g Gb/s %s (threshold %.0f %%)' % (
+                entry['bw_avg_gbps'], 100 * entry['bw_ratio'], float(expected),
+                'nominal rate of rail %s' % record['rail'] if rail_rate else 'port rate', 100 * bw_ratio))
+    elif entry['lat_typical_us'] is not None and entry['lat_typical_us'] > lat_max:
+        entry['verdict'] = 'low'
+        entry['reasons'].append('typical latency %.2f us above %.2f us' % (entry['lat_typical_us'], lat_max))
+
+
+def _client_entry(host: str, plan: Any, record: Record, nodes: Dict[str, Any], nominal: Dict[Tuple[str, Optional[str]], float], known: Dict[Any, Any],
+                  limits: Dict[str, float]) -> Dict[str, Any]:
+    """A pair as its client's record shows it, judged."""
+    server_plan = mapping(mapping(nodes.get(record['server'])).get('plan'))
+    ends = [(record['server'], server_plan, record['peer_hca'], record['rail']), (host, plan, record['hca'], record['rail'])]
+    # Against the rail's nominal rate (rail_nominal), not the slower port's: a 1X port's 97 Gb/s is low.
+    expected, rail_rate, degraded, rates = _judged_rate(nominal, ends, known)
+    summary = record.get('summary') or {}
+    entry = {'server': record['server'], 'client': record['client'], 'rail': record['rail'],
+             'server_hca': record['peer_hca'], 'client_hca': record['hca'], 'memory': record['memory'],
+             'status': record['status'], 'failure': record.get('failure'),
+             'bw_avg_gbps': summary.get('bw_avg_gbps'), 'lat_typical_us': summary.get('lat_typical_us'),
+             'port_rate_gbps': min(rates) if rates else None, 'rail_nominal_gbps': rail_rate, 'degraded_ports': degraded,
+             'elapsed_s': record.get('elapsed_s'), 'verdict': 'ok', 'reasons': [],
+             'bytes': summary.get('bytes'), 'sizes': _sizes(record.get('results'))}
+    if record['memory'] == 'gpu':
+        # The client's side; the server's is added below (the farther of the two distances).
+        entry['gpu_distance'] = record['gpu'].get('distance')
+        # The GPU each side used (node_plan's gpu_by_hca): a GPU-memory test's path runs through it.
+        entry['server_gpu'], entry['client_gpu'] = None, text(record['gpu'].get('gpu')) or None
+    _judge_entry(entry, record, expected, rail_rate, limits)
+    # Said on top of the verdict, never instead of it: a failed test stays failed, a latency
+    # test through a degraded port is still judged.
+    if degraded:
+        entry['reasons'].append(degraded_text(entry))
+    # Rows or warnings past the parser's caps on records (module_utils/_perftest.py): judged on those kept.
+    entry['reasons'].extend(w for w in sequence(record.get('warnings')) if isinstance(w, str) and w.startswith(DROPPED_NOTE))
+    return entry
+
+
+def _add_server_sides(pairs: List[Dict[str, Any]], server_side: Dict[Tuple[Any, ...], Tuple[Any, ...]]) -> None:
+    """What each client's pair takes from its server's record."""
     for entry in pairs:
         server = server_side.get((entry['memory'], entry['server'], entry['client'], entry['rail']))
         if entry['memory'] == 'gpu':
@@ -813,7 +812,11 @@ def report(nodes, options):
             # the client then only sees a refused connection, a broken exchange or a hang.
             entry['server_failure'] = server[1]
             entry['reasons'].insert(1, 'server side %s: %s' % (server[1].get('kind'), server[1].get('message')))
-    # A client node lost mid-run leaves only its server's record: the pair still shows, failed.
+
+
+def _lost_client_pairs(pairs: List[Dict[str, Any]], matrix: Dict[str, Any], server_side: Dict[Tuple[Any, ...], Tuple[Any, ...]], reported: Set[str],
+                       unreadable: Dict[str, str], malformed: Dict[str, Any]) -> None:
+    """A client node lost mid-run leaves only its server's record: the pair still shows, failed."""
     seen = set((p['memory'], p['server'], p['client'], p['rail']) for p in pairs)
     for pair, (_distance, seen_by_server, status, hca, peer_hca, gpu) in server_side.items():
         memory, server, client, rail_name = pair
@@ -834,6 +837,10 @@ def report(nodes, options):
                       'reasons': ['%s: %s' % (failure.get('kind', 'failed'), failure.get('message', ''))]})
         rail = matrix.setdefault(memory, {}).setdefault(str(rail_name), {})
         rail.setdefault(server, {})[client] = None
+
+
+def _judge_gpu_vs_host(pairs: List[Dict[str, Any]], gpu_ratio: float) -> None:
+    """GPU memory against host memory on the same pair and rail: low below gpu_ratio."""
     host_bw = dict(((p['server'], p['client'], p['rail']), p['bw_avg_gbps']) for p in pairs if p['memory'] == 'host')
     for entry in pairs:
         if entry['memory'] != 'gpu' or entry['bw_avg_gbps'] is None:
@@ -847,11 +854,54 @@ def report(nodes, options):
                 entry['reasons'].append('GPU memory %.1f Gb/s is %.0f %% of host memory %.1f Gb/s on the same pair '
                                         '(threshold %.0f %%)' % (entry['bw_avg_gbps'], 100 * entry['gpu_vs_host'],
                                                                  host, 100 * gpu_ratio))
-    verdicts = {}
+
+
+def report(nodes: Dict[str, Any], options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The controller's view: every pair's verdict and an N x N matrix per memory and rail.
+
+    ``nodes``: {host: {'records': [...], 'plan': node_plan(...)}}, or 'records_file' (and
+    'run_id') instead of 'records' for records written by write_records; ``options``: thresholds().
+    """
+    limits = thresholds(options)
+    nominal = rail_nominal(nodes)
+    pairs = []
+    matrix: Dict[str, Dict[str, Dict[str, Dict[str, Optional[float]]]]] = {}
+    counters: List[Dict[str, Any]] = []
+    # What a client's record needs from its server's (the GPU distance, the failure) and what a
+    # pair without a client record is shown with, per pair. Each node's records are read once, one
+    # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
+    # kinds is about a million records: tests/bench/controller_scale.py): a client's pair is
+    # judged as its record is read, and what its server's record adds is added once all are read
+    # (reading every file twice, once for the server sides, was half of the judging).
+    server_side: Dict[Tuple[Any, ...], Tuple[Any, ...]] = {}
+    reported: Set[str] = set()
+    unreadable: Dict[str, str] = {}
+    malformed: Dict[str, Any] = {}
+    known: Dict[Any, Any] = {}
+    for host in sorted(nodes):
+        plan = mapping(mapping(nodes[host]).get('plan'))
+        for record in _node_records(host, nodes[host], unreadable, malformed):
+            reported.add(host)
+            if record.get('counters_delta'):
+                counters.append(_counters_entry(host, plan, record))
+            if record['side'] == 'server':
+                server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
+                    record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
+                    text(record['gpu'].get('gpu')) or None)
+                continue
+            entry = _client_entry(host, plan, record, nodes, nominal, known, limits)
+            pairs.append(entry)
+            value = entry['bw_avg_gbps'] if entry['bw_avg_gbps'] is not None else entry['lat_typical_us']
+            rail = matrix.setdefault(record['memory'], {}).setdefault(str(record['rail']), {})
+            rail.setdefault(record['server'], {})[record['client']] = value
+    _add_server_sides(pairs, server_side)
+    _lost_client_pairs(pairs, matrix, server_side, reported, unreadable, malformed)
+    _judge_gpu_vs_host(pairs, limits['gpu_ratio'])
+    verdicts: Dict[str, int] = {}
     for entry in pairs:
         verdicts[entry['verdict']] = verdicts.get(entry['verdict'], 0) + 1
     result = {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
-              'thresholds': {'bw_ratio': bw_ratio, 'gpu_ratio': gpu_ratio, 'lat_max_us': lat_max}}
+              'thresholds': {'bw_ratio': limits['bw_ratio'], 'gpu_ratio': limits['gpu_ratio'], 'lat_max_us': limits['lat_max_us']}}
     if unreadable:
         result['records_unreadable'] = unreadable
     if malformed:
@@ -863,19 +913,29 @@ def report(nodes, options):
 NOT_REACHED = 'no node reached the benchmark stage (unreachable, or failed before it)'
 
 
-def judge(nodes, fleet, options=None):
+def judged_with(fleet: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, float]:
+    """The thresholds every reader of the pairs judges them with: ``options``' where given (not None:
+    the judging's own arguments), else those role fabric_bench checked and kept in its fleet plan
+    (``fleet['thresholds']``, filter bench_fleet_plan), else the defaults above. One owner: the
+    judging (bench.json) and the culprit search (its pairs found bad) both take them from here."""
+    given = dict(mapping(mapping(fleet).get('thresholds')))
+    given.update((name, value) for name, value in mapping(options).items() if value is not None)
+    return thresholds(given)
+
+
+def judge(nodes: Dict[str, Any], fleet: Any, options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """report() of ``nodes`` (plugin_utils/fleet/_fleet_model.py bench_nodes), with what was not tested and
     why from ``fleet`` (role fabric_bench's fleet plan: fleet_plan(); None when no node reached the
-    benchmark, which fails closed as skipped)."""
-    result = report(nodes, options or {})
+    benchmark, which fails closed as skipped), judged with judged_with(fleet, options)."""
     fleet = mapping(fleet) or {'skipped': NOT_REACHED, 'excluded': {}}
+    result = report(nodes, judged_with(fleet, options))
     result.update(skipped=fleet.get('skipped'), excluded=mapping(fleet.get('excluded')), test=fleet.get('test'))
     return result
 
 
-def _pair_badness(entry):
+def _pair_badness(entry: Dict[str, Any]) -> Tuple[Any, ...]:
     """Worst first: a failed test, then a low one by how far below its bound (the lowest ratio)."""
-    ratios = [entry.get(name) for name in ('bw_ratio', 'gpu_vs_host') if isinstance(entry.get(name), (int, float))]
+    ratios: List[float] = [entry[name] for name in ('bw_ratio', 'gpu_vs_host') if isinstance(entry.get(name), (int, float))]
     if entry.get('verdict') == 'low' and not ratios and entry.get('lat_typical_us'):
         ratios = [-entry['lat_typical_us']]        # latency: the slowest first
     return (0 if entry.get('verdict') == 'failed' else 1, min(ratios) if ratios else 0.0,
@@ -883,7 +943,7 @@ def _pair_badness(entry):
             _rails.natural_key(entry.get('rail')), text(entry.get('memory')) or '')
 
 
-def pair_line(entry):
+def pair_line(entry: Dict[str, Any]) -> str:
     """One pair test as a person reads it: 'n1 mlx5_0 -> n2 mlx5_0, host memory 300.0 of 400 Gb/s (low)'."""
     rail = 'rail %s' % entry.get('rail')
     line = '%s %s -> %s %s, %s memory' % (
@@ -908,7 +968,7 @@ def pair_line(entry):
     return '%s (%s)' % (line, entry.get('verdict'))
 
 
-def plan_line(fleet, summary, test, mode, memories, check_mode=False):
+def plan_line(fleet: Dict[str, Any], summary: Dict[str, Any], test: str, mode: str, memories: Sequence[str], check_mode: bool = False) -> str:
     """What role fabric_bench says before the rounds: the test, the mode, the rounds and their largest
     number of concurrent tests, the nodes and memories (or why nothing runs), then the nodes left out
     and why. ``fleet`` is fleet_plan's result, ``summary`` the schedule's (pair_schedule_summary)."""
@@ -925,7 +985,7 @@ def plan_line(fleet, summary, test, mode, memories, check_mode=False):
     return line
 
 
-def console_lines(bench, limit=20, where='bench.json'):
+def console_lines(bench: Dict[str, Any], limit: int = 20, where: str = 'bench.json') -> List[str]:
     """What the console shows of a benchmark (playbooks/benchmark.yml): the counts, what was not
     tested and why, then the worst pairs one plain line each, at most ``limit`` of them; the rest
     is in ``where``. A list of strings, joined into one message by the playbook."""
@@ -955,4 +1015,5 @@ def console_lines(bench, limit=20, where='bench.json'):
     if len(bad) > limit:
         lines.append('... and %d more not healthy, every pair in %s' % (len(bad) - limit, where))
     # Node names, HCAs and failure messages are the nodes' (or a log's) own text.
-    return _printable.printable_lines(lines)
+    shown: List[str] = _printable.printable_lines(lines)
+    return shown

@@ -45,9 +45,16 @@ start() picks one, the other functions follow the state's 'strategy'.
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _group_search
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench._group_search import Run, State, Verdict
+
+# An item of the search (a group to test, a bad group, a pair search within a group or across
+# crosses), and the runs of one item this round with whether each was bad.
+Item = Dict[str, Any]
+Results = List[Tuple[Run, bool]]
 
 STRATEGIES = ('rounds', 'runs')
 DEFAULT_STRATEGY = 'rounds'
@@ -68,7 +75,7 @@ SINGLES_AT = 16
 PAIR_RUNS = 8
 
 
-def pair_rounds_floor(count):
+def pair_rounds_floor(count: int) -> float:
     """The fewest rounds any search can average to name one bad pair among ``count`` nodes
     (equally likely anywhere): told one node of the pair, each round still answers one yes/no
     question - is the other node in that node's run? - and telling one of count - 1 equally
@@ -77,11 +84,12 @@ def pair_rounds_floor(count):
     return math.log(count - 1, 2) if count > 2 else 0.0
 
 
-def _log2(value):
+def _log2(value: float) -> int:
     return int(math.ceil(math.log(max(value, 1), 2)))
 
 
-def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATEGY):
+def start(nodes: Sequence[str], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None, pairs: Optional[Iterable[Sequence[str]]] = None,
+          strategy: str = DEFAULT_STRATEGY) -> State:
     """The state of a search over ``nodes``, whose run together was not healthy.
 
     ``reference``: a node known to be good, outside ``nodes`` (optional). ``prior``: nodes the
@@ -100,8 +108,8 @@ def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATE
         state.update(strategy='runs', seconds=0.0)
         return state
     nodes = list(dict.fromkeys(nodes))
-    blamed = set(_group_search.blamed(prior))
-    blamed = [n for n in nodes if n in blamed]
+    named = set(_group_search.blamed(prior))
+    blamed = [n for n in nodes if n in named]
     rest = [n for n in nodes if n not in blamed]
     known = sorted(sorted(p) for p in (pairs or []) if len(set(p)) == 2 and set(p) <= set(nodes))
     state = {'strategy': 'rounds', 'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {},
@@ -134,7 +142,7 @@ def start(nodes, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATE
 
 # ---------------------------------------------------------------------------- planning a round
 
-def _chunks(group, count):
+def _chunks(group: List[str], count: int) -> List[List[str]]:
     """``group`` in ``count`` parts of sizes that differ by one at most, in its order."""
     count = max(1, min(count, len(group)))
     size, extra = divmod(len(group), count)
@@ -146,7 +154,7 @@ def _chunks(group, count):
     return parts
 
 
-def _halves(group):
+def _halves(group: List[str]) -> Tuple[List[str], List[str]]:
     middle = (len(group) + 1) // 2
     return group[:middle], group[middle:]
 
@@ -154,19 +162,19 @@ def _halves(group):
 class _Planner(object):
     """One round's runs over disjoint nodes; references drawn from the healthy nodes free this round."""
 
-    def __init__(self, state):
+    def __init__(self, state: State) -> None:
         self.state = state
-        self.busy = set()
-        self.runs = []
+        self.busy: Set[str] = set()
+        self.runs: List[Run] = []
         refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
         # Healthy nodes a pair search still runs are no reference: they are in its runs this round.
         searched = set(n for i in state['items'] if i['kind'] in ('within', 'crosses') for n in _item_nodes(i))
         self.free = [n for n in refs if n not in _pair_nodes(state) and n not in searched]
 
-    def available(self):
+    def available(self) -> int:
         return len([n for n in self.free if n not in self.busy])
 
-    def references(self, count, avoid=()):
+    def references(self, count: int, avoid: Iterable[str] = ()) -> Optional[List[str]]:
         """``count`` free healthy nodes (none of ``avoid``), or None when there are fewer."""
         avoid = set(avoid)
         picked = [n for n in self.free if n not in self.busy and n not in avoid][:count]
@@ -175,7 +183,7 @@ class _Planner(object):
         self.busy.update(picked)
         return picked
 
-    def add(self, group, item, step, ref=None):
+    def add(self, group: Sequence[str], item: Optional[int], step: str, ref: Optional[str] = None) -> Run:
         hosts = list(group) + ([ref] if ref else [])
         self.busy.update(hosts)
         run = {'group': list(group), 'hosts': hosts, 'task': item, 'step': step}
@@ -183,7 +191,7 @@ class _Planner(object):
         return run
 
 
-def _plan_bad(planner, index, item):
+def _plan_bad(planner: _Planner, index: int, item: Item) -> None:
     group = item['group']
     if len(group) <= SINGLES_AT:
         refs = planner.references(min(len(group), planner.available()))
@@ -200,14 +208,14 @@ def _plan_bad(planner, index, item):
         parts = _chunks(group, ARITY)
     for part in parts:
         if len(part) == 1:
-            ref = planner.references(1, avoid=group)
-            if ref:
-                planner.add(part, index, 'single', ref[0])
+            refs = planner.references(1, avoid=group)
+            if refs:
+                planner.add(part, index, 'single', refs[0])
             continue
         planner.add(part, index, 'split')
 
 
-def _plan_pair(planner, index, item):
+def _plan_pair(planner: _Planner, index: int, item: Item) -> None:
     if item['kind'] == 'within':
         for half in _halves(item['group']):
             if len(half) >= 2:
@@ -230,7 +238,7 @@ def _plan_pair(planner, index, item):
         run['blocks'] = held
 
 
-def _plan_checks(planner):
+def _plan_checks(planner: _Planner) -> None:
     """Each named node beside a second reference, and each pair named by elimination alone, as soon
     as they are named: in the rounds the search runs anyway, not in one of their own at the end."""
     state = planner.state
@@ -246,7 +254,7 @@ def _plan_checks(planner):
             planner.add(pair, None, 'confirm_pair')
 
 
-def _plan_final(planner):
+def _plan_final(planner: _Planner) -> None:
     """Every cleared node the checks leave free, together (a pair among them shows)."""
     state = planner.state
     if not state['verified']:
@@ -258,7 +266,7 @@ def _plan_final(planner):
             planner.add(group, None, 'verify' if len(group) == len(eligible) else 'verify_part')
 
 
-def next_round(state):
+def next_round(state: State) -> List[Run]:
     """The runs of the next round: [{'group': [suspects], 'hosts': [hosts to run on], 'task': i,
     'step': ...}], over disjoint hosts. Empty when the search is done."""
     if state.get('strategy') == 'runs':
@@ -295,43 +303,43 @@ def next_round(state):
 
 # ---------------------------------------------------------------------------- folding the verdicts
 
-def _item_nodes(item):
+def _item_nodes(item: Item) -> List[str]:
     """Every node an item of the search holds (a group, or the sides of its crosses)."""
     if item['kind'] == 'crosses':
         return [n for x, y in item['blocks'] for n in x + y]
     return list(item['group'])
 
 
-def _pair_nodes(state):
+def _pair_nodes(state: State) -> Set[str]:
     return set(n for pair in state['pairs'] for n in pair['nodes'])
 
 
-def _clear(state, nodes):
+def _clear(state: State, nodes: Iterable[str]) -> None:
     state['cleared'].extend(n for n in nodes if n not in state['cleared'] and n != state.get('reference')
                             and n not in state['culprits'])
 
 
-def _name_pair(state, nodes, basis):
+def _name_pair(state: State, nodes: Iterable[str], basis: str) -> None:
     nodes = sorted(nodes)
     if nodes not in [p['nodes'] for p in state['pairs']]:
         state['pairs'].append({'nodes': nodes, 'basis': basis})
         state['verified'] = False
 
 
-def _known_pair(state, group):
+def _known_pair(state: State, group: Iterable[str]) -> Optional[List[str]]:
     for pair in state['known_pairs']:
         if set(pair) <= set(group) and pair not in [p['nodes'] for p in state['pairs']]:
-            return pair
+            return list(pair)
     return None
 
 
-def _ran_healthy(state, nodes):
+def _ran_healthy(state: State, nodes: Iterable[str]) -> bool:
     """Did ``nodes`` all run together in a healthy run already (no pair among them)?"""
     nodes = set(nodes)
     return any(not run['bad'] and nodes <= set(run['hosts']) for run in state['runs'])
 
 
-def _pair_within(state, group):
+def _pair_within(state: State, group: Sequence[str]) -> List[Item]:
     """A bad group none of whose nodes is bad alone: a pair inside it."""
     known = _known_pair(state, group)
     if known:
@@ -340,7 +348,7 @@ def _pair_within(state, group):
     if len(group) == 2:
         _name_pair(state, group, 'runs')
         return []
-    halves = [list(half) for half in _halves(group)]
+    halves = [list(half) for half in _halves(list(group))]
     if all(_ran_healthy(state, half) for half in halves):
         # Both halves ran healthy already (two parts of a split): one node in each, without a round.
         state['origins'] = state.get('origins', 0) + 1
@@ -348,51 +356,75 @@ def _pair_within(state, group):
     return [{'kind': 'within', 'group': list(group)}]
 
 
-def _fold_item(state, item, results, new):
-    kind = item['kind']
-    if kind == 'trial':
-        run, failed = results[0]
-        if failed:
-            new.append({'kind': 'bad', 'group': list(item['group'])})
+def _fold_trial(state: State, item: Item, results: Results, new: List[Item]) -> None:
+    _run, failed = results[0]
+    if failed:
+        new.append({'kind': 'bad', 'group': list(item['group'])})
+    else:
+        _clear(state, item['group'])
+        state['verified'] = True
+
+
+def _fold_bad(state: State, item: Item, results: Results, new: List[Item]) -> None:
+    """The parts of a bad group: a bad single is named, a bad part is searched, the untested run next."""
+    bad_parts = []
+    for run, failed in results:
+        if not failed:
+            _clear(state, run['group'])
+        elif run['step'] == 'single':
+            node, ref = run['group'][0], run['hosts'][-1]
+            if node not in state['culprits']:
+                state['culprits'].append(node)
+                state['basis'][node] = 'runs'
+                state['first_reference'][node] = ref
         else:
-            _clear(state, item['group'])
-            state['verified'] = True
-        return
-    if kind == 'bad':
-        bad_parts = []
-        for run, failed in results:
-            if not failed:
-                _clear(state, run['group'])
-            elif run['step'] == 'single':
-                node, ref = run['group'][0], run['hosts'][-1]
-                if node not in state['culprits']:
-                    state['culprits'].append(node)
-                    state['basis'][node] = 'runs'
-                    state['first_reference'][node] = ref
-            else:
-                bad_parts.append(run['group'])
-        tested = set(n for run, _failed in results for n in run['group'])
-        untested = [n for n in item['group'] if n not in tested]
-        anything_bad = any(failed for _run, failed in results)
-        new.extend({'kind': 'bad', 'group': part} for part in bad_parts)
-        if untested:
-            # Parts that found no reference this round run next round: the fault is theirs when
-            # every tested part was healthy, else they are only not cleared yet ('maybe').
-            new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False),
-                        'entire': item.get('entire') or item['group']})
-        elif not anything_bad and not item.get('maybe'):
-            # Every part healthy: no node of the group is bad alone, two are bad together (of the
-            # whole group, where its parts ran over several rounds).
-            new.extend(_pair_within(state, item.get('entire') or item['group']))
-        return
-    if kind == 'within':
-        bad_halves = [run['group'] for run, failed in results if failed]
-        for half in bad_halves:
-            new.extend(_pair_within(state, half))
-        if not bad_halves:
-            state['origins'] = state.get('origins', 0) + 1
-            new.append({'kind': 'crosses', 'blocks': [list(_halves(item['group']))], 'origin': state['origins']})
-        return
+            bad_parts.append(run['group'])
+    tested = set(n for run, _failed in results for n in run['group'])
+    untested = [n for n in item['group'] if n not in tested]
+    anything_bad = any(failed for _run, failed in results)
+    new.extend({'kind': 'bad', 'group': part} for part in bad_parts)
+    if untested:
+        # Parts that found no reference this round run next round: the fault is theirs when
+        # every tested part was healthy, else they are only not cleared yet ('maybe').
+        new.append({'kind': 'bad', 'group': untested, 'maybe': anything_bad or item.get('maybe', False),
+                    'entire': item.get('entire') or item['group']})
+    elif not anything_bad and not item.get('maybe'):
+        # Every part healthy: no node of the group is bad alone, two are bad together (of the
+        # whole group, where its parts ran over several rounds).
+        new.extend(_pair_within(state, item.get('entire') or item['group']))
+
+
+def _fold_within(state: State, item: Item, results: Results, new: List[Item]) -> None:
+    bad_halves = [run['group'] for run, failed in results if failed]
+    for half in bad_halves:
+        new.extend(_pair_within(state, half))
+    if not bad_halves:
+        state['origins'] = state.get('origins', 0) + 1
+        new.append({'kind': 'crosses', 'blocks': [list(_halves(item['group']))], 'origin': state['origins']})
+
+
+def _other_diagonals(state: State, item: Item) -> List[List[List[str]]]:
+    """Every diagonal of ``item`` ran healthy: the blocks of the other diagonals, or [] when one
+    candidate pair is left (named, to run alone next round) or none."""
+    blocks: List[List[List[str]]] = []
+    # Every diagonal healthy: the other diagonals hold it (a cross of two nodes that ran healthy is none).
+    for x, y in item['blocks']:
+        if len(x) > 1 or len(y) > 1:
+            (x1, x2), (y1, y2) = _halves(x), _halves(y)
+            blocks.extend([a, b] for a, b in ((x1, y2), (x2, y1)) if a and b)
+    if len(blocks) == 1 and len(blocks[0][0]) == 1 and len(blocks[0][1]) == 1:
+        # One candidate left, by elimination: named now, run alone in the next round (_plan_checks).
+        pair = sorted(blocks[0][0] + blocks[0][1])
+        _name_pair(state, pair, 'runs')
+        state['pair_checks'].append(pair)
+        return []
+    if not blocks:
+        state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
+                              'from is not reproduced')
+    return blocks
+
+
+def _fold_crosses(state: State, item: Item, results: Results, new: List[Item]) -> None:
     # crosses: the pair is one node of x and one of y, in one of the blocks [x, y]; the pairs
     # between blocks (and within a side) ran in healthy runs, so a bad run holds it in one of the
     # diagonals it ran.
@@ -405,25 +437,20 @@ def _fold_item(state, item, results, new):
         else:
             blocks.extend(held)
     if not bad:
-        # Every diagonal healthy: the other diagonals hold it (a cross of two nodes that ran healthy is none).
-        for x, y in item['blocks']:
-            if len(x) > 1 or len(y) > 1:
-                (x1, x2), (y1, y2) = _halves(x), _halves(y)
-                blocks.extend([a, b] for a, b in ((x1, y2), (x2, y1)) if a and b)
-        if len(blocks) == 1 and len(blocks[0][0]) == 1 and len(blocks[0][1]) == 1:
-            # One candidate left, by elimination: named now, run alone in the next round (_plan_checks).
-            pair = sorted(blocks[0][0] + blocks[0][1])
-            _name_pair(state, pair, 'runs')
-            state['pair_checks'].append(pair)
-            return
-        if not blocks:
-            state['notes'].append('a pair search lost its pair: every candidate pair ran healthy, the bad run it started '
-                                  'from is not reproduced')
+        blocks = _other_diagonals(state, item)
     if blocks:
         new.append({'kind': 'crosses', 'blocks': blocks, 'origin': item.get('origin')})
 
 
-def _fold_checks(state, runs, failed_of):
+# What the verdicts of an item's runs decide, by the item's kind.
+_FOLD = {'trial': _fold_trial, 'bad': _fold_bad, 'within': _fold_within, 'crosses': _fold_crosses}
+
+
+def _fold_item(state: State, item: Item, results: Results, new: List[Item]) -> None:
+    _FOLD.get(item['kind'], _fold_crosses)(state, item, results, new)
+
+
+def _fold_checks(state: State, runs: Sequence[Run], failed_of: Dict[int, bool]) -> None:
     """The confirmations of named nodes and of pairs named by elimination, in whatever round they ran."""
     for run in runs:
         failed = failed_of[id(run)]
@@ -448,7 +475,7 @@ def _fold_checks(state, runs, failed_of):
                 state['notes'].append('a pair search lost its pair: %s, its last candidate, ran healthy alone' % '-'.join(pair))
 
 
-def _fold_final(state, runs, failed_of):
+def _fold_final(state: State, runs: Sequence[Run], failed_of: Dict[int, bool]) -> None:
     for run in runs:
         failed = failed_of[id(run)]
         if run['step'] in ('verify', 'verify_part'):
@@ -464,51 +491,49 @@ def _fold_final(state, runs, failed_of):
         state['verified'] = True
 
 
-def update(state, runs, verdicts, seconds=None):
-    """Fold the verdicts of next_round's runs into the state (a new dict). ``seconds``: how long
-    the round took (what the user waited), added to the state's 'seconds'."""
-    if state.get('strategy') == 'runs':
-        new = _group_search.search_update(state, runs, verdicts)
-        new['seconds'] = _seconds(state, seconds if runs else None)
-        return new
-    state = dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
-                 pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
-                 runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
-                 first_reference=dict(state['first_reference']), pair_checks=[list(p) for p in state['pair_checks']])
-    if state['done']:
-        return state
-    state['rounds'] += 1 if runs else 0
-    state['seconds'] = _seconds(state, seconds if runs else None)
-    verdicts = list(verdicts or []) + [None] * (len(runs) - len(verdicts or []))
+def _copy(state: State) -> State:
+    return dict(state, cleared=list(state['cleared']), culprits=list(state['culprits']), basis=dict(state['basis']),
+                pairs=[dict(p) for p in state['pairs']], unresolved=list(state['unresolved']), notes=list(state['notes']),
+                runs=list(state['runs']), items=[dict(i) for i in state['items']], confirmed=list(state['confirmed']),
+                first_reference=dict(state['first_reference']), pair_checks=[list(p) for p in state['pair_checks']])
+
+
+def _record_runs(state: State, runs: Sequence[Run], verdicts: Sequence[Optional[Verdict]]) -> Dict[int, bool]:
+    """Each run into the state's 'runs'; whether each was bad, by the run's id()."""
     failed_of = {}
     for run, verdict in zip(runs, verdicts):
         failed_of[id(run)] = _group_search.bad(verdict)
         state['runs'].append({'hosts': run['hosts'], 'group': run['group'], 'step': run['step'], 'round': state['rounds'],
                               'bad': failed_of[id(run)],
                               'status': (verdict or {}).get('status'), 'ratio': (verdict or {}).get('ratio')})
-    items, new = state['items'], []
-    by_item = {}
+    return failed_of
+
+
+def _fold_items(state: State, runs: Sequence[Run], failed_of: Dict[int, bool]) -> None:
+    """The search's items after this round's runs."""
+    items = state['items']
+    new: List[Item] = []
+    by_item: Dict[int, Results] = {}
     for run in runs:
         if run.get('task') is not None:
             by_item.setdefault(run['task'], []).append((run, failed_of[id(run)]))
-    if items:
-        for index, item in enumerate(items):
-            if index in by_item:
-                _fold_item(state, item, by_item[index], new)
-            elif runs:
-                new.append(item)    # nothing of it could run this round (no reference free): next round
-        for run in runs:
-            if run['step'] == 'verify_early':
-                if failed_of[id(run)]:
-                    new.extend(_pair_within(state, run['group']))
-        if not runs:
-            _give_up(state, items)
-            new = []
-        state['items'] = _disjoint(new)
-        _fold_checks(state, runs, failed_of)
-    else:
-        _fold_checks(state, runs, failed_of)
-        _fold_final(state, runs, failed_of)
+    for index, item in enumerate(items):
+        if index in by_item:
+            _fold_item(state, item, by_item[index], new)
+        elif runs:
+            new.append(item)    # nothing of it could run this round (no reference free): next round
+    for run in runs:
+        if run['step'] == 'verify_early':
+            if failed_of[id(run)]:
+                new.extend(_pair_within(state, run['group']))
+    if not runs:
+        _give_up(state, items)
+        new = []
+    state['items'] = _disjoint(new)
+
+
+def _finish(state: State, runs: Sequence[Run]) -> None:
+    """Done when nothing is left to search or confirm, nothing could run, or at max_rounds."""
     state['done'] = not state['items'] and not state['pair_checks'] and state['verified'] and all(
         n in state['confirmed'] for n in state['culprits'] if state['basis'].get(n) == 'runs' and _second_reference(state, n))
     if not state['done'] and not state['items'] and not runs:
@@ -518,15 +543,38 @@ def update(state, runs, verdicts, seconds=None):
         state['notes'].append('the search stopped after %d rounds' % state['rounds'])
         state['items'] = []
         state['done'] = True
+
+
+def update(state: State, runs: Sequence[Run], verdicts: Optional[Sequence[Optional[Verdict]]], seconds: Optional[float] = None) -> State:
+    """Fold the verdicts of next_round's runs into the state (a new dict). ``seconds``: how long
+    the round took (what the user waited), added to the state's 'seconds'."""
+    if state.get('strategy') == 'runs':
+        new = _group_search.search_update(state, runs, verdicts)
+        new['seconds'] = _seconds(state, seconds if runs else None)
+        return new
+    state = _copy(state)
+    if state['done']:
+        return state
+    state['rounds'] += 1 if runs else 0
+    state['seconds'] = _seconds(state, seconds if runs else None)
+    failed_of = _record_runs(state, runs, list(verdicts or []) + [None] * (len(runs) - len(verdicts or [])))
+    if state['items']:
+        _fold_items(state, runs, failed_of)
+        _fold_checks(state, runs, failed_of)
+    else:
+        _fold_checks(state, runs, failed_of)
+        _fold_final(state, runs, failed_of)
+    _finish(state, runs)
     return state
 
 
-def _disjoint(items):
+def _disjoint(items: Iterable[Item]) -> List[Item]:
     """The items of the next round over disjoint nodes: a pair search whose nodes another item
     holds already is dropped (a pair among the nodes a bad group's healthy parts cleared shows both
     in that group's search and in the run of the free healthy nodes). A pair it held but the
     other does not still shows in the final run of every healthy node together."""
-    kept, held = [], set()
+    kept: List[Item] = []
+    held: Set[str] = set()
     for item in items:
         nodes = set(_item_nodes(item))
         if item['kind'] in ('within', 'crosses') and nodes & held:
@@ -536,15 +584,15 @@ def _disjoint(items):
     return kept
 
 
-def _second_reference(state, node):
+def _second_reference(state: State, node: str) -> bool:
     """Is there a healthy node other than ``node``'s first reference to confirm it with?"""
     first = state['first_reference'].get(node)
     refs = ([state['reference']] if state.get('reference') else []) + state['cleared']
     return any(n != first for n in refs if n not in _pair_nodes(state))
 
 
-def _give_up(state, items):
-    left = []
+def _give_up(state: State, items: Iterable[Item]) -> None:
+    left: List[str] = []
     for item in items:
         left.extend(n for n in _item_nodes(item) if n not in left)
     left = [n for n in left if n not in state['cleared'] and n not in state['unresolved']]
@@ -553,7 +601,7 @@ def _give_up(state, items):
         state['notes'].append('no healthy node to run %s with: give a reference node' % ', '.join(left))
 
 
-def _seconds(state, seconds):
+def _seconds(state: State, seconds: Any) -> float:
     try:
         seconds = float(seconds) if seconds is not None else 0.0
     except (TypeError, ValueError):
@@ -563,7 +611,7 @@ def _seconds(state, seconds):
 
 # ---------------------------------------------------------------------------- what people read
 
-def summary(state):
+def summary(state: State) -> Dict[str, Any]:
     """What a report needs: culprits (with their basis), pairs, unresolved, runs, rounds, seconds."""
     return {'culprits': list(state['culprits']), 'basis': dict(state['basis']), 'pairs': list(state['pairs']),
             'unresolved': list(state['unresolved']), 'runs': len(state['runs']), 'rounds': state['rounds'],
@@ -578,12 +626,12 @@ _STEPS = {'trial': 'run(s) without the nodes the facts blame', 'split': 'part(s)
           'final': 'run of the rest together', 'pair': 'pair search run(s)', 'pairs': 'pair(s) of suspects'}
 
 
-def round_line(state):
+def round_line(state: State) -> str:
     """One line a person reads about the last round: its runs, what they found, what is left."""
     last = [r for r in state['runs'] if r['round'] == state['rounds']]
     if not last:
         return 'culprit search: no run%s' % (' (%s)' % '; '.join(state['notes']) if state['notes'] else '')
-    steps = {}
+    steps: Dict[str, int] = {}
     for run in last:
         steps[run['step']] = steps.get(run['step'], 0) + 1
     bad = len([r for r in last if r['status'] not in ('ok', None, 'unknown')])
@@ -597,7 +645,8 @@ def round_line(state):
     return line
 
 
-def search(nodes, run, reference=None, prior=None, pairs=None, strategy=DEFAULT_STRATEGY):
+def search(nodes: Sequence[str], run: Callable[[List[str]], Optional[Verdict]], reference: Optional[str] = None, prior: Optional[Iterable[Any]] = None,
+           pairs: Optional[Iterable[Sequence[str]]] = None, strategy: str = DEFAULT_STRATEGY) -> State:
     """Drive the search with ``run(hosts) -> verdict`` (for tests and benchmarks)."""
     state = start(nodes, reference, prior, pairs, strategy)
     while not state['done']:
@@ -606,18 +655,56 @@ def search(nodes, run, reference=None, prior=None, pairs=None, strategy=DEFAULT_
     return state
 
 
-def verdict_of(result):
+def begin(nodes: Any, reference: Optional[str] = None, prior: Any = None, pairs: Any = None, strategy: Optional[str] = None) -> State:
+    """start() with its arguments checked as they come from a task (the action culprit_search and the
+    filter culprit_search_start): ValueError with a line that stands alone otherwise. ``pairs``: a
+    fabric_bench report, its list of pairs, or [[a, b], ...] (_group_search.bad_pairs reads the bad ones)."""
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) and n for n in nodes):
+        raise ValueError('nodes must be a list of inventory names')
+    if pairs is not None and not isinstance(pairs, (dict, list, tuple)):
+        raise ValueError('pairs must be a fabric_bench report or a list of [node, node]')
+    if prior is not None and not isinstance(prior, (list, tuple)):
+        raise ValueError('prior must be a list of findings or inventory names')
+    strategy = strategy or DEFAULT_STRATEGY
+    if strategy not in STRATEGIES:
+        raise ValueError('strategy must be one of %s, not %r' % (', '.join(STRATEGIES), strategy))
+    return start(list(nodes), reference or None, list(prior or []), _group_search.bad_pairs(pairs), strategy)
+
+
+def fold(state: State, runs: Sequence[Run], verdicts: Sequence[Optional[Verdict]], seconds: Optional[float] = None) -> State:
+    """update() with one verdict per run checked (ValueError otherwise)."""
+    if len(runs or []) != len(verdicts or []):
+        raise ValueError('one verdict per run (%d runs, %d verdicts)' % (len(runs or []), len(verdicts or [])))
+    return update(state, runs, verdicts, seconds)
+
+
+def round_verdicts(started: Any, finished: Any) -> List[Dict[str, Any]]:
+    """The verdict of each run of a round, in the order of the runs: started with async (poll 0),
+    waited for with async_status. A run that did not start or did not finish is failed, never cleared."""
+    if not isinstance(started, (list, tuple)) or not isinstance(finished, (list, tuple)):
+        raise ValueError('the registered results of the loops (their .results)')
+    done = dict((str(r.get('ansible_job_id')), r) for r in finished if isinstance(r, dict) and r.get('ansible_job_id'))
+    verdicts = []
+    for launch in started:
+        launch = launch if isinstance(launch, dict) else {}
+        job = launch.get('ansible_job_id')
+        result = done.get(str(job), {'failed': True, 'msg': 'the run (job %s) did not report back' % job}) if job else launch
+        verdicts.append(verdict_of(dict(result, ansible_job_id=job) if job else result))
+    return verdicts
+
+
+def verdict_of(result: Any) -> Dict[str, Any]:
     """The verdict of one run from what its job returned (a collective_bench result, or the
     failure of a run that did not start or did not finish): not started, not finished and
     skipped runs are failed, never cleared."""
     result = result if isinstance(result, dict) else {'failed': True, 'msg': 'no result'}
-    verdict = _collective.normalize(result)['verdict']
+    verdict: Dict[str, Any] = _collective.normalize(result)['verdict']
     if verdict.get('status') == 'skipped' or (result.get('ansible_job_id') and not result.get('finished') and not result.get('failed')):
         verdict = {'status': 'failed', 'reasons': ['not run: %s' % '; '.join(verdict.get('reasons') or ['unfinished'])], 'ratio': None}
     return verdict
 
 
-def _duration(seconds):
+def _duration(seconds: Any) -> str:
     seconds = int(round(float(seconds or 0)))
     if seconds < 60:
         return '%d s' % seconds
@@ -626,7 +713,7 @@ def _duration(seconds):
     return '%d h %02d min' % (seconds // 3600, seconds % 3600 // 60)
 
 
-def report_line(search):
+def report_line(search: Any) -> Optional[str]:
     """The search in one sentence for report.md and report.html (None: no search ran): what it
     named and what it cost the user, its rounds, runs and the time they took."""
     runs = search.get('runs') if isinstance(search, dict) else None
@@ -635,7 +722,7 @@ def report_line(search):
     if not isinstance(runs, int) or isinstance(runs, bool):
         return None
 
-    def names(items):
+    def names(items: Iterable[Any]) -> str:
         return ', '.join('%s' % n for n in items) or 'none'
     pairs = ['-'.join('%s' % n for n in p.get('nodes') or []) for p in search.get('pairs') or [] if isinstance(p, dict)]
     return ('Culprit search (strategy %s): %d round(s), %d run(s), %s. Named: %s; pairs bad only together: %s; unresolved: %s.%s'

@@ -35,6 +35,7 @@ from __future__ import annotations
 import gc
 import random
 from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 MODES = ('full', 'ring', 'random', 'loopback')
 DIRECTIONS = ('alternate', 'both')
@@ -46,13 +47,19 @@ EXPAND_LIMIT = 1000000
 # How many node names a note lists before it says "and N more".
 _NOTE_NAMES = 8
 
+# A rail of rail_table: {rail, hca, hcas (node -> its HCA), missing}. A round: (servers, clients, idle),
+# server i tests with client i. A seed: what random.Random takes (an integer, or text).
+Rail = Dict[str, Any]
+Round = Tuple[List[str], List[str], List[str]]
+Seed = Union[int, str]
+
 
 class ScheduleError(ValueError):
     pass
 
 
 @contextmanager
-def _gc_paused():
+def _gc_paused() -> Iterator[None]:
     """Hold the cyclic garbage collector while rounds are built.
 
     A 4,096-node schedule is ~12,000 lists holding 8.4 million references; every young
@@ -69,18 +76,18 @@ def _gc_paused():
             gc.enable()
 
 
-def pair_id(first, second):
+def pair_id(first: str, second: str) -> str:
     """Identifier of an unordered pair, the same whichever node serves: '<first><><second>',
     the nodes in the order of the input list (``first`` comes before ``second``)."""
     return '%s<>%s' % (first, second)
 
 
-def _names(nodes, limit=_NOTE_NAMES):
+def _names(nodes: Sequence[str], limit: int = _NOTE_NAMES) -> str:
     shown = ', '.join(nodes[:limit])
     return shown + (' and %d more' % (len(nodes) - limit) if len(nodes) > limit else '')
 
 
-def check_nodes(nodes):
+def check_nodes(nodes: Any) -> List[str]:
     """The node list as a list, or ScheduleError: it must be a non-empty list of distinct names."""
     if not isinstance(nodes, (list, tuple)):
         raise ScheduleError('nodes must be a list of inventory hostnames, got %s' % type(nodes).__name__)
@@ -89,7 +96,7 @@ def check_nodes(nodes):
     bad = [node for node in nodes if not isinstance(node, str) or not node]
     if bad:
         raise ScheduleError('node names must be non-empty strings, got %r' % (bad[0],))
-    nodes = list(nodes)
+    names: List[str] = list(nodes)
     if len(set(nodes)) != len(nodes):
         seen, duplicates = set(), []
         for node in nodes:
@@ -97,10 +104,10 @@ def check_nodes(nodes):
                 duplicates.append(node)
             seen.add(node)
         raise ScheduleError('duplicate node names: %s (each node must appear once)' % _names(duplicates))
-    return nodes
+    return names
 
 
-def _check_hcas(hcas, where):
+def _check_hcas(hcas: Any, where: str) -> List[str]:
     if not isinstance(hcas, (list, tuple)):
         raise ScheduleError('%s must be a list of HCA names, got %s' % (where, type(hcas).__name__))
     bad = [hca for hca in hcas if not isinstance(hca, str) or not hca]
@@ -111,7 +118,7 @@ def _check_hcas(hcas, where):
     return list(hcas)
 
 
-def rail_table(nodes, rails):
+def rail_table(nodes: Sequence[str], rails: Any) -> List[Rail]:
     """The rails: [{rail, hca, hcas, missing}], rail i being the i-th HCA of every node.
 
     ``rails`` is None (one rail, each node's default device: ``hca`` None), a list of HCA
@@ -136,8 +143,8 @@ def rail_table(nodes, rails):
         table = []
         for index in range(count):
             hcas = dict((node, per_node[node][index]) for node in nodes if len(per_node.get(node, ())) > index)
-            names = set(hcas.values())
-            table.append({'rail': index, 'hca': names.pop() if len(names) == 1 else None, 'hcas': hcas,
+            named = set(hcas.values())
+            table.append({'rail': index, 'hca': named.pop() if len(named) == 1 else None, 'hcas': hcas,
                           'missing': [node for node in nodes if node not in hcas]})
         return table
     raise ScheduleError('rails must be a list of HCA names or a dict node -> list of HCA names, got %s'
@@ -162,7 +169,7 @@ class _Circle(object):
     Each node serves in (N - 1) // 2 or (N - 1) // 2 + 1 of its N - 1 games.
     """
 
-    def __init__(self, order):
+    def __init__(self, order: Sequence[str]) -> None:
         if len(order) % 2:
             self.fixed, ring = None, list(order)
         else:
@@ -174,10 +181,10 @@ class _Circle(object):
         # Three copies, so that positions r +- k (mod m) are one slice starting in the middle copy.
         self.ring3 = ring * 3
 
-    def pairs_per_round(self):
+    def pairs_per_round(self) -> int:
         return self.h + (0 if self.fixed is None else 1)
 
-    def round(self, index):
+    def round(self, index: int) -> Round:
         """(servers, clients, idle) of round ``index``: all slicing, no per-pair Python work."""
         ring3, mid, h = self.ring3, self.m + index, self.h
         servers = ring3[mid + 1:mid + h + 1:2]       # r + k, k odd
@@ -196,7 +203,7 @@ class _Circle(object):
             clients.append(self.fixed)
         return servers, clients, []
 
-    def node_round(self, index, node):
+    def node_round(self, index: int, node: str) -> Round:
         """(servers, clients, idle) of round ``index`` cut down to ``node``'s pair, in O(1):
         what round() + _only() give, without building the round (O(N) per round made one
         node's plan O(N^2): 0.65 s for 4,096 nodes, on every one of the 4,096 hosts)."""
@@ -215,7 +222,7 @@ class _Circle(object):
         serves = (k % 2 == 1) == above
         return ([node], [partner], []) if serves else ([partner], [node], [])
 
-    def pairs_within(self, present):
+    def pairs_within(self, present: Set[str]) -> List[int]:
         """For each round, how many of its pairs have both nodes in the set ``present``.
 
         Pairs {x, 2r - x} of round r with both present number (c[2r] - p[r]) / 2, where p is
@@ -239,7 +246,7 @@ class _Circle(object):
                 for r in range(m)]
 
 
-def _ring_rounds(nodes):
+def _ring_rounds(nodes: List[str]) -> List[Round]:
     """Neighbour pairs i -> i + 1 (the last -> the first), as (servers, clients, idle) rounds."""
     count = len(nodes)
     if count < 3:
@@ -257,11 +264,12 @@ class _Plan(object):
     """The rounds of one schedule, each made on demand from a few numbers (circle modes)
     or kept as lists (ring, loopback: at most three rounds)."""
 
-    def __init__(self, nodes, mode, k, seed, direction):
-        self.notes = []
-        self.circle = None
-        self.lists = None
-        self.chosen = None
+    def __init__(self, nodes: List[str], mode: str, k: int, seed: Seed, direction: str) -> None:
+        self.notes: List[str] = []
+        self.circle: Optional[_Circle] = None
+        # The rounds as lists (ring, loopback; a circle mode has none), the circle's rounds chosen.
+        self.lists: List[Round] = []
+        self.chosen: List[int] = []
         if mode in ('full', 'random') and len(nodes) > 1:
             order = list(nodes)
             rng = random.Random(seed) if mode == 'random' else None
@@ -290,10 +298,10 @@ class _Plan(object):
         # A loopback test has no direction: mirrored it would repeat itself.
         self.mirrored = direction == 'both' and mode != 'loopback'
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.base * (2 if self.mirrored else 1)
 
-    def round(self, index):
+    def round(self, index: int) -> Round:
         base = index % self.base
         if self.circle:
             servers, clients, idle = self.circle.round(self.chosen[base])
@@ -301,7 +309,7 @@ class _Plan(object):
             servers, clients, idle = (list(part) for part in self.lists[base])
         return (clients, servers, idle) if index >= self.base else (servers, clients, idle)
 
-    def node_round(self, index, node):
+    def node_round(self, index: int, node: str) -> Round:
         """round(index) cut down to ``node``'s pair (or its idleness)."""
         base = index % self.base
         if self.circle:
@@ -310,14 +318,14 @@ class _Plan(object):
             servers, clients, idle = _only(node, *self.lists[base])
         return (clients, servers, idle) if index >= self.base else (servers, clients, idle)
 
-    def pairs_per_round(self):
+    def pairs_per_round(self) -> List[int]:
         if self.circle:
             counts = [self.circle.pairs_per_round()] * self.base
         else:
             counts = [len(servers) for servers, _clients, _idle in self.lists]
         return counts * (2 if self.mirrored else 1)
 
-    def pairs_within(self, present):
+    def pairs_within(self, present: Set[str]) -> List[int]:
         """Per round, how many pairs have both nodes in ``present`` (those that run on a rail)."""
         if self.circle:
             per_circle_round = self.circle.pairs_within(present)
@@ -328,7 +336,7 @@ class _Plan(object):
         return counts * (2 if self.mirrored else 1)
 
 
-def _seed(seed):
+def _seed(seed: Any) -> Any:
     """A seed of digits given as text (`-e fabric_bench_seed=7`, an INI inventory) is that integer:
     random.Random('7') and random.Random(7) draw different matchings."""
     # ASCII digits only: isdigit() is also true for '\u00b2', which int() refuses.
@@ -337,7 +345,7 @@ def _seed(seed):
     return seed
 
 
-def _check_options(mode, k, seed, direction):
+def _check_options(mode: str, k: Any, seed: Any, direction: str) -> int:
     if mode not in MODES:
         raise ScheduleError('unknown mode %r: choose one of %s' % (mode, ', '.join(MODES)))
     if direction not in DIRECTIONS:
@@ -354,7 +362,7 @@ def _check_options(mode, k, seed, direction):
     return k
 
 
-def _summary(nodes, table, plan, mode, direction, seed):
+def _summary(nodes: List[str], table: List[Rail], plan: _Plan, mode: str, direction: str, seed: Seed) -> Dict[str, Any]:
     notes = list(plan.notes)
     pairs_per_round = plan.pairs_per_round()
     tests_per_round = [count * len(table) for count in pairs_per_round]
@@ -384,7 +392,8 @@ def _summary(nodes, table, plan, mode, direction, seed):
     }
 
 
-def expand_round(servers, clients, table, position):
+def expand_round(servers: Sequence[str], clients: Sequence[str], table: List[Rail], position: Mapping[str, int]) -> Tuple[List[Dict[str, Any]],
+                 List[Dict[str, Any]]]:
     """One round as tests: ([{server, client, rail, server_hca, client_hca, pair_id}],
     [{server, client, rail, missing}]), pair-major, a pair's rails in rail order.
     ``position`` maps node -> index in the input list (for pair_id)."""
@@ -402,7 +411,7 @@ def expand_round(servers, clients, table, position):
     return tests, skipped
 
 
-def _prepare(nodes, rails, mode, k, seed, direction):
+def _prepare(nodes: Any, rails: Any, mode: str, k: Any, seed: Any, direction: str) -> Tuple[List[str], List[Rail], _Plan]:
     nodes = check_nodes(nodes)
     k = _check_options(mode, k, seed, direction)
     table = rail_table(nodes, rails)
@@ -413,14 +422,14 @@ def _prepare(nodes, rails, mode, k, seed, direction):
     return nodes, table, plan
 
 
-def summary(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate'):
+def summary(nodes: Any, rails: Any = None, mode: str = 'full', k: Any = 1, seed: Any = 0, direction: str = 'alternate') -> Dict[str, Any]:
     """The counts of a schedule without building its rounds (O(N x rails))."""
     seed = _seed(seed)
     nodes, table, plan = _prepare(nodes, rails, mode, k, seed, direction)
     return _summary(nodes, table, plan, mode, direction, seed)
 
 
-def _only(node, servers, clients, idle):
+def _only(node: str, servers: List[str], clients: List[str], idle: List[str]) -> Round:
     """The part of a round that ``node`` takes part in: its pair (at most one), or its idleness."""
     for side in (servers, clients):
         if node in side:
@@ -429,7 +438,7 @@ def _only(node, servers, clients, idle):
     return [], [], [node] if node in idle else []
 
 
-def _check_round(round_number, count):
+def _check_round(round_number: Any, count: int) -> int:
     if isinstance(round_number, str) and round_number.strip().isascii() and round_number.strip().isdigit() and len(round_number.strip()) <= 18:
         round_number = int(round_number)
     if isinstance(round_number, bool) or not isinstance(round_number, int):
@@ -439,7 +448,8 @@ def _check_round(round_number, count):
     return round_number
 
 
-def schedule(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate', round_number=None, expand=False, node=None):
+def schedule(nodes: Any, rails: Any = None, mode: str = 'full', k: Any = 1, seed: Any = 0, direction: str = 'alternate', round_number: Any = None,
+             expand: bool = False, node: Optional[str] = None) -> Dict[str, Any]:
     """The schedule: {mode, direction, seed, rails, rounds, summary}.
 
     ``rounds`` holds every round, or only round ``round_number`` (1-based) when given;
@@ -452,6 +462,7 @@ def schedule(nodes, rails=None, mode='full', k=1, seed=0, direction='alternate',
     counts = _summary(nodes, table, plan, mode, direction, seed)
     if node is not None and node not in nodes:
         raise ScheduleError('node %r is not one of the %d nodes scheduled' % (node, len(nodes)))
+    numbers: Sequence[int]
     if round_number is None:
         numbers = range(1, len(plan) + 1)
     else:

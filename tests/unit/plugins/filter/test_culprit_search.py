@@ -11,11 +11,11 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.filter.collective import FilterModule
+from ansible_collections.hpc.gpu_fabric.plugins.filter import collective, culprit_search
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._search_findings import search_findings
 
-F = FilterModule().filters()
+F = dict(collective.FilterModule().filters(), **culprit_search.FilterModule().filters())
 IB = {'devices': [{'name': 'mlx5_0', 'ports': [{'state': 'ACTIVE', 'rate_gbps': 400.0}]}]}
 
 
