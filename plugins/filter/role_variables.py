@@ -7,6 +7,7 @@ from __future__ import annotations
 # Documented in plugins/filter/role_variable_errors.yml (this file has no DOCUMENTATION, as ansible-core's filter/core.py).
 import glob
 import os
+from typing import Any
 
 import yaml
 
@@ -29,7 +30,7 @@ CHECKS = {
 }
 # A value as the message shows it: enough to recognise what was typed.
 SHOWN = 60
-_SPECS = []
+_SPECS: list[dict[str, Any]] = []
 
 
 def role_options():

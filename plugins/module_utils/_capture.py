@@ -53,7 +53,7 @@ try:
     # file; a build of the collection without it still captures the rest.
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _host
 except ImportError:
-    _host = None
+    _host = None  # type: ignore[assignment]  # the captures below test for None
 
 # Inside the tarball, next to the node's top-level directories; nothing reads it as node state.
 MANIFEST = '.gpu_fabric_capture.json'

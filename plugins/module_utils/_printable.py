@@ -37,7 +37,7 @@ _UNSAFE_RANGES = (
 # line is one line.
 LINES = '\t\n'
 
-_PATTERNS = {}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
 def _pattern(keep):
