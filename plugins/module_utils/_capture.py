@@ -385,7 +385,7 @@ def _device_target(target):
     return target == '/dev' or target.startswith('/dev/')
 
 
-def climbs_above_root(parent, target):
+def climbs_above_root(parent: str, target: str) -> bool:
     """Does a relative link ``target`` in directory ``parent`` climb above the node root
     (harmless on the node, where '/..' is '/', but out of the extraction directory in a
     tarball)? Capture keeps such a link out; offline unpacking re-roots it."""

@@ -295,9 +295,9 @@ class SysRoot(object):
         return None if target is None else os.path.basename(target)
 
 
-def normalise_path(path):
+def normalise_path(path: str) -> str:
     """'/a/b/../c' -> '/a/c', lexically, never above '/'."""
-    done = []
+    done: list[str] = []
     for part in path.split('/'):
         if part == '..':
             if done:
@@ -313,7 +313,7 @@ def normalise_path(path):
 _INT_TEXT_MAX = 24
 
 
-def parse_int(value, base=10):
+def parse_int(value: str | None, base: int = 10) -> int | None:
     """int of a sysfs value, or None when it is not a number (e.g. 'N/A (no PMA)')."""
     if value is None:
         return None
@@ -326,12 +326,12 @@ def parse_int(value, base=10):
         return None
 
 
-def parse_hex(value):
+def parse_hex(value: str | None) -> int | None:
     """int of '0x10de' / '10de', or None."""
     return parse_int(value, 16)
 
 
-def parse_numa(text):
+def parse_numa(text: str | None) -> int | None:
     """numa_node attribute; -1 (no affinity known, common in VMs) -> None."""
     value = parse_int(text)
     return None if value is None or value < 0 else value

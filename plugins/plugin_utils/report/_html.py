@@ -22,6 +22,7 @@ import json
 import math
 import statistics
 from html import escape
+from typing import Any, Iterable, Sequence
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
@@ -97,26 +98,26 @@ SCRIPT = '''
 # passed on or dropped silently by a browser, an escape sequence when the page's text is copied
 # into a terminal) and bidirectional overrides (which reorder the text that follows them on the
 # page): shown as their visible escapes, as in every other format (module_utils/_printable.py).
-def _e(value):
+def _e(value: object) -> str:
     return escape(_printable.printable(value, _printable.LINES))
 
 
-def _badge(status):
+def _badge(status: Any) -> str:
     return '<span class="badge" style="background:%s">%s</span>' % (STATUS_COLOURS.get(status, '#999'), _e(status))
 
 
-def size_label(size):
+def size_label(size: float) -> str:
     for unit, factor in (('G', 1 << 30), ('M', 1 << 20), ('K', 1 << 10)):
         if size >= factor and size % factor == 0:
             return '%d%s' % (size // factor, unit)
     return str(int(size))
 
 
-def _fmt(value, digits=1):
+def _fmt(value: Any, digits: int = 1) -> str:
     return '-' if value is None else ('%.*f' % (digits, value))
 
 
-def _nice_max(value):
+def _nice_max(value: float) -> float:
     """An axis end a little above ``value`` on 1-2-5 steps."""
     if not value or value <= 0:
         return 1.0
@@ -124,13 +125,14 @@ def _nice_max(value):
     for step in (1, 2, 2.5, 5, 10):
         top = step * 10 ** exponent
         if top >= value * 1.02:
-            return top
-    return 10 ** (exponent + 1)
+            return float(top)
+    return float(10 ** (exponent + 1))
 
 
 # ---------------------------------------------------------------------------- plots
 
-def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_class='plot'):
+def line_chart(series: list[dict[str, Any]], x_label: str, y_label: str, hlines: Sequence[tuple[Any, str]] = (), width: int = 620,
+               height: int = 330, css_class: str = 'plot') -> str:
     """Curves over a log2 x axis (message sizes). ``series``: [{'name', 'points': [(x, y)]}];
     ``hlines``: [(y, label)] drawn dashed (expectations)."""
     points = [(x, y) for s in series for x, y in s['points'] if x and x > 0 and y is not None]
@@ -143,10 +145,10 @@ def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_c
         x0, x1 = x0 - 1, x1 + 1
     y1 = _nice_max(max([point[1] for point in points] + [line[0] for line in hlines if line[0]]))
 
-    def px(x):
+    def px(x: float) -> float:
         return left + (math.log(x, 2) - x0) / (x1 - x0) * (width - left - right)
 
-    def py(y):
+    def py(y: float) -> float:
         return height - bottom - (y / y1) * (height - top - bottom)
 
     out = ['<svg class="%s" role="img" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">'
@@ -194,7 +196,7 @@ def line_chart(series, x_label, y_label, hlines=(), width=620, height=330, css_c
     return ''.join(out) + legend
 
 
-def heatmap(nodes, cells, title, cell=34, diagonal=False):
+def heatmap(nodes: list[str], cells: dict[tuple[Any, Any], dict[str, Any]], title: str, cell: int = 34, diagonal: bool = False) -> str:
     """N x N grid, server rows x client columns. ``cells``: {(server, client): {'value', 'ratio',
     'verdict', 'tip'}}; colour by verdict, shade by the share of the port rate reached.
     ``diagonal``: the rows and columns are groups of nodes, whose diagonal holds the pairs
@@ -232,7 +234,7 @@ def heatmap(nodes, cells, title, cell=34, diagonal=False):
 
 # ---------------------------------------------------------------------------- sections
 
-def _summary(report):
+def _summary(report: dict[str, Any]) -> str:
     s = report['summary']
     worst = 'error' if s['hosts_failed'] or s['hosts_unreachable'] else 'warning' if s['warnings'] else 'ok'
     return ('<p class="verdict">%s %d host(s): <b>%d ok</b>, %d with errors, %d unreachable &middot; %d error(s), '
@@ -241,7 +243,7 @@ def _summary(report):
                s['warnings'], s['roots']))
 
 
-def _hosts(report):
+def _hosts(report: dict[str, Any]) -> str:
     by_id = dict((f['id'], f) for f in report['findings'])
     rows = []
     for host, entry in sorted(report['hosts'].items()):
@@ -256,7 +258,7 @@ def _hosts(report):
             '</table></section>' % ''.join(rows))
 
 
-def _finding(item, symptoms=()):
+def _finding(item: dict[str, Any], symptoms: Sequence[dict[str, Any]] = ()) -> str:
     where = '%s %s' % (item.get('host') or ', '.join(item.get('hosts') or []) or 'fleet', item.get('subject') or '')
     body = ['<div class="finding %s" data-severity="%s" data-code="%s" id="%s">' % (
         _e(item['severity']), _e(item['severity']), _e(item['code']), _e(item['id'])),
@@ -272,7 +274,7 @@ def _finding(item, symptoms=()):
     return ''.join(body)
 
 
-def _findings(report):
+def _findings(report: dict[str, Any]) -> str:
     findings = report['findings']
     roots = [f for f in findings if f['explained_by'] is None]
     out = ['<section id="findings"><h2>Root causes by layer</h2>',
@@ -293,49 +295,50 @@ def _findings(report):
     return ''.join(out)
 
 
-def _percent(ratio):
+def _percent(ratio: object) -> str:
     return '%.0f %%' % (100 * ratio) if isinstance(ratio, (int, float)) else '?'
 
 
-def _pair_name(pair):
+def _pair_name(pair: dict[str, Any]) -> str:
     return '%s->%s rail %s' % (pair['server'], pair['client'], pair.get('rail'))
 
 
-def _value(pair):
+def _value(pair: dict[str, Any]) -> Any:
     return pair.get('bw_avg_gbps') if pair.get('bw_avg_gbps') is not None else pair.get('lat_typical_us')
 
 
-def _worst_key(pair):
+def _worst_key(pair: dict[str, Any]) -> tuple[int, float]:
     """Worst first: failed, then below threshold by the share of the port rate reached, then the rest."""
     ratio = pair.get('bw_ratio')
-    return (VERDICT_RANK.get(pair.get('verdict'), 2), ratio if isinstance(ratio, (int, float)) else 2.0)
+    return (VERDICT_RANK.get(str(pair.get('verdict')), 2), ratio if isinstance(ratio, (int, float)) else 2.0)
 
 
-def node_groups(nodes, limit=HEATMAP_NODES, groups=HEATMAP_GROUPS):
+def node_groups(nodes: Iterable[str], limit: int = HEATMAP_NODES, groups: int = HEATMAP_GROUPS) -> tuple[list[str], dict[str, str]]:
     """A heatmap's rows and columns: every node while there are at most ``limit``, else at most
     ``groups`` runs of consecutive names (sorted, the nodes of a rack or leaf usually share a
     prefix, so a run mostly stays within one). Returns (labels, {node: its label})."""
-    nodes = list(nodes)
-    if len(nodes) <= limit:
-        return nodes, dict((node, node) for node in nodes)
-    size = -(-len(nodes) // groups)
-    labels, group_of = [], {}
-    for start in range(0, len(nodes), size):
-        members = nodes[start:start + size]
+    names = list(nodes)
+    if len(names) <= limit:
+        return names, dict((node, node) for node in names)
+    size = -(-len(names) // groups)
+    labels: list[str] = []
+    group_of: dict[str, str] = {}
+    for start in range(0, len(names), size):
+        members = names[start:start + size]
         label = '%s..%s' % (members[0], members[-1]) if len(members) > 1 else members[0]
         labels.append(label)
         group_of.update((node, label) for node in members)
     return labels, group_of
 
 
-def _degraded(pair, tip):
+def _degraded(pair: dict[str, Any], tip: str) -> str:
     """``tip`` naming the ports of the pair below its rail's nominal rate (bench.pairs degraded_ports:
     a 1X port's cell says which port it is), unless its reasons named them already."""
     ports = pair.get('degraded_ports') or []
     if not ports:
         return tip
 
-    def rate(value):
+    def rate(value: object) -> str:
         return '%g' % value if isinstance(value, (int, float)) and not isinstance(value, bool) else '?'
 
     if any(str(reason).startswith('below the rail') for reason in pair.get('reasons') or []):
@@ -344,8 +347,8 @@ def _degraded(pair, tip):
         '%s %s at %s Gb/s' % (port.get('host'), port.get('hca'), rate(port.get('rate_gbps'))) for port in ports if isinstance(port, dict)))
 
 
-def _node_cells(pairs, memory):
-    cells = {}
+def _node_cells(pairs: list[dict[str, Any]], memory: object) -> dict[tuple[Any, Any], dict[str, Any]]:
+    cells: dict[tuple[Any, Any], dict[str, Any]] = {}
     for p in pairs:
         value = _value(p)
         tip = _degraded(p, '%s %s memory: %s %s (%s)%s' % (
@@ -359,11 +362,11 @@ def _node_cells(pairs, memory):
     return cells
 
 
-def group_cells(pairs, group_of):
+def group_cells(pairs: list[dict[str, Any]], group_of: dict[str, str]) -> dict[tuple[Any, Any], dict[str, Any]]:
     """Heatmap cells between groups of nodes (node_groups), for the pairs of one memory kind and
     rail: each cell the worst pair between the two groups (either direction: a link carries
     both), with the counts of tested, failed and below-threshold pairs in its tooltip."""
-    found = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for p in pairs:
         ends = (group_of[p['server']], group_of[p['client']])
         for cell in set((ends, ends[::-1])):
@@ -375,7 +378,7 @@ def group_cells(pairs, group_of):
                 entry[p['verdict']] += 1
             if _worst_key(p) < _worst_key(entry['worst']):
                 entry['worst'] = p
-    cells = {}
+    cells: dict[tuple[Any, Any], dict[str, Any]] = {}
     for (server, client), entry in found.items():
         worst = entry['worst']
         value = _value(worst)
@@ -387,19 +390,20 @@ def group_cells(pairs, group_of):
     return cells
 
 
-def _points(pair):
+def _points(pair: dict[str, Any]) -> list[tuple[Any, Any]]:
     points = [(s.get('bytes'), s.get('bw_avg_gbps')) for s in pair.get('sizes') or []]
     if not points and pair.get('bw_avg_gbps') is not None and pair.get('bytes'):
         points = [(pair['bytes'], pair['bw_avg_gbps'])]
     return points
 
 
-def _curves(pairs):
+def _curves(pairs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int, int]:
     """The curves of one memory kind: one per pair while there are at most MAX_CURVES, else the
     worst MAX_CURVES pairs one by one and the healthy rest as their median at each size.
     Returns (series, how many pairs the median stands for, how many pairs below threshold are left out)."""
     drawn = [p for p in pairs if _points(p)]
-    healthy, total = [], len(drawn)
+    healthy: list[dict[str, Any]] = []
+    total = len(drawn)
     if len(drawn) > MAX_CURVES:
         ranked = sorted(drawn, key=_worst_key)
         drawn = [p for p in ranked[:MAX_CURVES] if p['verdict'] != 'ok']
@@ -407,7 +411,7 @@ def _curves(pairs):
     series = [{'name': _pair_name(p), 'points': _points(p),
                'colour': None if p['verdict'] == 'ok' else STATUS_COLOURS.get(p['verdict'])} for p in drawn]
     if healthy:
-        by_size = {}
+        by_size: dict[Any, list[Any]] = {}
         for p in healthy:
             for x, y in _points(p):
                 if y is not None:
@@ -417,10 +421,10 @@ def _curves(pairs):
     return series, len(healthy), total - len(drawn) - len(healthy)
 
 
-def _worst_nodes(failed):
+def _worst_nodes(failed: list[dict[str, Any]]) -> str:
     """The nodes in the most pair tests below threshold or failed: a bad node of a large mesh
     shows here once, not as hundreds of its pairs."""
-    counts = {}
+    counts: dict[Any, dict[str, Any]] = {}
     for p in failed:
         for node in (p['server'], p['client']):
             entry = counts.setdefault(node, {'failed': 0, 'low': 0, 'rails': set(), 'peers': set()})
@@ -436,7 +440,7 @@ def _worst_nodes(failed):
                 for node, entry in ranked[:WORST_NODES])))
 
 
-def _bench(bench):
+def _bench(bench: dict[str, Any]) -> str:
     pairs = bench.get('pairs') or []
     out = ['<section id="bench"><h2>Pairwise benchmark</h2>']
     verdicts = bench.get('verdicts') or {}
@@ -450,7 +454,7 @@ def _bench(bench):
     nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
     kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
     rails = sorted(set(p.get('rail') for p in pairs), key=lambda r: (str(type(r)), r))
-    by_kind = {}
+    by_kind: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for p in pairs:
         by_kind.setdefault((p.get('memory'), p.get('rail')), []).append(p)
     labels, group_of = node_groups(nodes)
@@ -473,8 +477,7 @@ def _bench(bench):
     for memory in kinds:
         mine = [p for p in pairs if p.get('memory') == memory]
         series, median_of, not_drawn = _curves(mine)
-        rates = sorted(set(p.get('rail_nominal_gbps') or p.get('port_rate_gbps') for p in mine
-                           if p.get('rail_nominal_gbps') or p.get('port_rate_gbps')))
+        rates = sorted(set(rate for rate in (p.get('rail_nominal_gbps') or p.get('port_rate_gbps') for p in mine) if rate))
         hlines = [(r * bw_ratio, '%s of %g Gb/s' % (_percent(bw_ratio), r)) for r in rates[-1:] if bw_ratio is not None]
         if series:
             single = all(len(s['points']) == 1 for s in series)
@@ -500,7 +503,7 @@ def _bench(bench):
     return ''.join(out)
 
 
-def _collective(collective):
+def _collective(collective: dict[str, Any]) -> str:
     fleet = collective.get('fleet') or {}
     expected = (collective.get('expected') or {})
     verdict = fleet.get('verdict') or {}
@@ -530,7 +533,7 @@ def _collective(collective):
         _fmt(expected.get('gbs'), 1), _e(expected.get('basis') or 'no expectation'),
         (' ' + _e('; '.join(verdict.get('reasons') or []))) if verdict.get('reasons') else ''))
     rows = fleet.get('results') or []
-    series = []
+    series: list[dict[str, Any]] = []
     for place in ('out_of_place', 'in_place'):
         points = [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs')) for r in rows]
         if any(point[1] is not None for point in points):
@@ -551,7 +554,7 @@ def _collective(collective):
     return ''.join(out)
 
 
-def _nccl(report):
+def _nccl(report: dict[str, Any]) -> str:
     rows = []
     for host, entry in sorted(report['hosts'].items()):
         settings = ((entry.get('nccl') or {}).get('settings')) or {}
@@ -565,7 +568,7 @@ def _nccl(report):
             '</tbody></table></section>' % ''.join(rows))
 
 
-def _drift(report):
+def _drift(report: dict[str, Any]) -> str:
     d = report.get('drift')
     if not d:
         return ''
@@ -585,7 +588,7 @@ FABRIC_MAX_SWITCHES = 64
 _HEALTH_RANK = {'error': 0, 'warning': 1, 'info': 2, 'ok': 3}
 
 
-def _fabric_view(report):
+def _fabric_view(report: dict[str, Any]) -> str:
     """Spines above, leaves below, one line per leaf-spine pair coloured by its worst link; the
     bad links listed by name. Every name came from another cluster's switches: escaped."""
     fabric = report.get('fabric')
@@ -597,13 +600,13 @@ def _fabric_view(report):
     spines = [str(n) for n in fabric.get('spines') or []]
     leaves = [str(n) for n in fabric.get('leaves') or []]
     ids = dict((str(k), str(v)) for k, v in (fabric.get('ids') or {}).items())
-    pairs = {}
-    bad = []
+    pairs: dict[tuple[str, ...], list[str]] = {}
+    bad: list[tuple[str, Any, Any]] = []
     for link in fabric.get('links') or []:
         if not isinstance(link, dict):
             continue
         a, b = ids.get(str(link.get('a')), str(link.get('a'))), ids.get(str(link.get('b')), str(link.get('b')))
-        health = link.get('health') if link.get('health') in _HEALTH_RANK else 'error'
+        health = str(link.get('health')) if link.get('health') in _HEALTH_RANK else 'error'
         key = tuple(sorted((a, b)))
         pairs.setdefault(key, []).append(health)
         if health != 'ok':
@@ -639,7 +642,7 @@ def _fabric_view(report):
                 if rows else '<p>Every switch-to-switch link is healthy.</p>'))
 
 
-def render(report):
+def render(report: dict[str, Any]) -> str:
     """The whole page (str)."""
     parts = [_summary(report), _hosts(report), _findings(report)]
     parts.append(_fabric_view(report))   # fabric beyond the node
