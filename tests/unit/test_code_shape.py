@@ -89,10 +89,6 @@ EXEMPT = {
     'plugins/plugin_utils/diagnosis/_roce_rules.py:port_checks': (51, 61),
     'plugins/plugin_utils/diagnosis/_roce_rules.py:roce_findings': (36, 41),
     'plugins/plugin_utils/diagnosis/_search_findings.py:search_findings': (28, 35),
-    'plugins/plugin_utils/report/_html.py:_bench': (41, 62),
-    'plugins/plugin_utils/report/_html.py:_collective': (30, 49),
-    'plugins/plugin_utils/report/_html.py:_fabric_view': (28, 52),
-    'plugins/plugin_utils/report/_html.py:line_chart': (31, 63),
 }
 
 # folder (or file): the least share of its functions that is fully annotated.

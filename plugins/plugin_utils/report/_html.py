@@ -131,47 +131,54 @@ def _nice_max(value: float) -> float:
 
 # ---------------------------------------------------------------------------- plots
 
-def line_chart(series: list[dict[str, Any]], x_label: str, y_label: str, hlines: Sequence[tuple[Any, str]] = (), width: int = 620,
-               height: int = 330, css_class: str = 'plot') -> str:
-    """Curves over a log2 x axis (message sizes). ``series``: [{'name', 'points': [(x, y)]}];
-    ``hlines``: [(y, label)] drawn dashed (expectations)."""
-    points = [(x, y) for s in series for x, y in s['points'] if x and x > 0 and y is not None]
-    if not points:
-        return '<p class="note">nothing measured to plot</p>'
-    left, right, top, bottom = 60, 16, 14, 44
-    xs = [math.log(point[0], 2) for point in points]
-    x0, x1 = min(xs), max(xs)
-    if x0 == x1:
-        x0, x1 = x0 - 1, x1 + 1
-    y1 = _nice_max(max([point[1] for point in points] + [line[0] for line in hlines if line[0]]))
+class _Scale(object):
+    """Where a line chart draws a point: x on a log2 axis from x0 to x1, y linear from 0 to y1,
+    inside the plot's margins (left, right, top, bottom)."""
 
-    def px(x: float) -> float:
-        return left + (math.log(x, 2) - x0) / (x1 - x0) * (width - left - right)
+    MARGINS = (60, 16, 14, 44)
 
-    def py(y: float) -> float:
-        return height - bottom - (y / y1) * (height - top - bottom)
+    def __init__(self, x0: float, x1: float, y1: float, width: int, height: int) -> None:
+        self.x0, self.x1, self.y1, self.width, self.height = x0, x1, y1, width, height
 
-    out = ['<svg class="%s" role="img" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">'
-           % (css_class, width, height, width, height),
-           '<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#ccc"/>' % (left, top, width - left - right, height - top - bottom)]
+    def px(self, x: float) -> float:
+        left, right = self.MARGINS[0], self.MARGINS[1]
+        return left + (math.log(x, 2) - self.x0) / (self.x1 - self.x0) * (self.width - left - right)
+
+    def py(self, y: float) -> float:
+        top, bottom = self.MARGINS[2], self.MARGINS[3]
+        return self.height - bottom - (y / self.y1) * (self.height - top - bottom)
+
+
+def _axes(scale: _Scale, x_label: str, y_label: str) -> list[str]:
+    """The frame, the grid lines with their values, and the axis labels."""
+    left, right, top, bottom = _Scale.MARGINS
+    width, height, py = scale.width, scale.height, scale.py
+    out = ['<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#ccc"/>' % (left, top, width - left - right, height - top - bottom)]
     for i in range(6):
-        y = y1 * i / 5.0
+        y = scale.y1 * i / 5.0
         out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%s</text>'
                    % (left, width - right, py(y), py(y), left - 4, py(y) + 4, ('%g' % round(y, 2))))
-    step = max(1, int(math.ceil((x1 - x0) / 12.0)))
-    exp = int(math.ceil(x0))
-    while exp <= x1:
-        x = px(2 ** exp)
+    step = max(1, int(math.ceil((scale.x1 - scale.x0) / 12.0)))
+    exp = int(math.ceil(scale.x0))
+    while exp <= scale.x1:
+        x = scale.px(2 ** exp)
         out.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>'
                    % (x, x, top, height - bottom, x, height - bottom + 14, size_label(2 ** exp)))
         exp += step
     out.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((left + width - right) // 2, height - 8, _e(x_label)))
     out.append('<text transform="translate(14,%d) rotate(-90)" text-anchor="middle">%s</text>' % ((top + height - bottom) // 2, _e(y_label)))
+    return out
+
+
+def _marks(scale: _Scale, series: list[dict[str, Any]], hlines: Sequence[tuple[Any, str]]) -> list[str]:
+    """The dashed expectation lines, then each curve (a line with a dot at each of its last points)."""
+    left, right = _Scale.MARGINS[0], _Scale.MARGINS[1]
+    px, py, out = scale.px, scale.py, []
     for y, label in hlines:
         if y:
             out.append('<line class="expect" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#d55e00" stroke-dasharray="5 4"/>'
                        '<text x="%d" y="%.1f" text-anchor="end" style="fill:#d55e00">%s</text>'
-                       % (left, width - right, py(y), py(y), width - right - 4, py(y) - 4, _e(label)))
+                       % (left, scale.width - right, py(y), py(y), scale.width - right - 4, py(y) - 4, _e(label)))
     for index, item in enumerate(series):
         pts = sorted((x, y) for x, y in item['points'] if x and x > 0 and y is not None)
         if not pts:
@@ -185,15 +192,35 @@ def line_chart(series: list[dict[str, Any]], x_label: str, y_label: str, hlines:
         for x, y in pts if len(pts) <= 3 else pts[-1:]:
             out.append('<circle class="series" cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s</title></circle>'
                        % (px(x), py(y), colour, _e('%s: %s %s' % (item['name'], size_label(x), _fmt(y, 2)))))
+    return out
+
+
+def _legend(series: list[dict[str, Any]]) -> str:
+    if len(series) > MAX_LEGEND:
+        return '<div class="note">%d curves; hover a curve for its name</div>' % len(series)
+    return '<div class="note">%s</div>' % ' '.join(
+        '<span style="color:%s">&#9632;</span> %s' % (item.get('colour') or SERIES[i % len(SERIES)], _e(item['name']))
+        for i, item in enumerate(series))
+
+
+def line_chart(series: list[dict[str, Any]], x_label: str, y_label: str, hlines: Sequence[tuple[Any, str]] = (), width: int = 620,
+               height: int = 330, css_class: str = 'plot') -> str:
+    """Curves over a log2 x axis (message sizes). ``series``: [{'name', 'points': [(x, y)]}];
+    ``hlines``: [(y, label)] drawn dashed (expectations)."""
+    points = [(x, y) for s in series for x, y in s['points'] if x and x > 0 and y is not None]
+    if not points:
+        return '<p class="note">nothing measured to plot</p>'
+    xs = [math.log(point[0], 2) for point in points]
+    x0, x1 = min(xs), max(xs)
+    if x0 == x1:
+        x0, x1 = x0 - 1, x1 + 1
+    y1 = _nice_max(max([point[1] for point in points] + [line[0] for line in hlines if line[0]]))
+    scale = _Scale(x0, x1, y1, width, height)
+    out = ['<svg class="%s" role="img" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d">'
+           % (css_class, width, height, width, height)]
+    out += _axes(scale, x_label, y_label) + _marks(scale, series, hlines)
     out.append('</svg>')
-    legend = ''
-    if len(series) <= MAX_LEGEND:
-        legend = '<div class="note">%s</div>' % ' '.join(
-            '<span style="color:%s">&#9632;</span> %s' % (item.get('colour') or SERIES[i % len(SERIES)], _e(item['name']))
-            for i, item in enumerate(series))
-    else:
-        legend = '<div class="note">%d curves; hover a curve for its name</div>' % len(series)
-    return ''.join(out) + legend
+    return ''.join(out) + _legend(series)
 
 
 def heatmap(nodes: list[str], cells: dict[tuple[Any, Any], dict[str, Any]], title: str, cell: int = 34, diagonal: bool = False) -> str:
@@ -440,26 +467,27 @@ def _worst_nodes(failed: list[dict[str, Any]]) -> str:
                 for node, entry in ranked[:WORST_NODES])))
 
 
-def _bench(bench: dict[str, Any]) -> str:
-    pairs = bench.get('pairs') or []
-    out = ['<section id="bench"><h2>Pairwise benchmark</h2>']
+def _bench_intro(bench: dict[str, Any], pairs: list[dict[str, Any]]) -> str:
+    """How many pair tests, their verdicts and the thresholds they were judged with (bench.thresholds,
+    never a default of this page)."""
     verdicts = bench.get('verdicts') or {}
     thresholds = bench.get('thresholds') or {}
-    # The thresholds the report was judged with (bench.thresholds), never a default of this page.
     bw_ratio, gpu_ratio = thresholds.get('bw_ratio'), thresholds.get('gpu_ratio')
-    out.append('<p>%d pair test(s): %s. Thresholds: %s of the rail\'s nominal rate (the most common port rate of its model '
-               'in the fleet), GPU memory within %s of host '
-               'memory on the same pair.</p>' % (len(pairs), ', '.join('%d %s' % (n, v) for v, n in sorted(verdicts.items())) or 'none',
-                                                 _percent(bw_ratio), _percent(None if gpu_ratio is None else 1 - gpu_ratio)))
-    nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
-    kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
+    return ('<p>%d pair test(s): %s. Thresholds: %s of the rail\'s nominal rate (the most common port rate of its model '
+            'in the fleet), GPU memory within %s of host '
+            'memory on the same pair.</p>' % (len(pairs), ', '.join('%d %s' % (n, v) for v, n in sorted(verdicts.items())) or 'none',
+                                              _percent(bw_ratio), _percent(None if gpu_ratio is None else 1 - gpu_ratio)))
+
+
+def _heatmaps(pairs: list[dict[str, Any]], nodes: list[str], kinds: list[Any]) -> list[str]:
+    """A heatmap per memory kind and rail: of the nodes, or of groups of them on a large fleet (node_groups)."""
     rails = sorted(set(p.get('rail') for p in pairs), key=lambda r: (str(type(r)), r))
     by_kind: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for p in pairs:
         by_kind.setdefault((p.get('memory'), p.get('rail')), []).append(p)
     labels, group_of = node_groups(nodes)
     grouped = len(labels) < len(nodes)
-    out.append('<h3>Pair bandwidth heatmaps (Gb/s; server rows, client columns)</h3>')
+    out = ['<h3>Pair bandwidth heatmaps (Gb/s; server rows, client columns)</h3>']
     if grouped:
         out.append('<p class="note">%d nodes: each row and column is a group of up to %d nodes in name order; a cell shows '
                    'the worst pair test between the two groups (its tooltip: how many were tested, failed, below '
@@ -473,34 +501,92 @@ def _bench(bench: dict[str, Any]) -> str:
             if cells:
                 out.append('<figure>%s<figcaption>%s memory, rail %s</figcaption></figure>' % (
                     heatmap(labels, cells, '%s memory rail %s' % (memory, rail), diagonal=grouped), _e(memory), _e(rail)))
-    out.append('</div><h3>Bandwidth vs message size</h3><div class="plots">')
+    return out
+
+
+def _size_curves(pairs: list[dict[str, Any]], kinds: list[Any], bw_ratio: Any) -> list[str]:
+    """Bandwidth against message size, a chart per memory kind, with the threshold of the fastest rail."""
+    out = ['</div><h3>Bandwidth vs message size</h3><div class="plots">']
     for memory in kinds:
         mine = [p for p in pairs if p.get('memory') == memory]
         series, median_of, not_drawn = _curves(mine)
         rates = sorted(set(rate for rate in (p.get('rail_nominal_gbps') or p.get('port_rate_gbps') for p in mine) if rate))
         hlines = [(r * bw_ratio, '%s of %g Gb/s' % (_percent(bw_ratio), r)) for r in rates[-1:] if bw_ratio is not None]
-        if series:
-            single = all(len(s['points']) == 1 for s in series)
-            out.append('<figure>%s<figcaption>%s memory%s%s</figcaption></figure>' % (
-                line_chart(series, 'message size (bytes)', 'bandwidth (Gb/s)', hlines), _e(memory),
-                ' (one message size measured: set fabric_bench_all_sizes for the whole curve)' if single else '',
-                ('; the worst %d pair test(s) one by one, %d healthy ones as their median%s' % (
-                    len(series) - bool(median_of), median_of, (', %d more below threshold not drawn (listed below)' % not_drawn) if not_drawn else ''))
-                if median_of or not_drawn else ''))
+        if not series:
+            continue
+        single = all(len(s['points']) == 1 for s in series)
+        out.append('<figure>%s<figcaption>%s memory%s%s</figcaption></figure>' % (
+            line_chart(series, 'message size (bytes)', 'bandwidth (Gb/s)', hlines), _e(memory),
+            ' (one message size measured: set fabric_bench_all_sizes for the whole curve)' if single else '',
+            ('; the worst %d pair test(s) one by one, %d healthy ones as their median%s' % (
+                len(series) - bool(median_of), median_of, (', %d more below threshold not drawn (listed below)' % not_drawn) if not_drawn else ''))
+            if median_of or not_drawn else ''))
     out.append('</div>')
+    return out
+
+
+def _failed_pairs(pairs: list[dict[str, Any]], grouped: bool) -> list[str]:
+    """The worst PAIR_ROWS pair tests below threshold or failed, and the nodes in most of them where
+    not every pair is listed or drawn."""
     failed = sorted((p for p in pairs if p['verdict'] != 'ok'), key=_worst_key)
-    if failed:
-        shown = failed[:PAIR_ROWS]
-        out.append('<h3>Pairs below threshold or failed%s</h3><table><thead><tr><th>pair</th><th>memory</th><th>verdict</th>'
-                   '<th class="num">Gb/s</th><th>why</th></tr></thead><tbody>%s</tbody></table>' % (
-                       (', the worst %d of %d (all in report.json)' % (len(shown), len(failed))) if len(shown) < len(failed) else '',
-                       ''.join('<tr><td>%s</td><td>%s</td><td>%s</td><td class="num">%s</td><td>%s</td></tr>' % (
-                           _e(_pair_name(p)), _e(p.get('memory')), _badge(p['verdict']), _fmt(p.get('bw_avg_gbps')),
-                           _e('; '.join(p.get('reasons') or []))) for p in shown)))
-        if grouped or len(shown) < len(failed):
-            out.append(_worst_nodes(failed))
+    if not failed:
+        return []
+    shown = failed[:PAIR_ROWS]
+    out = ['<h3>Pairs below threshold or failed%s</h3><table><thead><tr><th>pair</th><th>memory</th><th>verdict</th>'
+           '<th class="num">Gb/s</th><th>why</th></tr></thead><tbody>%s</tbody></table>' % (
+               (', the worst %d of %d (all in report.json)' % (len(shown), len(failed))) if len(shown) < len(failed) else '',
+               ''.join('<tr><td>%s</td><td>%s</td><td>%s</td><td class="num">%s</td><td>%s</td></tr>' % (
+                   _e(_pair_name(p)), _e(p.get('memory')), _badge(p['verdict']), _fmt(p.get('bw_avg_gbps')),
+                   _e('; '.join(p.get('reasons') or []))) for p in shown))]
+    if grouped or len(shown) < len(failed):
+        out.append(_worst_nodes(failed))
+    return out
+
+
+def _bench(bench: dict[str, Any]) -> str:
+    pairs = bench.get('pairs') or []
+    nodes = sorted(set(p['server'] for p in pairs) | set(p['client'] for p in pairs))
+    kinds = sorted(set(p.get('memory') for p in pairs), key=lambda m: (m != 'host', str(m)))
+    grouped = len(node_groups(nodes)[0]) < len(nodes)
+    bw_ratio = (bench.get('thresholds') or {}).get('bw_ratio')
+    out = ['<section id="bench"><h2>Pairwise benchmark</h2>', _bench_intro(bench, pairs)]
+    out += _heatmaps(pairs, nodes, kinds) + _size_curves(pairs, kinds, bw_ratio) + _failed_pairs(pairs, grouped)
     out.append('</section>')
     return ''.join(out)
+
+
+def _collective_local(local: dict[str, Any]) -> str:
+    """Launcher local: one run per node over its own GPUs, each against its peers' median."""
+    return ('<p>Every node over its own GPUs; median peak bus bandwidth %s GB/s; below %s of the peers\' '
+            'median is slow.</p><table><thead><tr><th>node</th><th>verdict</th><th class="num">ranks</th>'
+            '<th class="num">peak busbw GB/s</th><th class="num">of peers\' median</th><th>why</th></tr></thead>'
+            '<tbody>%s</tbody></table>' % (
+                _fmt(local.get('median_busbw_gbs'), 2), _percent(local.get('healthy_ratio')), ''.join(
+                    '<tr><td>%s</td><td>%s</td><td class="num">%s</td><td class="num">%s</td><td class="num">%s</td>'
+                    '<td>%s</td></tr>' % (
+                        _e(host), _badge('low' if entry.get('slow') else (entry.get('verdict') or {}).get('status', 'unknown')),
+                        _fmt(entry.get('ranks'), 0), _fmt(entry.get('max_busbw_gbs'), 2),
+                        ('%.0f %%' % (100 * entry['peer_ratio'])) if entry.get('peer_ratio') is not None else '-',
+                        _e('; '.join((entry.get('verdict') or {}).get('reasons') or [])))
+                    for host, entry in sorted(local['hosts'].items()))))
+
+
+def _collective_chart(fleet: dict[str, Any], verdict: dict[str, Any], expected: dict[str, Any]) -> str:
+    """The fleet run's bus bandwidth against message size, with the expectation and the healthy line; '' without a value."""
+    rows = fleet.get('results') or []
+    series = []
+    for place in ('out_of_place', 'in_place'):
+        points = [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs')) for r in rows]
+        if any(point[1] is not None for point in points):
+            series.append({'name': '%s busbw' % place.replace('_', '-'), 'points': points})
+    if not series:
+        return ''
+    ratio = verdict.get('healthy_ratio')
+    hlines = [(expected.get('gbs'), 'expected %s GB/s' % _fmt(expected.get('gbs'), 1))]
+    if expected.get('gbs') and ratio is not None:
+        hlines.append((expected['gbs'] * ratio, 'healthy %.0f %%' % (100 * ratio)))
+    return ('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
+            % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))
 
 
 def _collective(collective: dict[str, Any]) -> str:
@@ -512,19 +598,7 @@ def _collective(collective: dict[str, Any]) -> str:
         out.append('<p>Not run: %s.</p>' % _e(collective['skipped']))
     local = collective.get('nodes') or {}
     if local.get('hosts'):
-        # Launcher local: one run per node over its own GPUs, each against its peers' median.
-        out.append('<p>Every node over its own GPUs; median peak bus bandwidth %s GB/s; below %s of the peers\' '
-                   'median is slow.</p><table><thead><tr><th>node</th><th>verdict</th><th class="num">ranks</th>'
-                   '<th class="num">peak busbw GB/s</th><th class="num">of peers\' median</th><th>why</th></tr></thead>'
-                   '<tbody>%s</tbody></table>' % (
-                       _fmt(local.get('median_busbw_gbs'), 2), _percent(local.get('healthy_ratio')), ''.join(
-                           '<tr><td>%s</td><td>%s</td><td class="num">%s</td><td class="num">%s</td><td class="num">%s</td>'
-                           '<td>%s</td></tr>' % (
-                               _e(host), _badge('low' if entry.get('slow') else (entry.get('verdict') or {}).get('status', 'unknown')),
-                               _fmt(entry.get('ranks'), 0), _fmt(entry.get('max_busbw_gbs'), 2),
-                               ('%.0f %%' % (100 * entry['peer_ratio'])) if entry.get('peer_ratio') is not None else '-',
-                               _e('; '.join((entry.get('verdict') or {}).get('reasons') or [])))
-                           for host, entry in sorted(local['hosts'].items()))))
+        out.append(_collective_local(local))
         out.append('</section>')
         return ''.join(out)
     out.append('<p>%s %s over %s: peak bus bandwidth %s GB/s, expected %s GB/s (%s).%s</p>' % (
@@ -532,19 +606,9 @@ def _collective(collective: dict[str, Any]) -> str:
         _e(', '.join(fleet.get('hosts') or []) or 'the fleet'), _fmt(fleet.get('max_busbw_gbs'), 2),
         _fmt(expected.get('gbs'), 1), _e(expected.get('basis') or 'no expectation'),
         (' ' + _e('; '.join(verdict.get('reasons') or []))) if verdict.get('reasons') else ''))
-    rows = fleet.get('results') or []
-    series: list[dict[str, Any]] = []
-    for place in ('out_of_place', 'in_place'):
-        points = [(r.get('size_bytes'), (r.get(place) or {}).get('busbw_gbs')) for r in rows]
-        if any(point[1] is not None for point in points):
-            series.append({'name': '%s busbw' % place.replace('_', '-'), 'points': points})
-    if series:
-        ratio = verdict.get('healthy_ratio')
-        hlines = [(expected.get('gbs'), 'expected %s GB/s' % _fmt(expected.get('gbs'), 1))]
-        if expected.get('gbs') and ratio is not None:
-            hlines.append((expected['gbs'] * ratio, 'healthy %.0f %%' % (100 * ratio)))
-        out.append('<div class="plots"><figure>%s<figcaption>bus bandwidth vs message size (fleet run)</figcaption></figure></div>'
-                   % line_chart(series, 'message size (bytes)', 'busbw (GB/s)', hlines))
+    chart = _collective_chart(fleet, verdict, expected)
+    if chart:
+        out.append(chart)
     search = collective.get('search') or {}
     line = _culprit_search.report_line(search)
     if line:
@@ -588,17 +652,8 @@ FABRIC_MAX_SWITCHES = 64
 _HEALTH_RANK = {'error': 0, 'warning': 1, 'info': 2, 'ok': 3}
 
 
-def _fabric_view(report: dict[str, Any]) -> str:
-    """Spines above, leaves below, one line per leaf-spine pair coloured by its worst link; the
-    bad links listed by name. Every name came from another cluster's switches: escaped."""
-    fabric = report.get('fabric')
-    if not isinstance(fabric, dict):
-        return ''
-    if fabric.get('status') == 'not_discovered':
-        return ('<section id="fabric"><h2>Fabric</h2><p class="bad">Not discovered: switch links, up-links and the subnet '
-                'manager are unchecked (gpu_fabric_discover_fabric, infiniband-diags on a node with an InfiniBand port).</p></section>')
-    spines = [str(n) for n in fabric.get('spines') or []]
-    leaves = [str(n) for n in fabric.get('leaves') or []]
+def _fabric_links(fabric: dict[str, Any]) -> tuple[dict[tuple[str, ...], list[str]], list[tuple[str, Any, Any]]]:
+    """({(switch, switch): the health of each link between them}, [(health, label, state) of each link not ok])."""
     ids = dict((str(k), str(v)) for k, v in (fabric.get('ids') or {}).items())
     pairs: dict[tuple[str, ...], list[str]] = {}
     bad: list[tuple[str, Any, Any]] = []
@@ -611,27 +666,48 @@ def _fabric_view(report: dict[str, Any]) -> str:
         pairs.setdefault(key, []).append(health)
         if health != 'ok':
             bad.append((health, link.get('label'), link.get('state')))
-    svg = ''
-    if spines and leaves and len(spines) + len(leaves) <= FABRIC_MAX_SWITCHES:
-        width = max(len(spines), len(leaves)) * 150 + 40
-        xs = dict((name, 20 + (index + 0.5) * (width - 40) / len(spines)) for index, name in enumerate(spines))
-        xl = dict((name, 20 + (index + 0.5) * (width - 40) / len(leaves)) for index, name in enumerate(leaves))
-        lines = []
-        for (a, b), healths in sorted(pairs.items()):
-            top, low = (a, b) if a in xs else (b, a)
-            if top not in xs or low not in xl:
-                continue
-            worst = min(healths, key=lambda h: _HEALTH_RANK[h])
-            colour = STATUS_COLOURS.get(worst, STATUS_COLOURS['error'])
-            lines.append('<line x1="%.0f" y1="50" x2="%.0f" y2="190" stroke="%s" stroke-width="%d"><title>%s</title></line>' % (
-                xs[top], xl[low], colour, 4 if worst != 'ok' else 2,
-                _e('%s - %s: %d link(s), worst %s' % (top, low, len(healths), worst))))
-        boxes = ''.join('<rect x="%.0f" y="%d" width="120" height="26" rx="4" fill="#f4f4f4" stroke="#333"/>'
-                        '<text x="%.0f" y="%d" text-anchor="middle" font-size="11">%s</text>' % (
-                            x - 60, y - 13, x, y + 4, _e(name[:20])) for names, y in ((xs, 50), (xl, 190))
-                        for name, x in names.items())
-        svg = ('<svg class="fabric" role="img" aria-label="fabric" viewBox="0 0 %d 220" width="%d" height="220" '
-               'xmlns="http://www.w3.org/2000/svg">%s%s</svg>' % (width, width, ''.join(lines), boxes))
+    return pairs, bad
+
+
+def _fabric_svg(spines: list[str], leaves: list[str], pairs: dict[tuple[str, ...], list[str]]) -> str:
+    """Spines above, leaves below, a line per leaf-spine pair coloured by its worst link; '' when there
+    are none, or too many switches to draw."""
+    if not spines or not leaves or len(spines) + len(leaves) > FABRIC_MAX_SWITCHES:
+        return ''
+    width = max(len(spines), len(leaves)) * 150 + 40
+    xs = dict((name, 20 + (index + 0.5) * (width - 40) / len(spines)) for index, name in enumerate(spines))
+    xl = dict((name, 20 + (index + 0.5) * (width - 40) / len(leaves)) for index, name in enumerate(leaves))
+    lines = []
+    for (a, b), healths in sorted(pairs.items()):
+        top, low = (a, b) if a in xs else (b, a)
+        if top not in xs or low not in xl:
+            continue
+        worst = min(healths, key=lambda h: _HEALTH_RANK[h])
+        colour = STATUS_COLOURS.get(worst, STATUS_COLOURS['error'])
+        lines.append('<line x1="%.0f" y1="50" x2="%.0f" y2="190" stroke="%s" stroke-width="%d"><title>%s</title></line>' % (
+            xs[top], xl[low], colour, 4 if worst != 'ok' else 2,
+            _e('%s - %s: %d link(s), worst %s' % (top, low, len(healths), worst))))
+    boxes = ''.join('<rect x="%.0f" y="%d" width="120" height="26" rx="4" fill="#f4f4f4" stroke="#333"/>'
+                    '<text x="%.0f" y="%d" text-anchor="middle" font-size="11">%s</text>' % (
+                        x - 60, y - 13, x, y + 4, _e(name[:20])) for names, y in ((xs, 50), (xl, 190))
+                    for name, x in names.items())
+    return ('<svg class="fabric" role="img" aria-label="fabric" viewBox="0 0 %d 220" width="%d" height="220" '
+            'xmlns="http://www.w3.org/2000/svg">%s%s</svg>' % (width, width, ''.join(lines), boxes))
+
+
+def _fabric_view(report: dict[str, Any]) -> str:
+    """Spines above, leaves below, one line per leaf-spine pair coloured by its worst link; the
+    bad links listed by name. Every name came from another cluster's switches: escaped."""
+    fabric = report.get('fabric')
+    if not isinstance(fabric, dict):
+        return ''
+    if fabric.get('status') == 'not_discovered':
+        return ('<section id="fabric"><h2>Fabric</h2><p class="bad">Not discovered: switch links, up-links and the subnet '
+                'manager are unchecked (gpu_fabric_discover_fabric, infiniband-diags on a node with an InfiniBand port).</p></section>')
+    spines = [str(n) for n in fabric.get('spines') or []]
+    leaves = [str(n) for n in fabric.get('leaves') or []]
+    pairs, bad = _fabric_links(fabric)
+    svg = _fabric_svg(spines, leaves, pairs)
     bad.sort(key=lambda item: (_HEALTH_RANK[item[0]], str(item[1])))
     rows = ''.join('<tr class="bad"><td>%s</td><td>%s</td><td>%s</td></tr>' % (_badge(h), _e(label), _e(state))
                    for h, label, state in bad[:200])
