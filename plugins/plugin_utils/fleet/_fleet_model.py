@@ -187,7 +187,7 @@ def _run(node: _Node) -> dict[str, Any]:
 
 def _bench(variables: Any) -> dict[str, Any]:
     bench: dict[str, Any] = {'plan': _get(variables, 'fabric_bench_plan', {}), 'tool': _get(variables, '__fabric_bench_tool', {}),
-             'records_file': _get(variables, 'fabric_bench_records_file') or None, 'records': []}
+                             'records_file': _get(variables, 'fabric_bench_records_file') or None, 'records': []}
     if bench['records_file']:
         # Written by perftest_collect (fabric_bench_records_dir): the file is read when the pairs are judged.
         bench['run_id'] = _get(variables, 'fabric_bench_records_run')

@@ -100,7 +100,7 @@ def bench_records(results: Iterable[dict[str, Any]] | None, plans: dict[str, Any
         # The log's own banner names the client's device; it beats the plan's rail order.
         client_hca = ((result.get('settings') or {}).get('device')) or client_hca
         test: dict[str, Any] = {'side': 'client', 'server': server, 'client': client, 'rail': rail, 'round': None,
-                'memory': entry['memory'], 'server_hca': server_hca, 'client_hca': client_hca}
+                                'memory': entry['memory'], 'server_hca': server_hca, 'client_hca': client_hca}
         if entry['memory'] == 'gpu':
             test['gpu'] = ((plans.get(client) or {}).get('gpu_by_hca') or {}).get(client_hca)
         outcome = dict(result)
@@ -443,7 +443,8 @@ def _unpack_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str, kin
         kinds[name] = 'dir'
     elif member.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
         source = tar.extractfile(member)
-        assert source is not None   # tarfile gives every regular member its data
+        if source is None:   # never: tarfile gives every regular member its data
+            return 'refused (no data)'
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o644)
         with os.fdopen(fd, 'wb') as handle:
             left = member.size

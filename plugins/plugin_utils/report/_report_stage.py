@@ -208,9 +208,10 @@ def render(report: dict[str, Any], html_path: str | None = None, timestamp: floa
     every file at once; a 256-node full mesh's report.json alone is about 230 MB); ``html_path``:
     where report.md says report.html is; ``timestamp``: the Prometheus textfile's time (seconds
     since the epoch)."""
-    renderers: dict[str, Callable[[], str]] = {'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
-                 'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
-                 'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}
+    renderers: dict[str, Callable[[], str]] = {
+        'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
+        'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
+        'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}
     for name in FILES:
         yield name, renderers[name]().encode('utf-8', 'surrogateescape')
 
