@@ -14,6 +14,8 @@ settings.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -23,7 +25,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import p
 display = Display()
 
 
-def console_lines(lines):
+def console_lines(lines: Any) -> list[str]:
     """``lines`` (a list, or one string) as the lines to print: an item with newlines is several lines;
     control characters (a hostile node's fact value) written as their escapes, never sent to the terminal."""
     if isinstance(lines, (str, bytes)) or not isinstance(lines, (list, tuple)):
@@ -37,8 +39,8 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(('lines',))
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super(ActionModule, self).run(tmp, task_vars)
         if 'lines' not in self._task.args:
             raise AnsibleActionFail('fabric_console: lines is required')
         lines = console_lines(self._task.args['lines'])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_text
@@ -27,7 +28,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import OutputError, write_files
 
 
-def _mode(value):
+def _mode(value: Any) -> int:
     """An octal string ('0644', '644', '0o644') or an int (YAML 0644 is 420) from 0 to 0o7777.
     A bool is refused: it is an int to Python, and 'mode: true' would write mode 0001."""
     if isinstance(value, bool) or not isinstance(value, (int,) + string_types):
@@ -45,7 +46,7 @@ def _mode(value):
     return mode
 
 
-def _check_name(name):
+def _check_name(name: Any) -> str:
     text = to_text(name)
     if not text or text in ('.', '..') or '/' in text or '\0' in text:
         raise AnsibleActionFail('file name %r is not a plain file name (no "/", not "." or "..")' % (name,))
@@ -58,9 +59,9 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(('dest', 'files', 'mode'))
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
-        result = super(ActionModule, self).run(tmp, task_vars)
+        result: dict[str, Any] = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         dest = args.get('dest')
         files = args.get('files')
@@ -73,7 +74,7 @@ class ActionModule(ActionBase):
         # On the controller: a relative directory is relative to where ansible-playbook runs.
         dest = os.path.abspath(os.path.expanduser(to_text(dest)))
 
-        planned = []
+        planned: list[tuple[str, bytes]] = []
         for name in sorted(files):
             content = files[name]
             if content is None:

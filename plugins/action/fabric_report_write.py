@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
@@ -34,7 +35,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files impor
 display = Display()
 
 
-def _text(args, name):
+def _text(args: dict[str, Any], name: str) -> str | None:
     """An optional text argument: None, '' (unset, as `default('')` passes it) or a string."""
     value = args.get(name)
     if value is None or value == '':
@@ -48,7 +49,7 @@ def _text(args, name):
     return to_text(value)
 
 
-def _judged(result):
+def _judged(result: Any) -> str | None:
     """The bench.json this run's benchmark judging wrote (the registered result of
     hpc.gpu_fabric.fabric_bench_judge, benchmark.yml and offline.yml), or None: the judging did not
     run, was skipped, or wrote nothing (check mode). A bench.json of an earlier run is never read.
@@ -68,9 +69,9 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(('hosts', 'dest', 'baseline', 'regression_pct', 'exit_policy'))
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         _controller_watch.stop_with_controller()   # ends this worker if ansible-playbook is killed
-        result = super(ActionModule, self).run(tmp, task_vars)
+        result: dict[str, Any] = super(ActionModule, self).run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args
         hosts, dest = args.get('hosts'), args.get('dest')
@@ -91,7 +92,7 @@ class ActionModule(ActionBase):
         # the benchmark's verdicts (the bench.json fabric_bench_judge wrote in this run), the
         # collective's result (from the first node that holds one).
         model = _fleet_model.read(task_vars.get('hostvars'), list(hosts), ('facts', 'run', 'collective'))
-        problems = []
+        problems: list[str] = []
         bench = None
         # A judging that failed, or results that cannot be read: the report is written without them, and the run fails.
         try:
@@ -112,7 +113,7 @@ class ActionModule(ActionBase):
 
         planned = list(_report_stage.render(report, html_path, time.time()))
         try:
-            written = write_files(dest, planned, 0o644, bool(self._task.check_mode), bool(self._task.diff))
+            written: dict[str, Any] = write_files(dest, planned, 0o644, bool(self._task.check_mode), bool(self._task.diff))
         except OutputError as exc:
             written = {'files': [], 'changed': False, 'diff': [], 'failures': [str(exc)]}
         if written['failures']:

@@ -41,12 +41,14 @@ _value:
   type: str
 '''
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _boot_script
 
 
-def boot_script(plan):
+def boot_script(plan: Any) -> str:
     try:
         return _boot_script.render(plan)
     except _boot_script.PlanError as exc:
@@ -55,5 +57,5 @@ def boot_script(plan):
 
 class FilterModule(object):
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'boot_script': boot_script}

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 # Several filters live here: each is documented in its own plugins/filter/<name>.yml, which
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
@@ -12,14 +14,14 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
-def _model(name, hostvars, hosts, parts):
+def _model(name: str, hostvars: Any, hosts: Any, parts: tuple[str, ...]) -> dict[str, Any]:
     try:
         return _fleet_model.read(hostvars, hosts, parts)
     except ValueError as exc:
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def _ratios(name, healthy, warn):
+def _ratios(name: str, healthy: Any, warn: Any) -> tuple[float, float]:
     """The collective's thresholds, checked by their one owner (module_utils/_collective.py thresholds)."""
     try:
         return _collective.thresholds(healthy, warn)
@@ -27,21 +29,22 @@ def _ratios(name, healthy, warn):
         raise AnsibleFilterError('%s: %s' % (name, exc))
 
 
-def collective_thresholds(healthy=None, warn=None):
+def collective_thresholds(healthy: Any = None, warn: Any = None) -> dict[str, float]:
     """{healthy_ratio, warn_ratio}: role fabric_collective's thresholds, checked once before any run and
     handed to every reader (the runs, the culprit search's runs, the local verdict)."""
     healthy, warn = _ratios('collective_thresholds', healthy, warn)
     return {'healthy_ratio': healthy, 'warn_ratio': warn}
 
 
-def collective_verdict(result, expected_gbs, healthy=None, warn=None, metric='max'):
+def collective_verdict(result: Any, expected_gbs: Any, healthy: Any = None, warn: Any = None, metric: str = 'max') -> dict[str, Any]:
     healthy, warn = _ratios('collective_verdict', healthy, warn)
     if metric not in ('max', 'avg'):
         raise AnsibleFilterError('collective_verdict: metric must be max or avg, not %r' % (metric,))
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
-def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, warn=None, metric='max'):
+def collective_local_verdict(hostvars: Any, hosts: Any, expected_gbs: Any = None, healthy: Any = None, warn: Any = None,
+                             metric: str = 'max') -> dict[str, Any]:
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
     healthy, warn = _ratios('collective_local_verdict', healthy, warn)
     model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
@@ -49,12 +52,12 @@ def collective_local_verdict(hostvars, hosts, expected_gbs=None, healthy=None, w
     return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
 
 
-def collective_outcome(result):
+def collective_outcome(result: Any) -> dict[str, Any]:
     """A collective_bench task result with a verdict, even when the task failed before it ran."""
     return _collective.normalize(result)
 
 
-def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=None):
+def collective_skipped(hosts: Any, launcher: Any, vendors: Any, check_mode: Any = False, gpu_counts: Any = None) -> str:
     """Why role fabric_collective ran no collective ('' when it ran)."""
     for name, value in (('the nodes', hosts), ('the vendors', vendors), ('the GPU counts', gpu_counts or [])):
         if isinstance(value, (str, dict)) or not hasattr(value, '__iter__'):
@@ -62,12 +65,12 @@ def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=No
     return _tasks.collective_skipped(list(hosts), launcher, list(vendors), bool(check_mode), list(gpu_counts or []))
 
 
-def collective_expected(hostvars, hosts, hcas=None):
+def collective_expected(hostvars: Any, hosts: Any, hcas: Any = None) -> dict[str, Any]:
     model = _model('collective_expected', hostvars, hosts, ('facts',))
     return _collective.expected_busbw(_fleet_model.facts_of(model, 'ib'), hcas or None)
 
 
-def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_per_node=None):
+def collective_fleet(hostvars: Any, hosts: Any, launcher: Any = None, expected_gbs: Any = None, ranks_per_node: Any = None) -> dict[str, Any]:
     """What role fabric_collective needs to know of its nodes, in one read: the collective's result (from
     the first node that holds one), the GPU count and address of each node, the GPU vendors, the ranks
     per node and the expectation (plugin_utils/fleet/_tasks.py collective_fleet)."""
@@ -77,7 +80,7 @@ def collective_fleet(hostvars, hosts, launcher=None, expected_gbs=None, ranks_pe
 
 class FilterModule(object):
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             'collective_verdict': collective_verdict,
             'collective_thresholds': collective_thresholds,

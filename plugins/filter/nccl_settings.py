@@ -63,12 +63,14 @@ _value:
       elements: str
 '''
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._nccl_env import recommend
 
 
-def nccl_settings(ib, gdr=None):
+def nccl_settings(ib: Any, gdr: Any = None) -> dict[str, Any]:
     if not isinstance(ib, dict):
         raise AnsibleFilterError('nccl_settings expects gpu_fabric_ib (a dict), got %s' % type(ib).__name__)
     if gdr is not None and not isinstance(gdr, dict):
@@ -78,5 +80,5 @@ def nccl_settings(ib, gdr=None):
 
 class FilterModule(object):
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'nccl_settings': nccl_settings}

@@ -7,6 +7,7 @@ from __future__ import annotations
 # Several filters live here: each is documented in its own plugins/filter/<name>.yml, which
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 import os
+from typing import Any, Callable
 
 from ansible.errors import AnsibleFilterError
 
@@ -15,10 +16,10 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils import _controller_
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _offline
 
 
-def offline_logs(files):
+def offline_logs(files: Any) -> dict[str, Any]:
     # A directory is searched here (offline.yml): ansible.builtin.find fails the whole task on a
     # file name that is not UTF-8, where such a file must cost only itself.
-    refused = []
+    refused: list[dict[str, Any]] = []
     if isinstance(files, str):
         if not os.path.isdir(files):
             raise AnsibleFilterError('offline_logs: %s is not a directory of saved outputs' % _offline.printable(files))
@@ -30,7 +31,7 @@ def offline_logs(files):
     return dict(_offline.classify(paths, [entry['log'] for entry in refused]), refused=refused)
 
 
-def offline_snapshots(directory, out_dir):
+def offline_snapshots(directory: Any, out_dir: Any) -> dict[str, Any]:
     # Runs on the controller and writes there: the unpacked trees are the controller's own
     # working copy, made in --check runs too (they change no node).
     if not isinstance(directory, str) or not os.path.isdir(directory):
@@ -45,7 +46,7 @@ def offline_snapshots(directory, out_dir):
         raise AnsibleFilterError('offline_snapshots: cannot unpack into %s: %s' % (out_dir, exc))
 
 
-def offline_collective(results, hostvars, hosts, healthy=None, warn=None, refused=None):
+def offline_collective(results: Any, hostvars: Any, hosts: Any, healthy: Any = None, warn: Any = None, refused: Any = None) -> dict[str, Any] | None:
     try:
         model = _fleet_model.read(hostvars, hosts or [], ('facts',))
     except ValueError as exc:
@@ -60,7 +61,7 @@ def offline_collective(results, hostvars, hosts, healthy=None, warn=None, refuse
 
 class FilterModule(object):
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             'offline_logs': offline_logs,
             'offline_snapshots': offline_snapshots,

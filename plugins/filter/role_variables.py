@@ -7,6 +7,7 @@ from __future__ import annotations
 # Documented in plugins/filter/role_variable_errors.yml (this file has no DOCUMENTATION, as ansible-core's filter/core.py).
 import glob
 import os
+from typing import Any, Callable
 
 import yaml
 
@@ -29,13 +30,13 @@ CHECKS = {
 }
 # A value as the message shows it: enough to recognise what was typed.
 SHOWN = 60
-_SPECS = []
+_SPECS: list[dict[str, Any]] = []
 
 
-def role_options():
+def role_options() -> dict[str, Any]:
     """{variable: (role, option)} of every role's meta/argument_specs.yml (entry point main), read once."""
     if not _SPECS:
-        options = {}
+        options: dict[str, Any] = {}
         for path in sorted(glob.glob(os.path.join(ROLES, '*', 'meta', 'argument_specs.yml'))):
             with open(path, encoding='utf-8') as handle:
                 spec = yaml.safe_load(handle)['argument_specs']['main'].get('options') or {}
@@ -45,13 +46,13 @@ def role_options():
     return _SPECS[0]
 
 
-def _shown(value):
+def _shown(value: object) -> str:
     text = printable(value if isinstance(value, str) else repr(value))
     text = text if len(text) <= SHOWN else text[:SHOWN - 3] + '...'
     return "'%s'" % text if isinstance(value, str) else text
 
 
-def variable_error(name, value):
+def variable_error(name: str, value: Any) -> str | None:
     """One line saying why ``value`` is no value of the role variable ``name``, or None when it is one
     (or ``name`` is no role variable, or the value is null: the role's default then)."""
     if name not in role_options() or value is None:
@@ -76,12 +77,12 @@ def variable_error(name, value):
     return None
 
 
-def role_variable_errors(variables):
+def role_variable_errors(variables: Any) -> list[str]:
     """One line per role variable of ``variables`` (a node's hostvars, or any mapping) whose value its
     role's argument spec refuses, in the roles' and their options' order."""
     if not hasattr(variables, 'keys'):
         raise AnsibleFilterError('role_variable_errors: expected a mapping of variables (hostvars[inventory_hostname])')
-    errors = []
+    errors: list[str] = []
     for name in role_options():
         if name not in variables:
             continue
@@ -99,7 +100,7 @@ def role_variable_errors(variables):
 
 class FilterModule(object):
 
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             'role_variable_errors': role_variable_errors,
         }

@@ -13,6 +13,7 @@ ends an argument early; Python refuses it with a ValueError deep in subprocess i
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # RFC 1123 host names and IPv4 addresses (letters, digits, '.', '-'), '_' as in many
 # inventories and Slurm node names, ':' for IPv6; never a leading '-'.
@@ -21,7 +22,7 @@ _HOST_RE = re.compile(r'^[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,252}$')
 _ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 
 
-def check_host(value, option):
+def check_host(value: Any, option: str) -> str:
     """Raise ValueError naming ``option`` when ``value`` is no host name or address."""
     if not isinstance(value, str) or not _HOST_RE.match(value):
         raise ValueError('%s: %r is not a host name or address (letters, digits, ".", "-", "_", ":" for IPv6, '
@@ -29,13 +30,13 @@ def check_host(value, option):
     return value
 
 
-def check_hosts(values, option):
+def check_hosts(values: Any, option: str) -> Any:
     for value in values or []:
         check_host(value, option)
     return values
 
 
-def check_args(values, option):
+def check_args(values: Any, option: str) -> Any:
     """Raise ValueError naming ``option`` when an argument holds a NUL byte (execve(2) cannot pass it)."""
     for value in values or []:
         if '\0' in str(value):
@@ -43,7 +44,7 @@ def check_args(values, option):
     return values
 
 
-def check_env(env, option):
+def check_env(env: Any, option: str) -> Any:
     """Raise ValueError naming ``option`` for a variable name that is not portable or a value with a NUL."""
     for name, value in (env or {}).items():
         if not _ENV_NAME_RE.match(str(name)):
@@ -54,7 +55,7 @@ def check_env(env, option):
     return env
 
 
-def check_no_nul(params):
+def check_no_nul(params: dict[str, Any]) -> None:
     """Raise ValueError naming the first option (of a module's params) whose text holds a NUL:
     every one of them ends up in an argv, an environment or a path, none of which can carry it."""
     for option in sorted(params):

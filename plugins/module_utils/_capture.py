@@ -53,7 +53,7 @@ try:
     # file; a build of the collection without it still captures the rest.
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _host
 except ImportError:
-    _host = None
+    _host = None  # type: ignore[assignment]  # the captures below test for None
 
 # Inside the tarball, next to the node's top-level directories; nothing reads it as node state.
 MANIFEST = '.gpu_fabric_capture.json'
@@ -385,7 +385,7 @@ def _device_target(target):
     return target == '/dev' or target.startswith('/dev/')
 
 
-def climbs_above_root(parent, target):
+def climbs_above_root(parent: str, target: str) -> bool:
     """Does a relative link ``target`` in directory ``parent`` climb above the node root
     (harmless on the node, where '/..' is '/', but out of the extraction directory in a
     tarball)? Capture keeps such a link out; offline unpacking re-roots it."""

@@ -12,6 +12,7 @@ plugins/filter/collective.py and playbooks/benchmark.yml call them.
 from __future__ import annotations
 
 import math
+from typing import Any, Collection, Mapping
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, sequence, text
 
@@ -25,7 +26,7 @@ HEALTHY_RATIO = 0.8
 WARN_RATIO = 0.7
 
 
-def thresholds(healthy=None, warn=None):
+def thresholds(healthy: object = None, warn: object = None) -> tuple[float, float]:
     """The collective's thresholds as (healthy, warn): None or '' (unset) is the default above, else a
     finite number - every -e key=value arrives as a string; ValueError unless 0 < warn <= healthy.
     The one check: module collective_bench, the collective filters and role fabric_collective's plan
@@ -47,7 +48,7 @@ def thresholds(healthy=None, warn=None):
     return values[0], values[1]
 
 
-def node_nic_gbs(ib, hcas=None):
+def node_nic_gbs(ib: object, hcas: Collection[object] | None = None) -> float | None:
     """GB/s a node's network can carry for a collective: the sum of its ACTIVE ports' rates
     (of ``hcas`` when given, e.g. the HCAs NCCL reported using), in GB/s (Gb/s / 8).
 
@@ -67,7 +68,7 @@ def node_nic_gbs(ib, hcas=None):
     return total / 8.0 if total and math.isfinite(total) else None
 
 
-def expected_busbw(nodes_ib, hcas=None):
+def expected_busbw(nodes_ib: Mapping[str, object] | None, hcas: Collection[object] | None = None) -> dict[str, Any]:
     """What the fleet should reach: the NIC bandwidth of a typical node (the upper median).
 
     Not the smallest node's: a node with a degraded or down port would lower the bar to its
@@ -76,7 +77,8 @@ def expected_busbw(nodes_ib, hcas=None):
     Returns {gbs, basis}; gbs None when no node has an active port (an intra-node run needs
     a user-given expectation).
     """
-    values = sorted((gbs, host) for host, gbs in ((h, node_nic_gbs(nodes_ib[h], hcas)) for h in sorted(nodes_ib or {}))
+    nodes = nodes_ib or {}
+    values = sorted((gbs, host) for host, gbs in ((h, node_nic_gbs(nodes[h], hcas)) for h in sorted(nodes))
                     if gbs is not None)
     if not values:
         return {'gbs': None, 'basis': 'no ACTIVE RDMA port on any node: give expected_busbw_gbs'}
@@ -86,7 +88,7 @@ def expected_busbw(nodes_ib, hcas=None):
             'basis': 'median of %d node(s) of the sum of ACTIVE port rates / 8' % len(values)}
 
 
-def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='max'):
+def judge(result: object, expected_gbs: Any, healthy: float = HEALTHY_RATIO, warn: float = WARN_RATIO, metric: str = 'max') -> dict[str, Any]:
     """Verdict of one collective_bench result: ok, warning, low, corrupt, failed or unknown.
 
     ``metric``: 'max' judges the peak busbw over the sizes (the large messages, where the
@@ -96,8 +98,8 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
     """
     # A result is what a node returned: any field may hold any type (_shape).
     result = mapping(result)
-    reasons = []
-    verdict = {'expected_gbs': expected_gbs, 'healthy_ratio': healthy, 'warn_ratio': warn, 'metric': metric}
+    reasons: list[str] = []
+    verdict: dict[str, Any] = {'expected_gbs': expected_gbs, 'healthy_ratio': healthy, 'warn_ratio': warn, 'metric': metric}
     wrong = integer(result.get('wrong_total'))
     oob = mapping(result.get('out_of_bounds'))
     if (wrong or 0) > 0 or (integer(oob.get('count')) or 0) > 0 or oob.get('ok') is False:
@@ -140,7 +142,7 @@ def judge(result, expected_gbs, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='
     return verdict
 
 
-def dropped_text(result):
+def dropped_text(result: object) -> str:
     """What the parser did not keep past its caps on records (module_utils/_nccl.py: ``dropped``), in words; '' if nothing."""
     dropped = mapping(mapping(result).get('dropped'))
     counts = ['%d %s' % (integer(count) or 0, text(kind)) for kind, count in sorted(dropped.items()) if integer(count)]
@@ -148,7 +150,7 @@ def dropped_text(result):
             % ', '.join(counts)) if counts else ''
 
 
-def normalize(result):
+def normalize(result: object) -> dict[str, Any]:
     """A collective_bench task result of any shape as a result with a verdict: a task that
     failed before the benchmark ran (bad arguments, no launcher) has only ``failed`` and ``msg``."""
     result = dict(mapping(result))
@@ -178,7 +180,7 @@ NVLINK_LOW_RATIO = 0.5
 DIRECT_INTRA = ('P2P', 'NVLS')
 
 
-def gpu_interconnect(transport):
+def gpu_interconnect(transport: object) -> dict[str, Any] | None:
     """The GPUs' own interconnect of a node as NCCL detected it (GRAPH lines of a run over one
     node): {kind: NVLink|PCIe, gbs, basis}, or None when the run did not print its topology.
 
@@ -186,9 +188,9 @@ def gpu_interconnect(transport):
     getTotalBw; per link 20.6 GB/s on Hopper, SM90_NVLINK_BW in src/graph/topo.h), else the GPU's
     PCIe bandwidth. All-reduce busbw over NVLink reaches most of it: 328.62 of 370.8 GB/s
     on two H200 (NV18), tests/fixtures/real/h200x4-split/nodeA.txt."""
-    best = None
-    for host, entry in sorted(mapping(mapping(transport).get('topology')).items()):
-        entry = mapping(entry)
+    best: dict[str, Any] | None = None
+    for host, raw in sorted(mapping(mapping(transport).get('topology')).items()):
+        entry = mapping(raw)
         total = number(entry.get('total_bw_gbs'))
         links = [text(kind) for kind in sequence(entry.get('links'))]
         if not total or total <= 0:
@@ -200,12 +202,12 @@ def gpu_interconnect(transport):
     return best
 
 
-def intra_node(transport):
+def intra_node(transport: object) -> dict[str, Any]:
     """{host: {'kinds': {P2P|SHM|NVLS|NET: connections}, 'via': [...], 'direct': bool}} of the
     connections between two GPUs of one host in a run."""
-    found = {}
-    for host, entry in sorted(mapping(mapping(transport).get('intra_by_host')).items()):
-        entry = mapping(entry)
+    found: dict[str, Any] = {}
+    for host, raw in sorted(mapping(mapping(transport).get('intra_by_host')).items()):
+        entry = mapping(raw)
         kinds = dict((kind, integer(entry.get(kind)) or 0) for kind in ('P2P', 'NVLS', 'SHM', 'COLLNET', 'NET')
                      if (integer(entry.get(kind)) or 0) > 0)
         if kinds:
@@ -214,7 +216,8 @@ def intra_node(transport):
     return found
 
 
-def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RATIO, metric='max'):
+def judge_nodes(results: Mapping[str, object] | None, expected_gbs: Any = None, healthy: float = HEALTHY_RATIO, warn: float = WARN_RATIO,
+                metric: str = 'max') -> dict[str, Any]:
     """Per-node collectives (launcher local: each node over its own GPUs), each judged against
     the expectation when one is given and against its peers: a node whose busbw is below
     ``healthy`` x the median of the other nodes' is ``slow``. Intra-node busbw is NVLink, PCIe
@@ -224,10 +227,11 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
     peer_median_gbs, peer_ratio, verdict, ...}}, median_busbw_gbs, slow: [hosts], failed: [hosts]}.
     """
     key = 'max_busbw_gbs' if metric == 'max' else 'avg_busbw_gbs'
-    hosts = {}
-    values = {}
-    for host in sorted(results or {}):
-        result = normalize(results[host])
+    hosts: dict[str, dict[str, Any]] = {}
+    values: dict[str, float] = {}
+    given = results or {}
+    for host in sorted(given):
+        result = normalize(given[host])
         interconnect = gpu_interconnect(result.get('transport'))
         # The network transport a run over one node's GPUs names (Socket, no GDR) says nothing of it:
         # only the connections between its GPUs do (intra_node).
@@ -263,7 +267,7 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
         elif result.get('status') == 'ok' and entry['busbw_gbs'] is not None:
             values[host] = entry['busbw_gbs']
         hosts[host] = entry
-    slow = []
+    slow: list[str] = []
     for host, value in sorted(values.items()):
         peers = sorted(v for h, v in values.items() if h != host)
         if not peers:
@@ -277,11 +281,11 @@ def judge_nodes(results, expected_gbs=None, healthy=HEALTHY_RATIO, warn=WARN_RAT
             slow.append(host)
             entry['slow'] = True
     every = sorted(values.values())
-    median = None
+    fleet_median: float | None = None
     if every:
         middle = len(every) // 2
-        median = every[middle] if len(every) % 2 else (every[middle - 1] + every[middle]) / 2.0
-    return {'hosts': hosts, 'median_busbw_gbs': round(median, 3) if median is not None else None, 'metric': metric,
+        fleet_median = every[middle] if len(every) % 2 else (every[middle - 1] + every[middle]) / 2.0
+    return {'hosts': hosts, 'median_busbw_gbs': round(fleet_median, 3) if fleet_median is not None else None, 'metric': metric,
             'healthy_ratio': healthy, 'warn_ratio': warn, 'expected_gbs': expected_gbs, 'slow': slow,
             'failed': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('failed', 'corrupt')),
             'bad': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('warning', 'low'))}

@@ -19,6 +19,10 @@ rdma_modules) reads back as configured.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:   # for the annotations only: the readers take a SysRoot
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 CPU_DIR = '/sys/devices/system/cpu'
 _CPU_RE = re.compile(r'^cpu\d+$')
@@ -64,7 +68,7 @@ RDMA_CORE_MODULES = '/etc/rdma/modules'
 _RTF_UP = 0x0001
 
 
-def parse_value(text):
+def parse_value(text: str | None) -> int | str | None:
     """'unlimited' or an int from a /proc/<pid>/limits cell."""
     if text is None:
         return None
@@ -75,7 +79,7 @@ def parse_value(text):
     return int(text) if _DECIMAL_RE.match(text) else None
 
 
-def parse_proc_limits(text):
+def parse_proc_limits(text: str | None) -> dict[str, Any]:
     """/proc/<pid>/limits -> {'soft', 'hard'} of RLIMIT_MEMLOCK in bytes or 'unlimited' (None when absent).
 
     Rows are '%-25s %-20s %-20s %-10s' (fs/proc/base.c); the names hold single spaces,
@@ -89,7 +93,7 @@ def parse_proc_limits(text):
     return {'soft': None, 'hard': None}
 
 
-def parse_cap_ipc_lock(status_text):
+def parse_cap_ipc_lock(status_text: str | None) -> bool | None:
     """True/False from the CapEff line of /proc/<pid>/status, None when it is not there."""
     for line in (status_text or '').splitlines():
         if line.startswith('CapEff:'):
@@ -100,10 +104,10 @@ def parse_cap_ipc_lock(status_text):
     return None
 
 
-def parse_limits_conf(text, path):
+def parse_limits_conf(text: str | None, path: str) -> list[dict[str, Any]]:
     """memlock entries of a limits.conf(5) file: domain, type (soft, hard or '-' for both),
     value as written, bytes (the file counts KiB) or 'unlimited', and the file."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     for line in (text or '').splitlines():
         fields = line.split('#', 1)[0].split()
         # pam_limits compares the item name exactly (strcmp "memlock").
@@ -111,7 +115,7 @@ def parse_limits_conf(text, path):
             continue
         value = fields[3]
         if value.lower() in _UNLIMITED_WORDS:
-            size = 'unlimited'
+            size: int | str | None = 'unlimited'
         else:
             # Not str.isdigit(): it is True for '\u00b2', which int() refuses.
             size = int(value) * 1024 if _DECIMAL_RE.match(value) else None
@@ -119,20 +123,20 @@ def parse_limits_conf(text, path):
     return entries
 
 
-def parse_systemd_size(text):
+def parse_systemd_size(text: str | None) -> int | str | None:
     """A systemd resource-limit size: bytes, 'unlimited' (infinity) or None."""
-    text = (text or '').strip()
-    if text.lower() == 'infinity':
+    word = (text or '').strip()
+    if word.lower() == 'infinity':
         return 'unlimited'
-    match = _SIZE_RE.match(text)
+    match = _SIZE_RE.match(word)
     if not match:
         return None
     return int(match.group(1)) * _SIZE_SUFFIXES[match.group(2).upper()]
 
 
-def parse_system_conf(text, path):
+def parse_system_conf(text: str | None, path: str) -> list[dict[str, Any]]:
     """DefaultLimitMEMLOCK= lines of the [Manager] section: 'soft:hard' or one value for both."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     section = None
     for line in (text or '').splitlines():
         line = line.strip()
@@ -150,10 +154,10 @@ def parse_system_conf(text, path):
     return entries
 
 
-def parse_module_list(text, debian=False):
+def parse_module_list(text: str | None, debian: bool = False) -> list[str]:
     """Module names of a modules-load.d file (or /etc/modules when ``debian``), '-' read as '_'
     as modprobe does; lines starting with '#' or ';' are comments (modules-load.d(5))."""
-    names = []
+    names: list[str] = []
     comments = '#' if debian else '#;'
     for line in (text or '').splitlines():
         line = line.strip()
@@ -163,15 +167,15 @@ def parse_module_list(text, debian=False):
     return names
 
 
-def parse_proc_modules(text):
+def parse_proc_modules(text: str | None) -> list[str]:
     """/proc/modules -> sorted module names ('name size refcount deps state address [taint]')."""
     return sorted(set(line.split(None, 1)[0] for line in (text or '').splitlines() if line.strip()))
 
 
-def parse_default_route(text):
+def parse_default_route(text: str | None) -> str | None:
     """Interface of the IPv4 default route (destination and mask 0, RTF_UP) with the lowest
     metric, the first one listed on a tie (the kernel's choice), or None."""
-    best = None
+    best: tuple[int, str] | None = None
     for line in (text or '').splitlines()[1:]:
         fields = line.split()
         if len(fields) < 8:
@@ -186,17 +190,17 @@ def parse_default_route(text):
     return best[1] if best else None
 
 
-def _masked(sysroot, rel):
+def _masked(sysroot: SysRoot, rel: str) -> bool:
     """A file linked to /dev/null masks the vendor file of the same name (modules-load.d(5))."""
     # Read as a link inside the root: an unpacked snapshot stores the link re-rooted
     # (_offline.unpack), and no /dev of the machine reading it is looked at.
     return sysroot.link_target(rel) == '/dev/null'
 
 
-def _conf_files(sysroot, dirs):
+def _conf_files(sysroot: SysRoot, dirs: Iterable[str]) -> list[str]:
     """(node path) of the *.conf files of ``dirs`` systemd would read, sorted by file name;
     a name in an earlier directory hides it in the later ones; masked names are left out."""
-    chosen = {}
+    chosen: dict[str, str] = {}
     for base in dirs:
         for name in sysroot.listdir(base):
             if name.endswith('.conf') and name not in chosen:
@@ -204,13 +208,13 @@ def _conf_files(sysroot, dirs):
     return [chosen[name] for name in sorted(chosen) if not _masked(sysroot, chosen[name])]
 
 
-def read_governors(sysroot):
+def read_governors(sysroot: SysRoot) -> tuple[dict[str, int], bool]:
     """({governor: number of CPUs}, cpufreq present) from cpuN/cpufreq/scaling_governor.
 
     cpuN/cpufreq exists only when a cpufreq driver runs (a VM usually has none); on a live
     node it is a link to ../cpufreq/policyM, which the read follows.
     """
-    governors = {}
+    governors: dict[str, int] = {}
     for name in sysroot.listdir(CPU_DIR):
         if _CPU_RE.match(name):
             governor = sysroot.text('%s/%s/cpufreq/scaling_governor' % (CPU_DIR, name))
@@ -219,7 +223,7 @@ def read_governors(sysroot):
     return governors, bool(governors)
 
 
-def read_memlock(sysroot):
+def read_memlock(sysroot: SysRoot) -> dict[str, Any]:
     """The locked-memory limit this process got (a job started the same way gets the same)
     and where the node configures it: pam_limits files for logins, DefaultLimitMEMLOCK for
     the services systemd starts (slurmd and its jobs)."""
@@ -238,12 +242,12 @@ def read_memlock(sysroot):
     return memlock
 
 
-def read_persistent_modules(sysroot):
+def read_persistent_modules(sysroot: SysRoot) -> dict[str, list[str]]:
     """{module: [files that load it at boot]}: modules-load.d, /etc/modules, rdma-core's
     /etc/rdma/modules and modules_load= on the kernel command line."""
-    persistent = {}
+    persistent: dict[str, list[str]] = {}
 
-    def add(names, path):
+    def add(names: Iterable[str], path: str) -> None:
         for name in names:
             files = persistent.setdefault(name, [])
             if path not in files:
@@ -266,7 +270,7 @@ def read_persistent_modules(sysroot):
     return persistent
 
 
-def read_host(sysroot):
+def read_host(sysroot: SysRoot) -> dict[str, Any]:
     """All host-layer facts of the node under ``sysroot``."""
     governors, cpufreq = read_governors(sysroot)
     return {

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._rails import position_key
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_int, parse_numa
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot, parse_int, parse_numa
 
 IB_CLASS = '/sys/class/infiniband'
 NET_CLASS = '/sys/class/net'
@@ -72,7 +73,7 @@ IFNAMSIZ = 16
 _V4_MAPPED_PREFIX = '0000:0000:0000:0000:0000:ffff:'
 
 
-def netdev_name_problem(name):
+def netdev_name_problem(name: object) -> str | None:
     """None for a name the kernel accepts for an interface, else what is wrong with it.
 
     net/core/dev.c dev_valid_name(): not empty, shorter than IFNAMSIZ bytes, not '.' or '..',
@@ -94,7 +95,7 @@ def netdev_name_problem(name):
     return None
 
 
-def parse_rate(text):
+def parse_rate(text: str | None) -> tuple[float | None, str | None, str | None]:
     """'400 Gb/sec (4X NDR)' -> (400.0, '4X', 'NDR'); unknown format -> (None, None, None)."""
     match = _RATE_RE.match(text or '')
     if not match:
@@ -102,7 +103,7 @@ def parse_rate(text):
     return float(match.group('gbps')), match.group('width'), match.group('speed')
 
 
-def parse_state(text):
+def parse_state(text: str | None) -> tuple[int | None, str | None]:
     """'4: ACTIVE' -> (4, 'ACTIVE'); 'LinkUp' -> (None, 'LinkUp'); None -> (None, None)."""
     match = _STATE_RE.match(text or '')
     if not match:
@@ -111,7 +112,7 @@ def parse_state(text):
     return (int(code) if code is not None else None), match.group('name')
 
 
-def gid_ipv4(gid):
+def gid_ipv4(gid: str | None) -> str | None:
     """IPv4 of an IPv4-mapped RoCE GID ('...:ffff:0a07:6011' -> '10.7.96.17'), else None."""
     if not gid or not gid.lower().startswith(_V4_MAPPED_PREFIX):
         return None
@@ -125,7 +126,7 @@ def gid_ipv4(gid):
     return '%d.%d.%d.%d' % (high >> 8, high & 0xff, low >> 8, low & 0xff)
 
 
-def roce_active_mtu(netdev_mtu):
+def roce_active_mtu(netdev_mtu: int | None) -> int | None:
     """Largest IB MTU a RoCE port can use on a netdev of this MTU (iboe_get_mtu)."""
     if netdev_mtu is None:
         return None
@@ -134,11 +135,11 @@ def roce_active_mtu(netdev_mtu):
     return fitting[-1] if fitting else None
 
 
-def parse_counters(values):
+def parse_counters(values: dict[str, str]) -> tuple[dict[str, int | None], list[str], list[str]]:
     """{name: raw text} -> ({name: int or None}, [saturated names], [unavailable names])."""
-    counters = {}
-    saturated = []
-    unavailable = []
+    counters: dict[str, int | None] = {}
+    saturated: list[str] = []
+    unavailable: list[str] = []
     for name in sorted(values):
         number = parse_int(values[name])
         counters[name] = number
@@ -149,7 +150,7 @@ def parse_counters(values):
     return counters, saturated, unavailable
 
 
-def parse_ibv_devinfo(text):
+def parse_ibv_devinfo(text: str | None) -> dict[tuple[str, int], int]:
     """``ibv_devinfo`` (plain or -v) -> {(hca, port): active_mtu}.
 
     Lines: 'hca_id:\tmlx4_0', '\t\tport:\t1', '\t\t\tactive_mtu:\t\t4096 (5)'
@@ -158,8 +159,9 @@ def parse_ibv_devinfo(text):
     printed 'invalid MTU'); a port cut off before its active_mtu line (a truncated paste,
     ibv_devinfo/deepep60_cx7_ib_port_down_lid65535_truncated) is left out.
     """
-    result = {}
-    hca = port = None
+    result: dict[tuple[str, int], int] = {}
+    hca: str | None = None
+    port: int | None = None
     for line in (text or '').splitlines():
         stripped = line.strip()
         if stripped.startswith('hca_id:'):
@@ -176,9 +178,9 @@ def parse_ibv_devinfo(text):
     return result
 
 
-def _read_dir_values(sysroot, rel):
+def _read_dir_values(sysroot: SysRoot, rel: str) -> dict[str, str]:
     """{file name: text} of every attribute file in a counters directory."""
-    values = {}
+    values: dict[str, str] = {}
     for name in sysroot.listdir(rel):
         text = sysroot.text('%s/%s' % (rel, name))
         if text is not None:
@@ -186,15 +188,20 @@ def _read_dir_values(sysroot, rel):
     return values
 
 
-def _read_gids(sysroot, port_rel):
+def _read_gids(sysroot: SysRoot, port_rel: str) -> list[dict[str, Any]]:
     """Populated GID entries with their RoCE type and netdev.
 
     Unused entries read as all zeros and their gid_attrs return EINVAL, so the
     attributes are read only for populated entries (and quietly).
     """
-    gids = []
+    gids: list[dict[str, Any]] = []
     names = sysroot.listdir(port_rel + '/gids')
-    for name in sorted(names, key=lambda n: parse_int(n) if parse_int(n) is not None else 1 << 30):
+
+    def order(name: str) -> int:
+        number = parse_int(name)
+        return 1 << 30 if number is None else number
+
+    for name in sorted(names, key=order):
         index = parse_int(name)
         if index is None:
             continue
@@ -217,14 +224,14 @@ def _read_gids(sysroot, port_rel):
     return gids
 
 
-def _netdev_facts(sysroot, netdev):
+def _netdev_facts(sysroot: SysRoot, netdev: str | None) -> tuple[int | None, str | None]:
     if not netdev:
         return None, None
     base = '%s/%s' % (NET_CLASS, netdev)
     return parse_int(sysroot.text(base + '/mtu', quiet=True)), sysroot.text(base + '/operstate', quiet=True)
 
 
-def _port_netdev(sysroot, dev_rel, port_num, link_layer, gids):
+def _port_netdev(sysroot: SysRoot, dev_rel: str, port_num: int | None, link_layer: str | None, gids: list[dict[str, Any]]) -> Any:
     """The netdev of a port, found the way ibdev2netdev (mlnx-ofa_kernel ofed_scripts) does.
 
     RoCE: the netdev of GID entry 0 (gid_attrs/ndevs). IB: the IPoIB netdev of
@@ -235,7 +242,7 @@ def _port_netdev(sysroot, dev_rel, port_num, link_layer, gids):
     for gid in gids:
         if gid['netdev']:
             return gid['netdev']
-    candidates = []
+    candidates: list[Any] = []
     for netdev in sysroot.listdir(dev_rel + '/device/net'):
         problem = netdev_name_problem(netdev)
         if problem:
@@ -260,7 +267,7 @@ def _port_netdev(sysroot, dev_rel, port_num, link_layer, gids):
     return None
 
 
-def _read_port(sysroot, dev_rel, name, ibv_mtus):
+def _read_port(sysroot: SysRoot, dev_rel: str, name: str, ibv_mtus: dict[Any, int]) -> dict[str, Any]:
     port_rel = '%s/ports/%s' % (dev_rel, name)
     port_num = parse_int(name)
     state_code, state = parse_state(sysroot.text(port_rel + '/state'))
@@ -313,7 +320,7 @@ def _read_port(sysroot, dev_rel, name, ibv_mtus):
     }
 
 
-def _utf8(name):
+def _utf8(name: str) -> bool:
     try:
         name.encode('utf-8')
     except UnicodeEncodeError:
@@ -321,7 +328,7 @@ def _utf8(name):
     return True
 
 
-def list_rdma_devices(sysroot):
+def list_rdma_devices(sysroot: SysRoot) -> list[Any]:
     """[(name, PCI address or None)] of every device in /sys/class/infiniband, in position order
     (PCI address, then the name in natural order: module_utils/_rails.py position_key), never
     in the text order of the names, which puts mlx5_10 before mlx5_2."""
@@ -338,7 +345,7 @@ def list_rdma_devices(sysroot):
     return sorted(devices, key=lambda entry: position_key(entry[0], entry[1]))
 
 
-def read_ib(sysroot, ibv_mtus=None):
+def read_ib(sysroot: SysRoot, ibv_mtus: dict[Any, int] | None = None) -> list[dict[str, Any]]:
     """All RDMA devices under ``sysroot`` -> list of device dicts (possibly empty)."""
     ibv_mtus = ibv_mtus or {}
     devices = []
@@ -369,7 +376,7 @@ def read_ib(sysroot, ibv_mtus=None):
     return devices
 
 
-def error_counters(devices):
+def error_counters(devices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Only the error counters of each port (ERROR_COUNTERS, HW_ERROR_COUNTERS), in the
     shape of read_ib()'s devices: what a benchmark compares before and after a test."""
     reduced = []

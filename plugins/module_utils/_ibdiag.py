@@ -25,6 +25,7 @@ read is counted and listed in ``unparsed`` (the facts' ``unread``), never guesse
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # Per-lane signalling rates as infiniband-diags prints them (rdma-core libibmad/dump.c
 # mad_dump_linkspeed()/mad_dump_linkspeedext(): "2.5 Gbps" .. "106.25 Gbps"), and the names
@@ -361,7 +362,7 @@ def parse_ibnetdiscover(text):
 
 
 # The node whose header was past NODES_MAX: its port lines are dropped with it.
-_DROPPED = {}
+_DROPPED: dict[str, Any] = {}
 
 
 def _ports_line(nodes, match):

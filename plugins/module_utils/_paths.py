@@ -37,7 +37,7 @@ class TooLarge(ValueError):
     """A file longer than the cap of the read."""
 
 
-def kind(mode):
+def kind(mode: int) -> str:
     """What a file of ``mode`` (st_mode) is, in words."""
     for test, name in ((stat.S_ISREG, 'a regular file'), (stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
                        (stat.S_ISSOCK, 'a socket'), (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'),
@@ -47,7 +47,7 @@ def kind(mode):
     return 'a file of type %o' % stat.S_IFMT(mode)
 
 
-def destination_problem(path):
+def destination_problem(path: str) -> str | None:
     """None when a new regular file may be renamed over ``path`` (absent, a regular file, a symlink
     to a regular file, a dangling symlink); otherwise why not, as a phrase to follow the path
     ("is a FIFO, not a regular file: nothing is written over it")."""
@@ -72,7 +72,7 @@ def destination_problem(path):
     return 'is %s, not a regular file: nothing is written over it' % kind(info.st_mode)
 
 
-def open_regular(path, follow=False):
+def open_regular(path: str, follow: bool = False) -> int:
     """A descriptor (int) of the regular file ``path``, opened read-only and non-blocking; NotRegular
     for anything else (a symlink at the last component too, unless ``follow``), OSError as open(2)
     raises it otherwise."""
@@ -102,7 +102,7 @@ def open_regular(path, follow=False):
     return fd
 
 
-def open_regular_to_write(path, access=os.O_WRONLY | os.O_TRUNC, create=False):
+def open_regular_to_write(path: str, access: int = os.O_WRONLY | os.O_TRUNC, create: bool = False) -> int:
     """A descriptor (int) of the regular file ``path`` opened for writing (``access``: O_WRONLY|O_TRUNC
     as open(path, 'w'), or O_RDWR to read back), non-blocking and without following a symlink at the
     last component; ``create`` makes it when absent. NotRegular for anything else, OSError as open(2)
@@ -141,9 +141,10 @@ def open_regular_to_write(path, access=os.O_WRONLY | os.O_TRUNC, create=False):
     return fd
 
 
-def read_fd(fd, limit):
+def read_fd(fd: int, limit: int) -> bytes:
     """At most ``limit`` bytes from ``fd``; TooLarge when there are more."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while size <= limit:
         chunk = os.read(fd, min(1 << 20, limit + 1 - size))
         if not chunk:
@@ -153,7 +154,7 @@ def read_fd(fd, limit):
     raise TooLarge('larger than %s' % size_text(limit))
 
 
-def read_regular(path, limit, follow=False):
+def read_regular(path: str, limit: int, follow: bool = False) -> bytes:
     """Bytes of the regular file ``path``, whole, at most ``limit`` of them. NotRegular or TooLarge
     (both ValueError, saying why), or OSError."""
     fd = open_regular(path, follow)
@@ -163,7 +164,7 @@ def read_regular(path, limit, follow=False):
         os.close(fd)
 
 
-def size_text(limit):
+def size_text(limit: int) -> str:
     """``limit`` bytes in the unit it is a whole number of (64 MiB, 1 KiB, 100 bytes)."""
     for shift, unit in ((30, 'GiB'), (20, 'MiB'), (10, 'KiB')):
         if limit >= 1 << shift and limit % (1 << shift) == 0:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import re
 import struct
+from typing import Any, Sequence
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import parse_hex, parse_numa
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot, parse_hex, parse_numa
 
 PCI_DEVICES = '/sys/bus/pci/devices'
 
@@ -52,12 +53,12 @@ _EXT_CAP_START = 0x100
 _CONFIG_SPACE_SIZE = 4096
 
 
-def acs_flags(value):
+def acs_flags(value: int) -> list[str]:
     """Bit mask -> the lspci names of the bits that are set."""
     return [name for name, bit in ACS_BITS if value & bit]
 
 
-def parse_acs(config):
+def parse_acs(config: bytes | None) -> dict[str, Any] | None:
     """ACS registers from a PCI config space dump.
 
     Returns {'present': bool, 'offset', 'cap', 'ctl'} or None when the
@@ -67,7 +68,7 @@ def parse_acs(config):
     if config is None or len(config) <= _EXT_CAP_START + 4:
         return None
     offset = _EXT_CAP_START
-    seen = set()
+    seen: set[int] = set()
     while offset and offset not in seen and offset + 8 <= len(config):
         seen.add(offset)
         header = struct.unpack_from('<I', config, offset)[0]
@@ -80,10 +81,10 @@ def parse_acs(config):
     return {'present': False, 'offset': None, 'cap': None, 'ctl': None}
 
 
-def split_device_path(devpath):
+def split_device_path(devpath: str) -> tuple[str | None, list[str]]:
     """'/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0' -> ('pci0000:00', ['0000:00:01.0', '0000:01:00.0'])."""
-    host_bridge = None
-    chain = []
+    host_bridge: str | None = None
+    chain: list[str] = []
     for part in devpath.split('/'):
         if _HOST_BRIDGE_RE.match(part):
             host_bridge = part
@@ -93,9 +94,9 @@ def split_device_path(devpath):
     return host_bridge, chain
 
 
-def read_pci(sysroot):
+def read_pci(sysroot: SysRoot) -> dict[str, dict[str, Any]]:
     """{bdf: device dict} for every PCI function under /sys/bus/pci/devices."""
-    devices = {}
+    devices: dict[str, dict[str, Any]] = {}
     for bdf in sysroot.listdir(PCI_DEVICES):
         if not _BDF_RE.match(bdf):
             continue
@@ -117,13 +118,13 @@ def read_pci(sysroot):
     return devices
 
 
-def is_gpu(device):
+def is_gpu(device: dict[str, Any]) -> bool:
     pci_class = device.get('class')
     return (device.get('vendor_id') in GPU_VENDORS and pci_class is not None
             and (pci_class >> 16) in GPU_BASE_CLASSES)
 
 
-def distance(dev_a, dev_b):
+def distance(dev_a: dict[str, Any], dev_b: dict[str, Any]) -> tuple[str, list[str]]:
     """Topology class between two PCI functions, as nvidia-smi topo -m prints it.
 
     PIX: through at most one PCIe switch (each side hangs off a downstream port
@@ -152,7 +153,7 @@ _BDF_SHORT_RE = re.compile(r'^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F
 _ACS_CTL_OFFSET = 6
 
 
-def normalise_bdf(text):
+def normalise_bdf(text: str | None) -> str | None:
     """'10:00.0' or '0000:10:00.0' -> '0000:10:00.0'; anything else -> None."""
     match = _BDF_SHORT_RE.match((text or '').strip())
     if not match:
@@ -161,7 +162,7 @@ def normalise_bdf(text):
     return ('%s:%s:%s.%s' % (domain or '0000', bus, dev, func)).lower()
 
 
-def acs_mask(names):
+def acs_mask(names: Sequence[str]) -> int:
     """['ReqRedir', 'CmpltRedir'] -> 0x000c; unknown names raise ValueError."""
     bits = dict(ACS_BITS)
     unknown = [n for n in names if n not in bits]
@@ -173,20 +174,20 @@ def acs_mask(names):
     return mask
 
 
-def acs_ctl_after(ctl, value, mask):
+def acs_ctl_after(ctl: int, value: int, mask: int) -> int:
     """ACSCtl ``ctl`` after ``value``:``mask`` is written: the bits of ``mask`` as in ``value``, the
     others as they were (setpci's VALUE:MASK, pciutils setpci.c exec_op: (old & ~mask) | value)."""
     return (ctl & ~mask) | (value & mask)
 
 
-def setpci_acs_argv(bdf, value, mask):
+def setpci_acs_argv(bdf: str, value: int, mask: int) -> list[str]:
     """The setpci command that writes ``value``:``mask`` into the ACS Control register of ``bdf``
     (ECAP_ACS, offset +6, a word): what acs_disable writes now, as the boot script writes it.
     With the whole register in ``mask`` setpci writes ``value`` without reading first."""
     return ['setpci', '-s', bdf, 'ECAP_ACS+0x%x.w=%04x:%04x' % (_ACS_CTL_OFFSET, value & mask, mask)]
 
 
-def write_acs_ctl(sysroot, bdf, cap_offset, value):
+def write_acs_ctl(sysroot: SysRoot, bdf: str, cap_offset: int, value: int) -> int:
     """Write the 16-bit ACS Control register and return what reads back.
 
     sysfs' config file takes writes at any offset from root (drivers/pci/pci-sysfs.c

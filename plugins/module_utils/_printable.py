@@ -16,6 +16,7 @@ Source'). printable() writes each such character as its visible Python escape ('
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 # Every character of Unicode 15.1's general categories Cc (controls: C0, DEL, C1), Cf (format:
 # the bidirectional marks, embeddings, overrides and isolates U+061C, U+200E/F, U+202A-202E,
@@ -37,13 +38,13 @@ _UNSAFE_RANGES = (
 # line is one line.
 LINES = '\t\n'
 
-_PATTERNS = {}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _pattern(keep):
+def _pattern(keep: str) -> re.Pattern[str]:
     pattern = _PATTERNS.get(keep)
     if pattern is None:
-        parts = []
+        parts: list[str] = []
         for low, high in _UNSAFE_RANGES:
             kept = [ord(c) for c in keep if low <= ord(c) <= high]
             start = low
@@ -55,17 +56,17 @@ def _pattern(keep):
     return pattern
 
 
-def _escaped(match):
+def _escaped(match: re.Match[str]) -> str:
     return ascii(match.group())[1:-1]
 
 
-def printable(value, keep=''):
+def printable(value: object, keep: str = '') -> str:
     """``value`` as text (None: ''), with every control, format, bidirectional, line or paragraph
     separator character and lone surrogate written as its Python escape; the characters of
     ``keep`` (LINES: tab and newline) are left as they are."""
     return _pattern(keep).sub(_escaped, '' if value is None else '%s' % (value,))
 
 
-def printable_lines(lines):
+def printable_lines(lines: Iterable[object]) -> list[str]:
     """Each line of ``lines`` printable() as one line: what goes to the console."""
     return [printable(line) for line in lines]

@@ -130,7 +130,7 @@ def _die_with(parent):
 
 
 # Process groups of the Launched that still run: what the parent watch kills.
-_LIVE = set()
+_LIVE: set[int] = set()
 
 
 # proc(5) states of a process that has exited: Z (zombie: dead, its parent has not reaped it

@@ -30,6 +30,7 @@ NUMA node, then the name in natural order (mlx5_2 before mlx5_10), never the nam
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
@@ -42,12 +43,12 @@ ROLES = (COMPUTE, STORAGE, MANAGEMENT)
 _BDF_RE = re.compile(r'^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$')
 
 
-def natural_key(name):
+def natural_key(name: object) -> Any:
     """mlx5_2 before mlx5_10 (module_utils/_gdr.py natural_key)."""
     return _gdr.natural_key(name)
 
 
-def position_key(name, pci_address=None, numa_node=None):
+def position_key(name: object, pci_address: str | None = None, numa_node: object = None) -> tuple[Any, ...]:
     """Sort key of a device by where it sits: PCI address as numbers, NUMA node, natural name.
     A device without a PCI address (a software device such as rxe) sorts after those with one."""
     match = _BDF_RE.match(pci_address or '')
@@ -56,17 +57,17 @@ def position_key(name, pci_address=None, numa_node=None):
     return (0, pci, numa, natural_key(name)) if pci else (1, (), numa, natural_key(name))
 
 
-def device_position(device):
+def device_position(device: dict[str, Any]) -> tuple[Any, ...]:
     """position_key of a gpu_fabric_ib device (or gpu_fabric_gdr nic)."""
     return position_key(device.get('name'), device.get('pci_address'), device.get('numa_node'))
 
 
-def ordered(devices):
+def ordered(devices: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """``devices`` (dicts with name, pci_address, numa_node) in position order."""
     return sorted(devices or [], key=device_position)
 
 
-def model(device):
+def model(device: dict[str, Any]) -> tuple[Any, ...] | None:
     """(hca_type, board_id, link layers) of a device, or None where neither id is known."""
     kind = (device.get('hca_type'), device.get('board_id'))
     if not any(kind):
@@ -74,11 +75,11 @@ def model(device):
     return kind + tuple(sorted(set(p.get('link_layer') or '' for p in device.get('ports') or [])))
 
 
-def top_rate(device):
+def top_rate(device: dict[str, Any]) -> Any:
     return max([p.get('rate_gbps') or 0 for p in device.get('ports') or []] or [0]) or None
 
 
-def ib_hca_selects(value, name):
+def ib_hca_selects(value: object, name: str) -> bool | None:
     """Does NCCL_IB_HCA ``value`` select device ``name`` (any of its ports)? None: no value."""
     if not isinstance(value, str) or not value.strip():
         return None
@@ -92,7 +93,7 @@ def ib_hca_selects(value, name):
     return hit != exclude
 
 
-def settings_ib_hca(*settings):
+def settings_ib_hca(*settings: object) -> str | None:
     """NCCL_IB_HCA of a node's settings, ``settings`` in the order they win (the collective's
     environment fabric_collective_env, then nccl_conf_overrides, which role nccl_conf writes):
     the first that names it as a non-blank string, stripped; None where none does."""
@@ -103,16 +104,16 @@ def settings_ib_hca(*settings):
     return None
 
 
-def _names_of(ib, gdr):
+def _names_of(ib: dict[str, Any] | None, gdr: dict[str, Any] | None) -> list[dict[str, Any]]:
     devices = (ib or {}).get('devices')
     if devices is None:
         devices = (gdr or {}).get('nics') or []
     return [d for d in devices if isinstance(d, dict) and d.get('name')]
 
 
-def gpu_affinity(gdr, name):
+def gpu_affinity(gdr: dict[str, Any] | None, name: str) -> tuple[Any, Any]:
     """(distance class, GPU name) of the GPU nearest to NIC ``name``, or (None, None)."""
-    best = (None, None)
+    best: tuple[Any, Any] = (None, None)
     for pair in (gdr or {}).get('topology') or []:
         if pair.get('nic') != name or pair.get('distance') not in DISTANCE_CLASSES:
             continue
@@ -122,7 +123,7 @@ def gpu_affinity(gdr, name):
     return best
 
 
-def roles(ib, gdr=None, ib_hca=None):
+def roles(ib: dict[str, Any] | None, gdr: dict[str, Any] | None = None, ib_hca: str | None = None) -> dict[str, dict[str, Any]]:
     """{device name: {'role', 'why', 'model', 'gpu_distance', 'gpu'}} for every RDMA device.
 
     ``ib``: gpu_fabric_ib (None: gdr's nics stand in, without models); ``gdr``: gpu_fabric_gdr;
@@ -131,9 +132,9 @@ def roles(ib, gdr=None, ib_hca=None):
     names = [d['name'] for d in devices]
     host = (gdr or {}).get('host')
     route = host.get('default_route_interface') if isinstance(host, dict) else None
-    result = {}
+    result: dict[str, dict[str, Any]] = {}
 
-    def other(device, why):
+    def other(device: dict[str, Any], why: str) -> tuple[str, str]:
         netdevs = set(p.get('netdev') for p in device.get('ports') or [] if p.get('netdev'))
         if route and route in netdevs:
             return MANAGEMENT, why + '; its netdev %s carries the default route' % route
@@ -141,7 +142,7 @@ def roles(ib, gdr=None, ib_hca=None):
 
     selected = dict((name, ib_hca_selects(ib_hca, name)) for name in names)
     nearest = _gdr.nearest_nics((gdr or {}).get('topology'), set(names)) if (gdr or {}).get('gpus') else {}
-    serving = {}
+    serving: dict[str, list[str]] = {}
     for gpu in sorted(nearest, key=natural_key):
         serving.setdefault(nearest[gpu][1], []).append(gpu)
     by_name = dict((d['name'], d) for d in devices)
@@ -149,6 +150,7 @@ def roles(ib, gdr=None, ib_hca=None):
     rail_rate = max([top_rate(by_name[name]) or 0 for name in serving if name in by_name] or [0]) or None
     for device in devices:
         name = device['name']
+        kind = model(device)
         if any(selected.values()):
             # NCCL_IB_HCA that selects none of the node's devices names another node's: not used.
             role, why = (COMPUTE, 'selected by NCCL_IB_HCA %s' % ib_hca) if selected[name] else \
@@ -157,34 +159,35 @@ def roles(ib, gdr=None, ib_hca=None):
             role, why = COMPUTE, 'no GPU topology in the facts to tell compute rails from other NICs'
         elif name in serving:
             role, why = COMPUTE, 'the nearest NIC of %s' % ', '.join(serving[name])
-        elif model(device) is not None and rail_models:
-            if model(device) in rail_models:
-                role, why = COMPUTE, 'the model of the compute rails (%s)' % ' '.join(str(p) for p in model(device) if p)
+        elif kind is not None and rail_models:
+            if kind in rail_models:
+                role, why = COMPUTE, 'the model of the compute rails (%s)' % ' '.join(str(p) for p in kind if p)
             else:
                 role, why = other(device, 'the nearest NIC of no GPU, of another model (%s) than the compute rails'
-                                  % ' '.join(str(p) for p in model(device) if p))
+                                  % ' '.join(str(p) for p in kind if p))
         elif top_rate(device) is None or rail_rate is None or top_rate(device) == rail_rate:
             role, why = COMPUTE, 'the rate of the compute rails (model unknown)'
         else:
             role, why = other(device, 'the nearest NIC of no GPU, at %g Gb/s below the compute rails\' %g Gb/s (model unknown)'
                               % (top_rate(device), rail_rate))
         distance, gpu = gpu_affinity(gdr, name)
-        result[name] = {'role': role, 'why': why, 'model': model(device), 'gpu_distance': distance, 'gpu': gpu}
+        result[name] = {'role': role, 'why': why, 'model': kind, 'gpu_distance': distance, 'gpu': gpu}
     return result
 
 
-def node_roles(node):
+def node_roles(node: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """roles() of a node of the diagnosis ({'ib', 'gdr', 'nccl_ib_hca'})."""
     node = node or {}
     return roles(node.get('ib'), node.get('gdr'), node.get('nccl_ib_hca'))
 
 
-def compute(ib, gdr=None, ib_hca=None, role_of=None):
+def compute(ib: dict[str, Any] | None, gdr: dict[str, Any] | None = None, ib_hca: str | None = None,
+            role_of: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The names of the compute rails, in position order."""
     role_of = role_of if role_of is not None else roles(ib, gdr, ib_hca)
     return [d['name'] for d in ordered(_names_of(ib, gdr)) if (role_of.get(d['name']) or {}).get('role') == COMPUTE]
 
 
-def is_compute(role_of, name):
+def is_compute(role_of: dict[str, dict[str, Any]], name: str) -> bool:
     """Is ``name`` a compute rail in ``role_of`` (roles()'s answer)? A name it does not know is."""
     return (role_of.get(name) or {}).get('role', COMPUTE) == COMPUTE

@@ -23,22 +23,25 @@ is known, and that is said as ``cleared`` rather than read as a negative rate.
 
 from __future__ import annotations
 
+from typing import Any
+
 # IBTA specification Vol 2 (physical layer), bit error ratio of a compliant link: 1e-12.
 BER_LIMIT = 1e-12
 RULES = ('flapping', 'ber', 'recovering')
 
 
-def allowed_symbol_errors_per_s(gbps):
+def allowed_symbol_errors_per_s(gbps: object) -> float | None:
     """Symbol errors per second a link of ``gbps`` Gb/s may show at the IBTA BER (None: rate unknown)."""
     if not isinstance(gbps, (int, float)) or isinstance(gbps, bool) or gbps <= 0:
         return None
     return gbps * 1e9 * BER_LIMIT
 
 
-def increases(before, after):
+def increases(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[dict[str, int], list[str]]:
     """{counter: increase} of the integer counters present in both reads, and the counters
     that went down (cleared between the reads)."""
-    rises, cleared = {}, []
+    rises: dict[str, int] = {}
+    cleared: list[str] = []
     for name, new in (after or {}).items():
         old = (before or {}).get(name)
         if not isinstance(new, int) or not isinstance(old, int) or isinstance(new, bool) or isinstance(old, bool):
@@ -50,33 +53,33 @@ def increases(before, after):
     return rises, sorted(cleared)
 
 
-def judge(rises, seconds=None, gbps=None):
+def judge(rises: dict[str, Any] | None, seconds: Any = None, gbps: object = None) -> list[dict[str, Any]]:
     """Verdicts over ``rises`` ({counter: increase}) seen in ``seconds`` on a link of ``gbps``:
     a list of {'rule', 'counter', 'increase', 'seconds', 'per_s', 'allowed_per_s'}; empty when
     nothing breaks a rule."""
     # What a node sent may hold anything: only positive integers are increases.
-    rises = dict((name, value) for name, value in (rises or {}).items()
+    found = dict((name, value) for name, value in (rises or {}).items()
                  if isinstance(value, int) and not isinstance(value, bool) and value > 0)
     seconds = seconds if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0 else None
-    verdicts = []
+    verdicts: list[dict[str, Any]] = []
 
-    def add(rule, counter, allowed=None):
-        increase = rises[counter]
+    def add(rule: str, counter: str, allowed: float | None = None) -> None:
+        increase = found[counter]
         verdicts.append({'rule': rule, 'counter': counter, 'increase': increase, 'seconds': seconds,
                          'per_s': round(increase / seconds, 6) if seconds else None, 'allowed_per_s': allowed})
 
-    if rises.get('link_downed'):
+    if found.get('link_downed'):
         add('flapping', 'link_downed')
-    if rises.get('symbol_error'):
+    if found.get('symbol_error'):
         allowed = allowed_symbol_errors_per_s(gbps)
-        if seconds is None or allowed is None or rises['symbol_error'] / seconds > allowed:
+        if seconds is None or allowed is None or found['symbol_error'] / seconds > allowed:
             add('ber', 'symbol_error', allowed)
-    if rises.get('link_error_recovery'):
+    if found.get('link_error_recovery'):
         add('recovering', 'link_error_recovery')
     return verdicts
 
 
-def compare(before, after, seconds=None, gbps=None):
+def compare(before: dict[str, Any] | None, after: dict[str, Any] | None, seconds: Any = None, gbps: object = None) -> dict[str, Any]:
     """Two reads of one port's counters -> {'increase', 'cleared', 'verdicts'}."""
     rises, cleared = increases(before, after)
     return {'increase': rises, 'cleared': cleared, 'verdicts': judge(rises, seconds, gbps)}

@@ -12,51 +12,52 @@ type reads as absent (None, {} or []) instead of raising in the middle of a repo
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 
-def mapping(value):
+def mapping(value: object) -> dict[Any, Any]:
     """``value`` if it is a dict, else {}."""
     return value if isinstance(value, dict) else {}
 
 
-def sequence(value):
+def sequence(value: object) -> list[Any]:
     """``value`` if it is a list, else []."""
     return value if isinstance(value, list) else []
 
 
-def mappings(value):
+def mappings(value: object) -> list[dict[Any, Any]]:
     """The dicts of a list (anything else in it is left out)."""
     return [item for item in sequence(value) if isinstance(item, dict)]
 
 
-def number(value):
+def number(value: object) -> float | None:
     """A finite float from an int or float (not a bool), else None: JSON integers have no
     bound, and float(10**400) raises OverflowError."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     try:
-        value = float(value)
+        found = float(value)
     except OverflowError:
         return None
-    return value if math.isfinite(value) else None
+    return found if math.isfinite(found) else None
 
 
-def integer(value):
+def integer(value: object) -> int | None:
     """An int (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def text(value):
+def text(value: object) -> str | None:
     """A str, else None."""
     return value if isinstance(value, str) else None
 
 
-def key(value):
+def key(value: object) -> str | int | float | bool | None:
     """A value usable in a dict key or a set (str, int, float, bool or None), else its repr."""
     return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)[:200]
 
 
-def without_surrogates(value, warn, where=''):
+def without_surrogates(value: Any, warn: Callable[[str], object], where: str = '') -> Any:
     """``value`` with every str that holds a lone surrogate made valid: Python reads a file
     name that is not UTF-8 (os.listdir, os.readlink) with surrogateescape (PEP 383), and such
     a str cannot be written as UTF-8 - the module's result, a report, the fact cache. The

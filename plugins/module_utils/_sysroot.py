@@ -71,22 +71,22 @@ class SysRoot(object):
     # A symlink chain longer than this is a loop (Linux uses 40, fs/namei.c MAXSYMLINKS).
     _MAX_LINKS = 40
 
-    def __init__(self, root='/'):
+    def __init__(self, root: str | None = '/') -> None:
         self.root = os.path.abspath(root or '/')
         self.live = self.root == '/'
         # Plain concatenation: a facts run reads thousands of sysfs files (GID
         # tables are 128-255 entries per port) and os.path.join showed in profiles.
         self._prefix = '' if self.live else self.root
-        self._resolved = {}
+        self._resolved: dict[str, str | None] = {}
         # Node path (symlink-free parent + name) -> its link target, '' when it is no
         # link, None when it does not exist: one lstat per path per run.
-        self._lstat = {}
-        self._cache = {}
-        self._warnings = []
-        self._warned = set()
+        self._lstat: dict[str, str | None] = {}
+        self._cache: dict[str, bytes | None] = {}
+        self._warnings: list[str] = []
+        self._warned: set[str] = set()
         self.warnings_dropped = 0
 
-    def path(self, rel):
+    def path(self, rel: str) -> str:
         """Absolute host path of ``rel`` (a node path such as /sys/class/net).
 
         Plain concatenation: below a root other than / a symlink in ``rel`` would be
@@ -94,7 +94,7 @@ class SysRoot(object):
         """
         return self._prefix + '/' + rel.lstrip('/')
 
-    def host_path(self, rel):
+    def host_path(self, rel: str) -> str:
         """Host path to open for ``rel``: on / the path itself (the kernel resolves it);
         below another root every symlink resolved inside the root. Raises ENOENT when a
         component is missing (or a symlink chain loops)."""
@@ -106,13 +106,13 @@ class SysRoot(object):
         return self._prefix + real
 
     @property
-    def warnings(self):
+    def warnings(self) -> list[str]:
         """The distinct warnings, the first WARNINGS_NAMED of them, and a line counting the rest."""
         if not self.warnings_dropped:
             return list(self._warnings)
         return self._warnings + ['... and %d more warning(s) like these, not shown' % self.warnings_dropped]
 
-    def warn(self, msg):
+    def warn(self, msg: str) -> None:
         if msg in self._warned:
             return
         self._warned.add(msg)
@@ -121,11 +121,11 @@ class SysRoot(object):
         else:
             self.warnings_dropped += 1
 
-    def _report(self, rel, exc, quiet_errnos=(errno.ENOENT, errno.ENOTDIR)):
+    def _report(self, rel: str, exc: BaseException, quiet_errnos: tuple[int, ...] = (errno.ENOENT, errno.ENOTDIR)) -> None:
         if getattr(exc, 'errno', None) not in quiet_errnos:
             self.warn('cannot read %s: %s' % (rel, getattr(exc, 'strerror', None) or exc))
 
-    def _read(self, rel, limit, how='whole'):
+    def _read(self, rel: str, limit: int, how: str = 'whole') -> bytes:
         """Bytes of the regular file ``rel``. ``how``: 'once', one read(2) of at most
         ``limit`` bytes, as a sysfs attribute is read (show() fills the buffer in one go);
         'upto', the first ``limit`` bytes; 'whole', every byte, or TooLarge past ``limit``.
@@ -142,7 +142,8 @@ class SysRoot(object):
                 return os.read(fd, limit)
             # 'whole' reads one byte past the cap, to tell a file of exactly the cap from a longer one.
             want = limit if how == 'upto' else limit + 1
-            chunks, got = [], 0
+            chunks: list[bytes] = []
+            got = 0
             while got < want:
                 chunk = os.read(fd, min(1 << 20, want - got))
                 if not chunk:
@@ -155,7 +156,7 @@ class SysRoot(object):
         finally:
             os.close(fd)
 
-    def text(self, rel, quiet=False):
+    def text(self, rel: str, quiet: bool = False) -> str | None:
         """Content of a small text file, trailing whitespace removed, or None.
 
         sysfs attributes end with one newline; some captured trees carry extra
@@ -172,7 +173,7 @@ class SysRoot(object):
             return None
         return data.decode('utf-8', 'replace').rstrip()
 
-    def binary(self, rel, size=4096):
+    def binary(self, rel: str, size: int = 4096) -> bytes | None:
         """Up to ``size`` bytes of a binary file (PCI config space), or None."""
         try:
             return self._read(rel, size, 'upto')
@@ -180,7 +181,7 @@ class SysRoot(object):
             self._report(rel, exc)
             return None
 
-    def cached(self, rel, limit=WHOLE_LIMIT):
+    def cached(self, rel: str, limit: int = WHOLE_LIMIT) -> bytes | None:
         """Whole content (bytes) of a file read at most once per run, or None (also when
         it is longer than ``limit``: a verdict on part of a file could be wrong)."""
         if rel not in self._cache:
@@ -191,7 +192,7 @@ class SysRoot(object):
                 self._cache[rel] = None
         return self._cache[rel]
 
-    def listdir(self, rel):
+    def listdir(self, rel: str) -> list[str]:
         """Sorted entries of a directory; [] when it does not exist."""
         try:
             return sorted(os.listdir(self.host_path(rel)))
@@ -199,18 +200,18 @@ class SysRoot(object):
             self._report(rel, exc)
             return []
 
-    def exists(self, rel):
+    def exists(self, rel: str) -> bool:
         if self.live:
             return os.path.exists(self.path(rel))
         return self._resolved_path(rel) is not None
 
-    def isdir(self, rel):
+    def isdir(self, rel: str) -> bool:
         if self.live:
             return os.path.isdir(self.path(rel))
         real = self._resolved_path(rel)
         return real is not None and os.path.isdir(self._prefix + real)
 
-    def link_target(self, rel):
+    def link_target(self, rel: str) -> str | None:
         """Node path a symlink names (its target, relative ones made absolute from the
         link's directory and normalised inside the root), or None when ``rel`` is no
         symlink. The target is not followed: a link to /dev/null masks a file
@@ -219,16 +220,17 @@ class SysRoot(object):
         if self.live:
             real_parent = parent or '/'
         else:
-            real_parent = self._resolved_path(parent or '/')
-            if real_parent is None:
+            resolved = self._resolved_path(parent or '/')
+            if resolved is None:
                 return None
+            real_parent = resolved
         try:
             target = os.readlink(self._prefix + real_parent.rstrip('/') + '/' + name)
         except (IOError, OSError):
             return None
         return normalise_path(target if target.startswith('/') else real_parent + '/' + target)
 
-    def resolve(self, rel):
+    def resolve(self, rel: str) -> str | None:
         """Node path that ``rel`` points to after following every symlink.
 
         Symlinks are followed inside the root: an absolute target (as a
@@ -238,7 +240,7 @@ class SysRoot(object):
         """
         return self._resolved_path(rel)
 
-    def _resolved_path(self, rel):
+    def _resolved_path(self, rel: str) -> str | None:
         # resolve() without the bookkeeping of subclasses (_capture.RecordingSysRoot
         # notes what a reader asked to resolve; the reads below resolve as a means).
         if rel in self._resolved:
@@ -247,7 +249,7 @@ class SysRoot(object):
         self._resolved[rel] = result
         return result
 
-    def _kind(self, candidate):
+    def _kind(self, candidate: str) -> str | None:
         """'' for a path that is no symlink, its target for one, None when it is missing."""
         if candidate not in self._lstat:
             host = self._prefix + candidate
@@ -259,10 +261,10 @@ class SysRoot(object):
                 self._lstat[candidate] = os.readlink(host) if stat.S_ISLNK(info.st_mode) else ''
         return self._lstat[candidate]
 
-    def _resolve(self, rel):
+    def _resolve(self, rel: str) -> str | None:
         parts = [p for p in rel.split('/') if p]
         parts.reverse()
-        done = []
+        done: list[str] = []
         hops = 0
         while parts:
             name = parts.pop()
@@ -289,15 +291,15 @@ class SysRoot(object):
             done.append(name)
         return '/' + '/'.join(done)
 
-    def link_name(self, rel):
+    def link_name(self, rel: str) -> str | None:
         """Last component of a symlink's target (a driver or device name), or None."""
         target = self.resolve(rel)
         return None if target is None else os.path.basename(target)
 
 
-def normalise_path(path):
+def normalise_path(path: str) -> str:
     """'/a/b/../c' -> '/a/c', lexically, never above '/'."""
-    done = []
+    done: list[str] = []
     for part in path.split('/'):
         if part == '..':
             if done:
@@ -313,7 +315,7 @@ def normalise_path(path):
 _INT_TEXT_MAX = 24
 
 
-def parse_int(value, base=10):
+def parse_int(value: str | None, base: int = 10) -> int | None:
     """int of a sysfs value, or None when it is not a number (e.g. 'N/A (no PMA)')."""
     if value is None:
         return None
@@ -326,12 +328,12 @@ def parse_int(value, base=10):
         return None
 
 
-def parse_hex(value):
+def parse_hex(value: str | None) -> int | None:
     """int of '0x10de' / '10de', or None."""
     return parse_int(value, 16)
 
 
-def parse_numa(text):
+def parse_numa(text: str | None) -> int | None:
     """numa_node attribute; -1 (no affinity known, common in VMs) -> None."""
     value = parse_int(text)
     return None if value is None or value < 0 else value

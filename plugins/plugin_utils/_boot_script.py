@@ -33,10 +33,11 @@ never left out silently).
 from __future__ import annotations
 
 import shlex
+from typing import Any, Sequence
 
 HEADER = ('# Every step runs; one that fails makes the script exit 1 (the unit shows failed, the journal why).',
           'status=0')
-KEYS = {
+KEYS: dict[str, set[str]] = {
     'argv': {'argv'},
     'write': {'write', 'value', 'skip_if_absent'},
     'mkdir': {'mkdir'},
@@ -47,7 +48,7 @@ class PlanError(ValueError):
     """A boot plan this renderer cannot write faithfully."""
 
 
-def _word(text, what):
+def _word(text: object, what: str) -> str:
     if not isinstance(text, str):
         raise PlanError('%s must be a string, got %s' % (what, type(text).__name__))
     if '\x00' in text:
@@ -55,14 +56,14 @@ def _word(text, what):
     return shlex.quote(text)
 
 
-def _path(text, what):
+def _path(text: object, what: str) -> str:
     word = _word(text, what)
-    if not text.startswith('/'):
+    if not str(text).startswith('/'):
         raise PlanError('%s %s is not an absolute path' % (what, ascii(text)[:80]))
     return word
 
 
-def line(step):
+def line(step: object) -> str:
     """The sh line of one step."""
     if not isinstance(step, dict):
         raise PlanError('a step must be a mapping, got %s' % type(step).__name__)
@@ -92,7 +93,7 @@ def line(step):
     return write
 
 
-def render(plan):
+def render(plan: Sequence[Any]) -> str:
     """The script's body for ``plan`` (a list of steps): 'status=0', a line per step, 'exit $status'."""
     if not isinstance(plan, (list, tuple)):
         raise PlanError('a boot plan is a list of steps, got %s' % type(plan).__name__)

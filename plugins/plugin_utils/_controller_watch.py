@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import threading
 import time
+from typing import Any
 
 from ansible.plugins.action.normal import ActionModule as _NormalAction
 
@@ -38,10 +39,10 @@ INTERVAL = 0.5
 # The exit status of a worker ended so (128 + SIGTERM, as if it had been terminated).
 EXIT_STATUS = 143
 
-_watching = {}   # pid -> the parent pid its watch follows (a forked worker inherits the dict)
+_watching: dict[int, int] = {}   # pid -> the parent pid its watch follows (a forked worker inherits the dict)
 
 
-def controller_pid():
+def controller_pid() -> int | None:
     """The pid of the ansible-playbook this process is a worker of, or None: not a process that
     multiprocessing started (ansible-playbook itself, a module, a test)."""
     parent = multiprocessing.parent_process()
@@ -50,7 +51,7 @@ def controller_pid():
     return parent.pid
 
 
-def stop_with_controller(interval=INTERVAL):
+def stop_with_controller(interval: float = INTERVAL) -> int | None:
     """Start the watch in this worker (once per process) -> the controller's pid, or None where
     there is nothing to watch."""
     pid = os.getpid()
@@ -66,18 +67,19 @@ def stop_with_controller(interval=INTERVAL):
     return parent
 
 
-def _watch(parent, interval):
+def _watch(parent: int, interval: float) -> None:
     # The worker's parent pid changes (to init or a subreaper) the moment ansible-playbook dies.
     while os.getppid() == parent:
         time.sleep(interval)
     os._exit(EXIT_STATUS)
 
 
-class WatchedModuleAction(_NormalAction):
+class WatchedModuleAction(_NormalAction):  # type: ignore[misc]  # ansible-core is not typed: its classes are Any to mypy
     """The action plugin of a module that tasks run in loops: ansible-core's own action for a module
     (ansible/plugins/action/normal.py: check mode, async and all), in a worker that ends with its
     ansible-playbook."""
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         stop_with_controller()
-        return super(WatchedModuleAction, self).run(tmp, task_vars)
+        result: dict[str, Any] = super(WatchedModuleAction, self).run(tmp, task_vars)
+        return result

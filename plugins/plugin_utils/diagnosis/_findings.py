@@ -30,7 +30,7 @@ SEVERITIES = ('info', 'warning', 'error')
 # is what it names (named()).
 Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory')
 
-REGISTRY = OrderedDict()
+REGISTRY: OrderedDict[str, Code] = OrderedDict()
 
 
 def _failed_side(symptom):

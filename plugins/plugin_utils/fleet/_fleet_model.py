@@ -43,6 +43,8 @@ the NCCL settings) from what the node recorded of it (SEEN), else through Ansibl
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable, cast
+
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 
 PARTS = ('facts', 'run', 'bench', 'collective', 'capture')
@@ -62,8 +64,11 @@ SEEN = '__gpu_fabric_seen'
 # What roles/fabric_collective/tasks/local.yml registers on each node (launcher local).
 COLLECTIVE_LOCAL = '__fabric_collective_local'
 
+# (inventory, fact cache, set_fact cache, wrap_var or None): _stores().
+_Stores = tuple[Any, Any, Any, Callable[[Any], Any] | None]
 
-def _get(variables, name, default=None):
+
+def _get(variables: Any, name: str, default: Any = None) -> Any:
     try:
         value = variables.get(name, default)
     except (AttributeError, TypeError):
@@ -79,24 +84,25 @@ class _Node(object):
 
     __slots__ = ('raw', '_hostvars', '_host', '_view')
 
-    def __init__(self, hostvars, host, raw=None):
-        self._hostvars, self._host, self._view = hostvars, host, None
+    def __init__(self, hostvars: Any, host: str, raw: Any = None) -> None:
+        self._hostvars, self._host = hostvars, host
+        self._view: Any = None
         self.raw = raw if raw is not None else _behind(self.view())
 
-    def view(self):
+    def view(self) -> Any:
         if self._view is None:
             self._view = self._hostvars[self._host] if self._host in self._hostvars else {}
         return self._view
 
 
-def _behind(variables):
+def _behind(variables: Any) -> Any:
     """The variables behind Ansible's view of one host (hostvars[host], a HostVarsVars: ansible-core
     2.16 to 2.21 keep them in ``_vars``), untemplated; any other mapping as it is."""
     raw = getattr(variables, '_vars', None)
     return raw if hasattr(raw, 'get') else variables
 
 
-def _stores(hostvars):
+def _stores(hostvars: Any) -> _Stores | None:
     """Where Ansible keeps what the nodes' tasks left, when ``hostvars`` is Ansible's (a HostVars:
     ansible-core 2.16 to 2.21 hold its inventory in ``_inventory`` and its VariableManager in
     ``_variable_manager``): the inventory (each host's own variables: what add_host gave it,
@@ -119,7 +125,7 @@ def _stores(hostvars):
     return inventory, facts, set_facts, _unsafe()
 
 
-def _unsafe():
+def _unsafe() -> Callable[[Any], Any] | None:
     """wrap_var, where facts read from the fact cache may be neither this run's module results nor
     marked unsafe: ansible-core before 2.19 marks a module's result unsafe (a string in it is never
     templated) before it reaches the cache, but facts a persistent cache plugin (jsonfile, redis)
@@ -134,10 +140,10 @@ def _unsafe():
     version = tuple(int(part) for part in __version__.split('.')[:2] if part.isdigit())
     if version >= (2, 19) or getattr(constants, 'CACHE_PLUGIN', 'memory') in ('memory', 'ansible.builtin.memory'):
         return None
-    return wrap_var
+    return cast('Callable[[Any], Any]', wrap_var)
 
 
-def _raw_of(stores, host):
+def _raw_of(stores: _Stores, host: str) -> dict[str, Any]:
     inventory, facts, set_facts, unsafe = stores
     try:
         node_facts = facts.get(host)
@@ -151,16 +157,16 @@ def _raw_of(stores, host):
     return raw
 
 
-def _seen(node):
+def _seen(node: _Node) -> dict[str, Any] | None:
     """What the node recorded of the variables a user may set with a template (SEEN), as Ansible
     templated them on the node, or None: the view is read."""
     seen = _get(node.raw, SEEN)
     return seen if isinstance(seen, dict) and 'address' in seen and isinstance(seen.get('nccl'), (list, tuple)) else None
 
 
-def _facts(node):
+def _facts(node: _Node) -> dict[str, Any]:
     facts = _get(node.raw, 'ansible_facts', {})
-    present = {}
+    present: dict[str, Any] = {}
     if hasattr(facts, 'get'):
         for key, short in FACT_KEYS:
             if key in facts:
@@ -169,7 +175,7 @@ def _facts(node):
     return {'facts': present, 'address': (seen['address'] or None) if seen else _get(node.view(), 'ansible_host')}
 
 
-def _run(node):
+def _run(node: _Node) -> dict[str, Any]:
     raw = node.raw
     # A record that is no mapping (a hand-written string) is kept as its message.
     failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(raw, 'gpu_fabric_failures', [])]
@@ -179,9 +185,9 @@ def _run(node):
             'nccl_ib_hca': _rails.settings_ib_hca(*settings)}
 
 
-def _bench(variables):
-    bench = {'plan': _get(variables, 'fabric_bench_plan', {}), 'tool': _get(variables, '__fabric_bench_tool', {}),
-             'records_file': _get(variables, 'fabric_bench_records_file') or None, 'records': []}
+def _bench(variables: Any) -> dict[str, Any]:
+    bench: dict[str, Any] = {'plan': _get(variables, 'fabric_bench_plan', {}), 'tool': _get(variables, '__fabric_bench_tool', {}),
+                             'records_file': _get(variables, 'fabric_bench_records_file') or None, 'records': []}
     if bench['records_file']:
         # Written by perftest_collect (fabric_bench_records_dir): the file is read when the pairs are judged.
         bench['run_id'] = _get(variables, 'fabric_bench_records_run')
@@ -190,24 +196,24 @@ def _bench(variables):
     return bench
 
 
-def read(hostvars, hosts, parts=PARTS):
+def read(hostvars: Any, hosts: Any, parts: Iterable[str] = PARTS) -> dict[str, Any]:
     """The fleet model of ``hosts`` (inventory names) from ``hostvars`` (Ansible's, or any
     {host: {variable: value}}); ``parts``: which of PARTS to read. ValueError for hosts that are
     not a list of names or an unknown part."""
     if isinstance(hosts, (str, bytes, dict)) or not hasattr(hosts, '__iter__'):
         raise ValueError('hosts must be a list of inventory names, got %s' % type(hosts).__name__)
-    hosts = list(hosts)
-    if not all(isinstance(host, str) for host in hosts):
+    names: list[str] = list(hosts)
+    if not all(isinstance(host, str) for host in names):
         raise ValueError('hosts must be a list of inventory names (strings)')
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError('no such part of the fleet model: %s' % ', '.join(sorted(unknown)))
     hostvars = hostvars if hostvars is not None else {}
-    model = {'hosts': hosts, 'nodes': {}, 'collective': None, 'bench_fleet': None}
+    model: dict[str, Any] = {'hosts': names, 'nodes': {}, 'collective': None, 'bench_fleet': None}
     stores = _stores(hostvars)
-    for host in hosts:
+    for host in names:
         known = host in hostvars
-        node = {'known': known}
+        node: dict[str, Any] = {'known': known}
         variables = _Node(hostvars, host, _raw_of(stores, host) if stores and known else None)
         raw = variables.raw
         if 'facts' in parts:
@@ -231,20 +237,20 @@ def read(hostvars, hosts, parts=PARTS):
     return model
 
 
-def known(model):
+def known(model: dict[str, Any]) -> list[str]:
     """The hosts of ``model`` that are in hostvars, in its order."""
     return [host for host in model['hosts'] if model['nodes'][host]['known']]
 
 
-def facts_of(model, name):
+def facts_of(model: dict[str, Any], name: str) -> dict[str, Any]:
     """{host: its ``name`` facts ('ib', 'gdr', ...)} for the nodes of ``model`` that have them, in its order."""
     return dict((host, model['nodes'][host]['facts'][name]) for host in model['hosts'] if name in model['nodes'][host]['facts'])
 
 
-def bench_nodes(model):
+def bench_nodes(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{host: {'plan', 'records' or 'records_file' and 'run_id'}} of the known nodes: what
     plugin_utils/bench/_bench.py report() judges."""
-    nodes = {}
+    nodes: dict[str, dict[str, Any]] = {}
     for host in known(model):
         bench = model['nodes'][host]['bench']
         nodes[host] = {'plan': bench['plan'], 'records': bench['records']}

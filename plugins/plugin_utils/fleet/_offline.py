@@ -27,6 +27,7 @@ import shutil
 import stat
 import tarfile
 import zlib
+from typing import Any, Iterable, cast
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
@@ -43,28 +44,29 @@ COLLECTIVE_SUFFIXES = ('.log', '.txt', '.json')
 LOGS_MAX_DEPTH = 32
 
 
-def printable(name):
+def printable(name: object) -> str:
     """``name`` as the console shows it (a loop label, a message): module_utils/_printable.py.
     Ansible prints a loop label as it is, so a log named '\\x1b]0;...\\x07.txt' would otherwise
     drive the operator's terminal."""
     return _printable.printable(name)
 
 
-def classify(paths, refused=()):
+def classify(paths: Iterable[str] | None, refused: Iterable[str] | None = ()) -> dict[str, Any]:
     """Log paths (and the 'log' of each file not read) -> {'perftest': [{path, server, client, rail, memory}], 'collective': [path],
     'labels': {path: its file name, printable}}.
 
     Any *.log/*.txt/*.json that is not named as a perftest pair is a collective candidate;
     whether it is one is the parser's call (an unrecognised file is reported, not fatal).
     """
-    perftest, collective = [], []
+    perftest: list[dict[str, Any]] = []
+    collective: list[str] = []
     for path in sorted(paths or []):
         name = os.path.basename(path)
         # Three lazy runs split by '__' try every split of a name of underscores (cubic): matched
         # only on a name a file system holds (NAME_MAX, 255 bytes: linux/limits.h).
         match = PERFTEST_NAME_RE.match(name) if len(name) <= _NAME_MAX else None
         if match:
-            entry = match.groupdict()
+            entry: dict[str, Any] = match.groupdict()
             entry['path'] = path
             perftest.append(entry)
         elif name.endswith(COLLECTIVE_SUFFIXES):
@@ -75,7 +77,7 @@ def classify(paths, refused=()):
     return {'perftest': perftest, 'collective': collective, 'labels': labels}
 
 
-def _rail(rail, plan):
+def _rail(rail: str, plan: Any) -> tuple[Any, Any]:
     """(rail number, HCA name or None) from a file name's rail: an index into the node's HCAs, or a name."""
     hcas = (plan or {}).get('hcas') or []
     if rail.isascii() and rail.isdigit():   # not '\u00b2': isdigit() is true for it, int() refuses it
@@ -84,10 +86,10 @@ def _rail(rail, plan):
     return (hcas.index(rail) if rail in hcas else rail), rail
 
 
-def bench_records(results, plans):
+def bench_records(results: Iterable[dict[str, Any]] | None, plans: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """perftest_run from_log results (a loop's ``results``, each with its ``item``) ->
     {client host: [records as the fabric_bench role keeps them]}."""
-    records = {}
+    records: dict[str, list[dict[str, Any]]] = {}
     for result in results or []:
         entry = result.get('item') or {}
         if not entry.get('server'):
@@ -97,8 +99,8 @@ def bench_records(results, plans):
         _server_rail, server_hca = _rail(entry['rail'], plans.get(server))
         # The log's own banner names the client's device; it beats the plan's rail order.
         client_hca = ((result.get('settings') or {}).get('device')) or client_hca
-        test = {'side': 'client', 'server': server, 'client': client, 'rail': rail, 'round': None,
-                'memory': entry['memory'], 'server_hca': server_hca, 'client_hca': client_hca}
+        test: dict[str, Any] = {'side': 'client', 'server': server, 'client': client, 'rail': rail, 'round': None,
+                                'memory': entry['memory'], 'server_hca': server_hca, 'client_hca': client_hca}
         if entry['memory'] == 'gpu':
             test['gpu'] = ((plans.get(client) or {}).get('gpu_by_hca') or {}).get(client_hca)
         outcome = dict(result)
@@ -112,21 +114,21 @@ def bench_records(results, plans):
     return records
 
 
-def bench_report(results, plans, options=None):
+def bench_report(results: Iterable[dict[str, Any]] | None, plans: dict[str, Any], options: dict[str, Any] | None = None) -> dict[str, Any]:
     """bench_report's output (pairs, matrix, verdicts, thresholds) from perftest logs, plus
     ``imported_logs``: which file gave which pair."""
     records = bench_records(results, plans)
-    nodes = {}
+    nodes: dict[str, Any] = {}
     for host in set(plans) | set(records):
         nodes[host] = {'records': records.get(host, []), 'plan': plans.get(host) or {}}
-    report = _bench.report(nodes, options or {})
+    report: dict[str, Any] = _bench.report(nodes, options or {})
     report['imported_logs'] = sorted(
         ({'log': r['log'], 'server': r['server'], 'client': r['client'], 'rail': r['rail'], 'memory': r['memory'],
           'status': r['status']} for rs in records.values() for r in rs), key=lambda e: e['log'])
     return report
 
 
-def failure_text(result):
+def failure_text(result: dict[str, Any]) -> str:
     """Why a from_log task failed on a file, in one line: the module's message, and for a
     crash (MODULE FAILURE) the exception's last line from its stderr."""
     msg = str(result.get('msg') or (result.get('failure') or {}).get('message') or 'not parsed')
@@ -136,13 +138,14 @@ def failure_text(result):
     return msg[:500]
 
 
-def _recognised(result):
+def _recognised(result: dict[str, Any]) -> bool:
     if result.get('failed'):
         return False
     return (result.get('failure') or {}).get('kind') != 'unparsed'
 
 
-def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn=_collective.WARN_RATIO, refused=None):
+def collective_result(results: Iterable[dict[str, Any]] | None, nodes_ib: dict[str, Any] | None, healthy: float = _collective.HEALTHY_RATIO,
+                      warn: float = _collective.WARN_RATIO, refused: Iterable[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """collective_bench from_log results (a loop's ``results``, each with its ``item``, the path)
     -> the shape of the fabric_collective role's ``fabric_collective_result``, or None.
 
@@ -155,7 +158,8 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
     no run is recognised but a file was refused or the parser failed on one, the result has
     no fleet run and still lists them: a bad file is named in the report, never dropped.
     """
-    imported, runs = list(refused or []), []
+    imported: list[dict[str, Any]] = list(refused or [])
+    runs: list[tuple[int, int, Any, dict[str, Any], list[Any]]] = []
     bad = bool(refused)
     for result in results or []:
         path = result.get('item')
@@ -173,6 +177,7 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
                 'imported_logs': sorted(imported, key=lambda e: e['log'] or '')}
     runs.sort(key=lambda run: run[:3])
     fleet_hosts = runs[0][4]
+    expected: dict[str, Any]
     if len(fleet_hosts) > 1:
         # Rank host names are the nodes' own names; use the snapshots of those nodes when
         # they are all there, else every snapshot.
@@ -180,7 +185,7 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
         expected = _collective.expected_busbw(chosen if len(chosen) == len(fleet_hosts) else (nodes_ib or {}))
     else:
         expected = {'gbs': None, 'basis': 'the run is on one node (NVLink/xGMI): the NICs do not bound it'}
-    judged = []
+    judged: list[dict[str, Any]] = []
     for _hosts, _ranks, path, result, hosts in runs:
         entry = dict(result)
         for key in ('item', 'ansible_loop_var', 'changed', 'failed', 'invocation', 'msg', 'verdict'):
@@ -191,7 +196,7 @@ def collective_result(results, nodes_ib, healthy=_collective.HEALTHY_RATIO, warn
         imported.append({'log': path, 'recognised': True, 'benchmark': entry.get('benchmark'), 'hosts': hosts,
                          'status': entry.get('status'), 'verdict': entry['verdict'].get('status')})
     fleet = judged[0]
-    per_host = {}
+    per_host: dict[Any, int] = {}
     for rank in fleet.get('ranks') or []:
         per_host[rank.get('host')] = per_host.get(rank.get('host'), 0) + 1
     return {'expected': expected, 'ranks_per_node': min(per_host.values()) if per_host else None,
@@ -232,7 +237,7 @@ _RESERVED_NAMES = frozenset(('all', 'ungrouped', 'localhost', '127.0.0.1', '::1'
 _RESERVED_PREFIX = 'gpu_fabric'
 
 
-def node_name(raw):
+def node_name(raw: object) -> tuple[str, str | None]:
     """(name, None) for a usable node name; (a stand-in name, reason) otherwise.
 
     The stand-in percent-encodes every character outside [A-Za-z0-9_-], so that the bad input
@@ -249,13 +254,14 @@ def node_name(raw):
     return _REFUSED_PREFIX + (quoted or '%00'), 'the node name %s is not an inventory host name' % ascii(text[:80])
 
 
-def _open_regular(path, max_bytes):
+def _open_regular(path: str, max_bytes: int) -> bytes:
     """Bytes of a regular file that is no symlink, at most ``max_bytes`` (ValueError past it)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError('not a regular file')
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while size <= max_bytes:
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
             if not chunk:
@@ -267,7 +273,7 @@ def _open_regular(path, max_bytes):
         os.close(fd)
 
 
-def capture_run(directory):
+def capture_run(directory: str) -> tuple[dict[str, Any], str | None]:
     """capture.json of a snapshot directory -> (its content or {}, what was wrong with it or None)."""
     path = os.path.join(directory, 'capture.json')
     if not os.path.lexists(path):
@@ -289,27 +295,27 @@ class _Bounded(object):
     or seek past ``budget`` bytes, no single read over HEADER_MAX_BYTES (data is copied in
     1 MiB chunks). A gzip bomb costs the budget's decompression time, never memory."""
 
-    def __init__(self, fileobj, budget):
+    def __init__(self, fileobj: gzip.GzipFile, budget: int) -> None:
         self._fileobj = fileobj
         self._budget = budget
 
-    def _check(self, end):
+    def _check(self, end: int) -> None:
         if end > self._budget:
             raise _Refused('the archive expands past %d MiB' % (self._budget >> 20))
 
-    def read(self, size=-1):
+    def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0 or size > HEADER_MAX_BYTES:
             raise _Refused('a tar header or read of %s bytes (over %d MiB)' % (size, HEADER_MAX_BYTES >> 20))
         self._check(self._fileobj.tell() + size)
         return self._fileobj.read(size)
 
-    def seek(self, offset, whence=0):
+    def seek(self, offset: int, whence: int = 0) -> int:
         if whence != 0:
             raise _Refused('unexpected seek in the archive')
         self._check(offset)
         return self._fileobj.seek(offset)
 
-    def tell(self):
+    def tell(self) -> int:
         return self._fileobj.tell()
 
 
@@ -317,7 +323,7 @@ class _Refused(Exception):
     """The whole snapshot is refused (a cap, or not a gzip'ed tar)."""
 
 
-def _member_name(member):
+def _member_name(member: tarfile.TarInfo) -> str:
     """The member's relative name, or raise ValueError with why it is refused."""
     name = member.name
     if '\0' in name or name.startswith('/') or name.startswith('\\'):
@@ -328,7 +334,7 @@ def _member_name(member):
     return '/'.join(parts)
 
 
-def _link_target(name, target):
+def _link_target(name: str, target: str) -> tuple[str, str | None]:
     """A symlink's target as stored: relative, normalised, inside the root -> (stored, note).
 
     On the node '/..' is '/', and an absolute target names a path of the node: both are
@@ -352,7 +358,7 @@ def _link_target(name, target):
     return stored, note
 
 
-def unpack(archive, dest):
+def unpack(archive: str, dest: str) -> list[str]:
     """Unpack the snapshot ``archive`` into the new directory ``dest`` -> [notes on members].
 
     Only directories (0755), regular files (0644) and symlinks (re-rooted, see _link_target)
@@ -361,7 +367,7 @@ def unpack(archive, dest):
     below a symlink or a file, or twice, is refused and noted. Raises _Refused (the whole
     snapshot) when the archive is not a gzip'ed tar or passes a cap.
     """
-    notes = []
+    notes: list[str] = []
     kinds = {'': 'dir'}
     total = members = 0
     try:
@@ -377,7 +383,8 @@ def unpack(archive, dest):
         budget = SNAPSHOT_MAX_BYTES + SNAPSHOT_MAX_MEMBERS * 2048
         try:
             with gzip.GzipFile(fileobj=raw, mode='rb') as unzipped, \
-                    tarfile.open(fileobj=_Bounded(unzipped, budget), mode='r:') as tar:
+                    tarfile.open(fileobj=cast(Any, _Bounded(unzipped, budget)), mode='r:') as tar:
+                # (cast: what tarfile reads is duck-typed; _Bounded has the reads and seeks it makes, no write.)
                 for member in tar:
                     members += 1
                     if members > SNAPSHOT_MAX_MEMBERS:
@@ -400,7 +407,7 @@ def unpack(archive, dest):
     return notes
 
 
-def _kind_of(mode):
+def _kind_of(mode: int) -> str:
     for test, kind in ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
                        (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket')):
         if test(mode):
@@ -408,7 +415,7 @@ def _kind_of(mode):
     return 'mode %o' % stat.S_IFMT(mode)
 
 
-def _unpack_member(tar, member, dest, kinds):
+def _unpack_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str, kinds: dict[str, str]) -> str | None:
     """Make one member below dest; None, or a note saying what was refused or changed."""
     try:
         name = _member_name(member)
@@ -436,6 +443,8 @@ def _unpack_member(tar, member, dest, kinds):
         kinds[name] = 'dir'
     elif member.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
         source = tar.extractfile(member)
+        if source is None:   # never: tarfile gives every regular member its data
+            return 'refused (no data)'
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o644)
         with os.fdopen(fd, 'wb') as handle:
             left = member.size
@@ -469,7 +478,7 @@ def _unpack_member(tar, member, dest, kinds):
     return None
 
 
-def unpack_snapshots(directory, out_dir):
+def unpack_snapshots(directory: str, out_dir: str) -> dict[str, Any]:
     """The snapshots of ``directory`` (<node>.tar.gz and capture.json), each unpacked into
     <out_dir>/offline/<node>/root (replaced) -> what offline.yml adds as hosts:
 
@@ -480,8 +489,8 @@ def unpack_snapshots(directory, out_dir):
     ``refused`` {node or stand-in name: message} of snapshots and names not analysed at all;
     ``captured_at``.
     """
-    result = {'nodes': {}, 'lost': {}, 'failures': {}, 'refused': {}, 'captured_at': None}
-    suffixes = {}   # _refuse: the last -N suffix given to each refused name
+    result: dict[str, Any] = {'nodes': {}, 'lost': {}, 'failures': {}, 'refused': {}, 'captured_at': None}
+    suffixes: dict[str, int] = {}   # _refuse: the last -N suffix given to each refused name
     run, problem = capture_run(directory)
     if problem:
         _refuse(result, suffixes, _REFUSED_PREFIX + 'capture.json', problem)
@@ -510,6 +519,7 @@ def unpack_snapshots(directory, out_dir):
             shutil.rmtree(tree)
         root = os.path.join(tree, 'root')
         os.makedirs(root, 0o755)
+        reason: str | None
         try:
             notes = unpack(os.path.join(directory, entry), root)
         except _Refused as exc:
@@ -532,7 +542,7 @@ def unpack_snapshots(directory, out_dir):
     return result
 
 
-def _refuse(result, suffixes, name, message):
+def _refuse(result: dict[str, Any], suffixes: dict[str, int], name: str, message: str) -> None:
     """Keep a refused input under its stand-in name; two inputs with the same stand-in (a '...tar.gz'
     and a node '..' of capture.json) are both kept, the later one as <name>-2, -3, ...
 
@@ -550,7 +560,7 @@ def _refuse(result, suffixes, name, message):
     taken[unique] = message
 
 
-def _readable_name(path):
+def _readable_name(path: str) -> bool:
     """True when ``path`` is text Ansible can carry (UTF-8): a file name read with surrogateescape
     (PEP 383) that is not would make the task that returns it fail, and with it the whole import."""
     try:
@@ -560,7 +570,7 @@ def _readable_name(path):
     return True
 
 
-def find_logs(directory):
+def find_logs(directory: object) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The saved outputs under ``directory``, as ansible.builtin.find found them (recursively,
     regular files named *.log, *.txt or *.json that are not hidden, no symlink followed):
     ([{path, size}], [{log, recognised: False, reason}]).
@@ -569,16 +579,17 @@ def find_logs(directory):
     returned it as it was, and ansible-core 2.19 refuses such a string in a module's result
     ('Refusing to deserialize an invalid UTF8 string value'), which lost every log of the import.
     """
-    files, refused = [], []
-    directory = str(directory)
+    files: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    top_dir = str(directory)
 
-    def unreadable(error):
-        refused.append({'log': printable(getattr(error, 'filename', None) or directory), 'recognised': False,
+    def unreadable(error: OSError) -> None:
+        refused.append({'log': printable(getattr(error, 'filename', None) or top_dir), 'recognised': False,
                         'reason': 'not read: %s' % printable(error.strerror or error)})
 
-    for top, dirs, names in os.walk(directory, onerror=unreadable):
+    for top, dirs, names in os.walk(top_dir, onerror=unreadable):
         dirs.sort()
-        if dirs and top.count(os.sep) - directory.rstrip(os.sep).count(os.sep) >= LOGS_MAX_DEPTH:
+        if dirs and top.count(os.sep) - top_dir.rstrip(os.sep).count(os.sep) >= LOGS_MAX_DEPTH:
             refused.append({'log': printable(top), 'recognised': False,
                             'reason': 'not searched: %d directories below, more than %d levels deep' % (len(dirs), LOGS_MAX_DEPTH)})
             dirs[:] = []
@@ -601,9 +612,10 @@ def find_logs(directory):
     return files, refused
 
 
-def log_entries(files):
+def log_entries(files: Iterable[Any] | None) -> tuple[list[Any], list[dict[str, Any]]]:
     """find's files (dicts with path, size, or paths) -> (paths to parse, [{log, recognised: False, reason}])."""
-    paths, refused = [], []
+    paths: list[Any] = []
+    refused: list[dict[str, Any]] = []
     for entry in files or []:
         path = entry.get('path') if isinstance(entry, dict) else entry
         size = entry.get('size') if isinstance(entry, dict) else None

@@ -12,6 +12,7 @@ keeps the YAML short).
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, mappings
@@ -19,8 +20,10 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mappi
 # How much of a failed task's message the report keeps.
 FAILURE_MSG_LENGTH = 2000
 
+_N = TypeVar('_N', int, float)
 
-def truncate(value, length, end='...', leeway=5):
+
+def truncate(value: str, length: int, end: str = '...', leeway: int = 5) -> str:
     """Jinja2's truncate filter as the playbooks used it (jinja2/filters.py do_truncate, killwords
     false, the default leeway policy of 5): a text up to ``length + leeway`` long is kept whole,
     a longer one is cut at the last space before ``length - len(end)`` and ends in ``end``."""
@@ -33,7 +36,7 @@ def truncate(value, length, end='...', leeway=5):
 _UNREACHABLE_PREFIX = 'Task failed: '
 
 
-def failure_record(failed, stage, task=None, unreachable=False):
+def failure_record(failed: Any, stage: object, task: Any = None, unreachable: bool = False) -> dict[str, Any]:
     """The record a rescue keeps in ``gpu_fabric_failures`` (read by the report: HOST_TASK_FAILED, or
     HOST_UNREACHABLE where ``unreachable``): {stage, task, msg, unreachable}.
 
@@ -56,22 +59,23 @@ _KINDS = (('islnk', 'a symlink'), ('isdir', 'a directory'), ('isfifo', 'a FIFO')
           ('isblk', 'a block device'), ('issock', 'a socket'))
 
 
-def file_kind(stat):
+def file_kind(stat: object) -> str:
     """What a path is, in words, from the ``stat`` of ansible.builtin.stat: 'absent', 'a symlink'
     (only where the stat did not follow links), 'a directory', ... or 'not a regular file'. Said for a
     regular file too: Ansible evaluates an assertion's fail_msg even when the assertion holds."""
-    stat = mapping(stat)
-    if not stat.get('exists'):
+    found = mapping(stat)
+    if not found.get('exists'):
         return 'absent'
-    return next((words for flag, words in _KINDS if stat.get(flag)), 'not a regular file')
+    return next((words for flag, words in _KINDS if found.get(flag)), 'not a regular file')
 
 
-def fabric_discovery(ib_by_node):
+def fabric_discovery(ib_by_node: Iterable[tuple[str, object]]) -> dict[str, Any]:
     """Which node discovers the fabric beyond the nodes (validate.yml, ib_fabric_facts) and the SM
     LIDs to ask: ``ib_by_node`` [(node, gpu_fabric_ib)] in play order -> {'node': the first node with
     an InfiniBand port, or None; 'sm_lids': every whole-number SM LID those ports name, first seen
     first (a port that names none counts as 0, as ib_link_facts reads an unset one)}."""
-    node, lids = None, []
+    node: str | None = None
+    lids: list[int] = []
     for host, ib in ib_by_node:
         for device in mappings(mapping(ib).get('devices')):
             for port in mappings(device.get('ports')):
@@ -84,7 +88,7 @@ def fabric_discovery(ib_by_node):
     return {'node': node, 'sm_lids': lids}
 
 
-def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=None):
+def modules_not_loaded(failed: Sequence[str], modprobe_results: object, kernel_log: object = '', no_ofed_hint: str | None = None) -> str:
     """Role rdma_modules' message for the modules that did not load: each with modprobe's own words
     (or that it succeeded but the module is not in /proc/modules), the last five kernel log lines
     that name it (as ib_umad or ib-umad), and for nvidia_peermem on a node without MLNX OFED
@@ -107,7 +111,8 @@ def modules_not_loaded(failed, modprobe_results, kernel_log='', no_ofed_hint=Non
     return '%d module(s) did not load: %s' % (len(failed), '; '.join(reasons))
 
 
-def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=None):
+def collective_skipped(hosts: Sequence[object], launcher: object, vendors: Sequence[object], check_mode: bool = False,
+                       gpu_counts: Iterable[Any] | None = None) -> str:
     """Why role fabric_collective ran no collective, or '' when it ran: ``hosts`` the nodes of the
     play, ``vendors`` the GPU vendors among them, ``gpu_counts`` the GPUs of each node (read for
     launcher local only, where a node runs over its own GPUs)."""
@@ -123,7 +128,7 @@ def collective_skipped(hosts, launcher, vendors, check_mode=False, gpu_counts=No
     return ''
 
 
-def _number(value, kind):
+def _number(value: Any, kind: Callable[[Any], _N]) -> _N:
     """A number given as a role variable (every -e key=value arrives as a string), 0 when unset or
     not a number - as Jinja's int and float filters read it."""
     try:
@@ -132,7 +137,7 @@ def _number(value, kind):
         return kind(0)
 
 
-def collective_fleet(model, launcher=None, expected_gbs=None, ranks_per_node=None):
+def collective_fleet(model: dict[str, Any], launcher: object = None, expected_gbs: object = None, ranks_per_node: object = None) -> dict[str, Any]:
     """What role fabric_collective reads of its nodes, from the fleet model (plugin_utils/fleet/_fleet_model.py,
     parts facts and collective): ``gpus`` (the GPUs of each node, in the model's order: 0 without GPU
     facts), ``min_gpus`` (the fewest), ``ranks`` (``ranks_per_node`` where given, else ``min_gpus``:
@@ -142,7 +147,9 @@ def collective_fleet(model, launcher=None, expected_gbs=None, ranks_per_node=Non
     the NICs of a typical node, module_utils/_collective.py expected_busbw) and ``result`` (the
     collective's result, from the first node that holds one, or None). One call for the role's
     whole plan: a task's vars entry is templated again at every reference."""
-    gpus, vendors, names = [], set(), {}
+    gpus: list[int] = []
+    vendors: set[str] = set()
+    names: dict[str, str] = {}
     for host in model['hosts']:
         node = model['nodes'][host]
         found = mappings(mapping(node['facts'].get('gdr')).get('gpus'))
@@ -151,7 +158,7 @@ def collective_fleet(model, launcher=None, expected_gbs=None, ranks_per_node=Non
         names[host] = node['address'] or host
     given = _number(expected_gbs, float)
     if given:
-        expected = {'gbs': given, 'basis': 'given (fabric_collective_expected_busbw_gbs)'}
+        expected: dict[str, Any] = {'gbs': given, 'basis': 'given (fabric_collective_expected_busbw_gbs)'}
     elif launcher == 'local':
         # Per-node runs (local) measure NVLink/PCIe/xGMI, not the NICs: only a given figure applies.
         expected = {'gbs': None, 'basis': 'none given: each node is judged against the median of its peers'}

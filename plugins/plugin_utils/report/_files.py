@@ -10,6 +10,7 @@ import errno
 import os
 import stat
 import tempfile
+from typing import Any, Iterable
 
 from ansible import constants as C
 from ansible.module_utils.common.text.converters import to_text
@@ -22,7 +23,7 @@ class NotRegularDestination(OSError):
     """``path`` exists and is no regular file (a device, FIFO, socket, directory, a symlink to one)."""
 
 
-def check_destination(path):
+def check_destination(path: str) -> None:
     """Raise NotRegularDestination (an OSError whose strerror says why) unless a new file may be
     renamed over ``path``: renaming over /dev/null or a FIFO replaces the device or pipe itself."""
     problem = destination_problem(path)
@@ -30,7 +31,7 @@ def check_destination(path):
         raise NotRegularDestination(errno.EEXIST, 'it ' + problem, path)
 
 
-def write_atomic(path, data, mode):
+def write_atomic(path: str, data: bytes, mode: int) -> None:
     """Write ``data`` (bytes) to ``path`` through a temporary file in the same directory renamed
     over it, so that a reader never sees half a file; ``mode``: its permissions. An existing
     ``path`` that is no regular file (check_destination) is refused before anything is written."""
@@ -54,8 +55,8 @@ class OutputError(Exception):
     """The output directory cannot be used (exists as something else, cannot be created)."""
 
 
-def _diff(name, before, after, existed, larger=False):
-    diff = {'before_header': name if existed else '%s (absent)' % name, 'after_header': name}
+def _diff(name: str, before: bytes | None, after: bytes, existed: bool, larger: bool = False) -> dict[str, Any]:
+    diff: dict[str, Any] = {'before_header': name if existed else '%s (absent)' % name, 'after_header': name}
     limit = C.MAX_FILE_SIZE_FOR_DIFF
     if larger or (before is not None and len(before) > limit):
         diff['dst_larger'] = limit
@@ -69,7 +70,7 @@ def _diff(name, before, after, existed, larger=False):
     return diff
 
 
-def write_files(dest, planned, mode, check=False, diff=False):
+def write_files(dest: str, planned: Iterable[tuple[str, bytes]], mode: int, check: bool = False, diff: bool = False) -> dict[str, Any]:
     """Write ``planned`` ([(plain file name, bytes)]) into the directory ``dest`` (absolute; created
     with its parents, mode 0755), each atomically, with permissions ``mode``; a file whose content
     and mode are already right is left alone. ``check``: write nothing, say what would change;
@@ -88,10 +89,14 @@ def write_files(dest, planned, mode, check=False, diff=False):
             except OSError as exc:
                 raise OutputError('cannot create %s: %s' % (dest, exc.strerror or exc))
 
-    report, diffs, failures = [], [], []
+    report: list[dict[str, Any]] = []
+    diffs: list[dict[str, Any]] = []
+    failures: list[str] = []
     for name, data in planned:
         path = os.path.join(dest, name)
-        before, before_mode, larger = None, None, False
+        before: bytes | None = None
+        before_mode: int | None = None
+        larger = False
         try:
             # A FIFO there would block the read of the old content, /dev/zero never end it, and
             # the rename would replace the device or pipe itself: refused before anything.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from typing import Any, Callable, Iterator, Sequence
 
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
@@ -41,10 +42,14 @@ FILES = ('report.json', 'report.html', 'report.md', 'junit.xml', 'gpu_fabric.pro
 MATCHED_SHOWN = 20
 
 
-def from_model(model, bench=None, collective=None, generated_at=None, options=None):
+def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, collective: dict[str, Any] | None = None,
+               generated_at: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """report.json's content for the nodes of ``model`` (plugin_utils/fleet/_fleet_model.py read(), parts
     facts and run), in its order; ``collective``: the collective's result (None: none ran)."""
-    nodes, unreachable, stages, failures = {}, {}, {}, {}
+    nodes: dict[str, dict[str, Any]] = {}
+    unreachable: dict[str, Any] = {}
+    stages: dict[str, list[Any]] = {}
+    failures: dict[str, list[dict[str, Any]]] = {}
     for host in model['hosts']:
         node = model['nodes'][host]
         facts = node['facts']
@@ -73,17 +78,18 @@ def from_model(model, bench=None, collective=None, generated_at=None, options=No
             stages[host] = list(node['stages'])
         else:
             unreachable[host] = None   # no facts and no record: left the run without a word (or marked offline)
-    if not any(stages.values()):
-        stages = None      # facts from elsewhere (a play without the stage marks): nothing to compare
-    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, stages, failures)
+    # None: facts from elsewhere (a play without the stage marks), nothing to compare.
+    staged = stages if any(stages.values()) else None
+    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, staged, failures)
     # What NCCL should be told on each node, from the same facts (role nccl_conf writes it) and the
     # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
     nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'), role_of=_rails.node_roles(node)))
                 for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
-    return _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
+    report: dict[str, Any] = _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
+    return report
 
 
-def regression_pct(value):
+def regression_pct(value: Any) -> float:
     """How far a measured value may fall, in %: a number from 0 to 100 (every ``-e key=value`` arrives
     as a string, and float() takes 'nan' and 'inf'). ValueError saying why."""
     try:
@@ -95,12 +101,12 @@ def regression_pct(value):
     return pct
 
 
-def with_drift(report, baseline, pct=10.0):
+def with_drift(report: dict[str, Any], baseline: dict[str, Any] | None, pct: float = 10.0) -> dict[str, Any]:
     """``report`` with its drift against the report ``baseline`` (a mapping). ValueError saying why."""
     return dict(report, drift=_report.drift(report, baseline, float(pct)))
 
 
-def read_baseline(path):
+def read_baseline(path: str) -> dict[str, Any]:
     """The baseline report.json at ``path``: a regular file (followed through symlinks), at most
     BASELINE_LIMIT bytes, a JSON object. ValueError saying why."""
     try:
@@ -131,10 +137,10 @@ _ANSIBLE_ENCODER = AnsibleJSONEncoder()
 _PAIR_ENCODER = json.JSONEncoder(sort_keys=True, separators=(', ', ': '), default=_ANSIBLE_ENCODER.default)
 
 
-def _json_text(value, pairs_at):
+def _json_text(value: dict[str, Any], pairs_at: Sequence[str]) -> str:
     """``value`` as JSON text: sorted keys, indented, the pair tests of the list at the keys
     ``pairs_at`` one per line; beyond INDENT_MAX_PAIRS pair tests, all on one line."""
-    holder = value
+    holder: Any = value
     for key in pairs_at[:-1]:
         holder = holder.get(key) if isinstance(holder, dict) else None
     pairs = holder.get(pairs_at[-1]) if isinstance(holder, dict) else None
@@ -148,7 +154,7 @@ def _json_text(value, pairs_at):
     # them: the value itself is not changed), then the marker replaced by the pairs, one per line.
     marker = '\x00pairs %s' % uuid.uuid4().hex
 
-    def marked(node, keys):
+    def marked(node: Any, keys: Sequence[str]) -> Any:
         if not keys:
             return marker
         copy = dict(node)
@@ -164,18 +170,18 @@ def _json_text(value, pairs_at):
     return '%s[\n%s\n%s]%s\n' % (head, lines, outer, tail)
 
 
-def report_json(report):
+def report_json(report: dict[str, Any]) -> str:
     """report.json's text: indented, a line per pair test, or one line beyond INDENT_MAX_PAIRS pair tests."""
     return _json_text(report, ('bench', 'pairs'))
 
 
-def bench_json(bench):
+def bench_json(bench: dict[str, Any]) -> str:
     """bench.json's text (the benchmark's verdicts, as report.json's ``bench``): indented, a line per
     pair test, or one line beyond INDENT_MAX_PAIRS pair tests, as report.json."""
     return _json_text(bench, ('pairs',))
 
 
-def read_bench(path):
+def read_bench(path: str) -> dict[str, Any]:
     """The benchmark's verdicts from the bench.json at ``path`` (the action fabric_bench_judge wrote
     it in this run): a regular file (followed through symlinks), at most BASELINE_LIMIT bytes, a JSON
     object. ValueError saying why."""
@@ -196,25 +202,26 @@ def read_bench(path):
     return bench
 
 
-def render(report, html_path=None, timestamp=None):
+def render(report: dict[str, Any], html_path: str | None = None, timestamp: float | None = None) -> Iterator[tuple[str, bytes]]:
     """(file name, its content as UTF-8 bytes) of every file of the report, in FILES' order, each
     rendered when asked for (its text is dropped once encoded: never the text and the bytes of
     every file at once; a 256-node full mesh's report.json alone is about 230 MB); ``html_path``:
     where report.md says report.html is; ``timestamp``: the Prometheus textfile's time (seconds
     since the epoch)."""
-    renderers = {'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
-                 'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
-                 'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}
+    renderers: dict[str, Callable[[], str]] = {
+        'report.json': lambda: report_json(report), 'report.html': lambda: _html.render(report),
+        'report.md': lambda: _report.markdown(report, html_path), 'junit.xml': lambda: _report.junit(report),
+        'gpu_fabric.prom': lambda: _report.prometheus(report, timestamp)}
     for name in FILES:
         yield name, renderers[name]().encode('utf-8', 'surrogateescape')
 
 
-def _one_line(text, limit=200):
-    text = _printable.printable(' '.join(('%s' % (text,)).split()))
-    return text if len(text) <= limit else text[:limit - 3] + '...'
+def _one_line(text: object, limit: int = 200) -> str:
+    line = _printable.printable(' '.join(('%s' % (text,)).split()))
+    return line if len(line) <= limit else line[:limit - 3] + '...'
 
 
-def console_lines(report, html_path=None, roots_shown=10):
+def console_lines(report: dict[str, Any], html_path: str | None = None, roots_shown: int = 10) -> list[str]:
     """A short summary for the console: the counts, the root causes (one line each, the first
     ``roots_shown``), where the full report is."""
     summary = report['summary']
@@ -232,28 +239,29 @@ def console_lines(report, html_path=None, roots_shown=10):
     return _printable.printable_lines(lines)
 
 
-def not_checked(report):
+def not_checked(report: dict[str, Any]) -> list[str]:
     """The hosts whose checks did not all run (NOT_CHECKED findings), in report order."""
-    seen = []
+    seen: list[str] = []
     for item in report['findings']:
         if item['code'] in NOT_CHECKED and item.get('host') and item['host'] not in seen:
             seen.append(item['host'])
     return seen
 
 
-def matched_ids(matched):
+def matched_ids(matched: Any) -> list[Any]:
     """What the exit policy matched, as the ids of the findings (other values as they are)."""
     items = matched if isinstance(matched, list) else [matched]
     return [item['id'] if isinstance(item, dict) and 'id' in item else item for item in items]
 
 
-def verdict(report, expression=None):
+def verdict(report: dict[str, Any], expression: str | None = None) -> tuple[Any, list[str]]:
     """(matched, reasons): what the exit policy (a JMESPath expression over report.json; None or '':
     the default, any root-cause error) matched, and why the run fails - the policy matched, or no
     node was validated, which fails the run whatever the policy. No reason: the run passes.
     ValueError for an expression that is not JMESPath."""
     matched = _report.policy(report, expression or _report.DEFAULT_POLICY)
-    reasons, ids = [], []
+    reasons: list[str] = []
+    ids: list[Any] = []
     if matched:
         ids = matched_ids(matched)
         shown = ids[:MATCHED_SHOWN]
