@@ -151,9 +151,18 @@ def modules_not_loaded(failed: Any, modprobe_results: Any, kernel_log: object = 
     return _tasks.modules_not_loaded(list(failed), list(modprobe_results or []), kernel_log, no_ofed_hint)
 
 
+def split_reason(hosts: Any, nodes: Any, slices: Any = 1, number: Any = '?', limited: Any = False) -> str:
+    """Why the cross-host stages cannot run in this run (a slice of a sliced AWX job, a --limit that leaves nodes of
+    gpu_fabric_hosts out), or '' (playbooks/vars/nodes.yml __gpu_fabric_split)."""
+    for name, value in (('hosts', hosts), ('nodes', nodes)):
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, '__iter__'):
+            raise AnsibleFilterError('split_reason: %s must be a list of inventory names, got %s' % (name, type(value).__name__))
+    return _tasks.split_reason(list(hosts), list(nodes), slices, number, bool(limited))
+
+
 class FilterModule(object):
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {'fabric_summary': fabric_summary, 'fabric_facts_files': fabric_facts_files, 'failure_record': failure_record,
                 'file_kind': file_kind, 'fabric_discovery': fabric_discovery, 'modules_not_loaded': modules_not_loaded,
-                'capture_states': capture_states, 'hosts_within': hosts_within}
+                'capture_states': capture_states, 'hosts_within': hosts_within, 'split_reason': split_reason}

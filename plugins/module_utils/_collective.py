@@ -37,7 +37,7 @@ def thresholds(healthy: object = None, warn: object = None) -> tuple[float, floa
             values.append(default)
             continue
         try:
-            value = None if isinstance(value, bool) else float(value)
+            value = None if isinstance(value, bool) else float(value)  # type: ignore[arg-type]  # refused below if not a number
         except (TypeError, ValueError):
             value = None
         if value is None or not math.isfinite(value):

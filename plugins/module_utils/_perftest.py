@@ -605,7 +605,7 @@ def refused(report):
 _LISTEN_FAILED_RE = re.compile(r"Couldn't listen to port|Failed to bind socket")
 
 
-def listen_failed(failure):
+def listen_failed(failure: object) -> bool:
     """Did a side fail because its server could not listen on its TCP port (the port in use)? ``failure``: a side's
     {'kind', 'message'} (its report's failure, or a record's, whatever its source: anything else is no)."""
     if not isinstance(failure, dict) or failure.get('kind') != 'connect_failed':

@@ -596,71 +596,17 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
             wakeup = ChildWakeup()
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()
-                tests = []
-                for entry in spec.get('tests') or []:
-                    key = entry['peer']
-                    if key not in peers:
-                        peers[key] = Peer(key, options['beacon_port'], options['run_id'], started,
-                                          options['dead_after'], options['start_grace'], beacon.serve)
-                    tests.append(Test(entry, build(entry), options['timeout'], options['wait_for_server']))
-                live = tests
-                now = time.time()
-                servers = [test for test in tests if test.side == 'server']
-                for test in servers:
-                    test.launch(env, now)
-                _wait_listening(servers, beacon, wakeup)
-                # Only now may clients of this step connect: their first start finds the
-                # server listening (perftest clients try once), so none is started twice.
-                beacon.step = index
-                while not all(test.done for test in tests):
-                    beacon.serve()
-                    now = time.time()
-                    if stop.check(now):
-                        for test in tests:
-                            if not test.done:
-                                test.fail('stopped', stop.reason)
-                        break
-                    for test in tests:
-                        if not test.done:
-                            _step_tick(test, peers[test.entry['peer']], index, env, now)
-                    if not all(test.done for test in tests):
-                        beacon.wait(TICK_S, wakeup)
-                beacon.serve()
-                record = {'step': index, 'started': round(step_started - started, 3),
-                          'elapsed_s': round(time.time() - step_started, 3),
-                          'tests': [_result(test, keep_output) for test in tests]}
-                for key in ('round', 'memory'):
-                    if key in spec:
-                        record[key] = spec[key]
+                live = _step_tests(spec, peers, build, options, started, beacon)
+                _run_step(live, peers, index, env, beacon, wakeup, stop)
+                record = _step_record(index, spec, time.time() - step_started, step_started - started, live, keep_output)
                 if counters:
-                    read = counters()
-                    values = _counter_values(read)
-                    if values == last_values and _read_time(read) is not None:
-                        record['counters_same_at'] = _read_time(read)
-                    else:
-                        record['counters'] = read
-                        last_values = values
+                    last_values = _add_counters(record, counters(), last_values)
                 results.append(record)
                 if stop.reason:
                     break
             if stop.reason:
-                # The steps not begun: each test failed as stopped, not run (the judging counts them with the
-                # tests that never reached the hardware).
-                for index, spec in enumerate(steps[len(results):], len(results) + 1):
-                    tests = [Test(entry, build(entry), options['timeout'], options['wait_for_server']) for entry in spec.get('tests') or []]
-                    for test in tests:
-                        test.fail('stopped', stop.reason)
-                    record = {'step': index, 'started': None, 'elapsed_s': 0.0, 'tests': [_result(test, keep_output) for test in tests]}
-                    for key in ('round', 'memory'):
-                        if key in spec:
-                            record[key] = spec[key]
-                    results.append(record)
-            # Stay reachable a moment so that a peer still finishing its last test sees
-            # this node moved on rather than lost (stopped: long enough for every node to ask).
-            beacon.step = STOPPED if stop.reason else FINISHED
-            linger_end = time.time() + (STOPPED_LINGER_S if stop.reason else min(LINGER_S, options['dead_after']))
-            while time.time() < linger_end:
-                beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
+                results.extend(_not_run(steps, len(results), build, options, keep_output, stop.reason))
+            _linger(beacon, stop.reason, options)
     finally:
         if stop is not None:
             stop.close()    # first: the backstop never fires while the perftest processes are reaped
@@ -673,6 +619,87 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     if stop.reason:
         result['stopped'] = stop.reason
     return result
+
+
+def _step_tests(spec, peers, build, options, started, beacon):
+    """The tests of one step, each with its peer's beacon (one Peer per node, kept across steps in ``peers``)."""
+    tests = []
+    for entry in spec.get('tests') or []:
+        key = entry['peer']
+        if key not in peers:
+            peers[key] = Peer(key, options['beacon_port'], options['run_id'], started,
+                              options['dead_after'], options['start_grace'], beacon.serve)
+        tests.append(Test(entry, build(entry), options['timeout'], options['wait_for_server']))
+    return tests
+
+
+def _run_step(tests, peers, index, env, beacon, wakeup, stop):
+    """Run one step's tests to their end: servers first, then (once they listen) the clients; a stop of the
+    controller's lease fails the tests not done as stopped."""
+    now = time.time()
+    servers = [test for test in tests if test.side == 'server']
+    for test in servers:
+        test.launch(env, now)
+    _wait_listening(servers, beacon, wakeup)
+    # Only now may clients of this step connect: their first start finds the
+    # server listening (perftest clients try once), so none is started twice.
+    beacon.step = index
+    while not all(test.done for test in tests):
+        beacon.serve()
+        now = time.time()
+        if stop.check(now):
+            for test in tests:
+                if not test.done:
+                    test.fail('stopped', stop.reason)
+            break
+        for test in tests:
+            if not test.done:
+                _step_tick(test, peers[test.entry['peer']], index, env, now)
+        if not all(test.done for test in tests):
+            beacon.wait(TICK_S, wakeup)
+    beacon.serve()
+
+
+def _step_record(index, spec, elapsed, started, tests, keep_output):
+    """One step's result: when it started (seconds into the run; None: never begun), how long it took, its tests."""
+    record = {'step': index, 'started': None if started is None else round(started, 3), 'elapsed_s': round(elapsed, 3),
+              'tests': [_result(test, keep_output) for test in tests]}
+    for key in ('round', 'memory'):
+        if key in spec:
+            record[key] = spec[key]
+    return record
+
+
+def _add_counters(record, read, last_values):
+    """The counters read after a step into its record: in full when an error counter differs from the last read
+    returned, else only the time of the read (``counters_same_at``). Returns the values now last returned."""
+    values = _counter_values(read)
+    if values == last_values and _read_time(read) is not None:
+        record['counters_same_at'] = _read_time(read)
+        return last_values
+    record['counters'] = read
+    return values
+
+
+def _not_run(steps, done, build, options, keep_output, reason):
+    """The steps not begun after a stop: each test failed as stopped, not run (the judging counts them with the
+    tests that never reached the hardware)."""
+    records = []
+    for index, spec in enumerate(steps[done:], done + 1):
+        tests = [Test(entry, build(entry), options['timeout'], options['wait_for_server']) for entry in spec.get('tests') or []]
+        for test in tests:
+            test.fail('stopped', reason)
+        records.append(_step_record(index, spec, 0.0, None, tests, keep_output))
+    return records
+
+
+def _linger(beacon, stopped, options):
+    """Stay reachable a moment so that a peer still finishing its last test sees this node moved on rather than
+    lost (stopped: long enough for every node to ask)."""
+    beacon.step = STOPPED if stopped else FINISHED
+    linger_end = time.time() + (STOPPED_LINGER_S if stopped else min(LINGER_S, options['dead_after']))
+    while time.time() < linger_end:
+        beacon.wait(min(TICK_S, max(0.0, linger_end - time.time())))
 
 
 class _Stop(object):

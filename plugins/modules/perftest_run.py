@@ -463,13 +463,10 @@ def validate(params):
         _argv.check_no_nul(params)
         if params['from_log'] is not None:
             return
-        for key in ('peer', 'address'):
+        for key in ('peer', 'address', 'device', 'client_device'):
             if params[key] is not None:
                 _argv.check_host(params[key], key)
         _argv.check_hosts(params.get('anchors'), 'anchors')
-        for key in ('device', 'client_device'):
-            if params[key] is not None:
-                _argv.check_host(params[key], key)
         for number, step in enumerate(params['sequence'] or [], 1):
             for test in (step.get('tests') if isinstance(step, dict) else None) or []:
                 for key in ('peer', 'device'):

@@ -167,7 +167,7 @@ def _snapshot(ib: Any) -> Dict[str, Tuple[Dict[str, Any], Optional[float]]]:
 
 
 def _changes(old: Dict[str, Tuple[Dict[str, Any], Optional[float]]], new: Dict[str, Tuple[Dict[str, Any], Optional[float]]],
-             hca: str) -> Tuple[Dict[str, int], Optional[float]]:
+             hca: Any) -> Tuple[Dict[str, int], Optional[float]]:
     """(counter_delta, counter_seconds) of the HCA between two _snapshot()s."""
     old_values, old_at = old.get(hca) or ({}, None)
     new_values, new_at = new.get(hca) or ({}, None)
@@ -179,12 +179,12 @@ def _changes(old: Dict[str, Tuple[Dict[str, Any], Optional[float]]], new: Dict[s
     return delta, seconds
 
 
-def counter_seconds(before: Any, after: Any, hca: str) -> Optional[float]:
+def counter_seconds(before: Any, after: Any, hca: Any) -> Optional[float]:
     """Seconds between the two counter reads of the HCA's first port (None when a read has no time)."""
     return _changes(_snapshot(before), _snapshot(after), hca)[1]
 
 
-def counter_delta(before: Any, after: Any, hca: str) -> Dict[str, int]:
+def counter_delta(before: Any, after: Any, hca: Any) -> Dict[str, int]:
     """Increase of each error counter of the HCA's first port between two ib_link_facts reads."""
     return _changes(_snapshot(before), _snapshot(after), hca)[0]
 
@@ -198,10 +198,10 @@ def round_records(me: str, tests: Any, client_results: Any, server_results: Any,
     """
     by_pair = {}
     for side, results in (('client', client_results), ('server', server_results)):
-        for result in mappings(results):
-            test = _test_of(result)
+        for found in mappings(results):
+            test = _test_of(found)
             if test:
-                by_pair[(side, key(test['pair_id']), key(test.get('rail')))] = result
+                by_pair[(side, key(test['pair_id']), key(test.get('rail')))] = found
     records = []
     for test in tests or []:
         for side in ('server', 'client'):
@@ -339,7 +339,7 @@ def _sizes(results: Any) -> Optional[List[Dict[str, Any]]]:
         size = integer(row.get('bytes'))
         if size is None:
             continue
-        entry = {'bytes': size}
+        entry: Dict[str, float] = {'bytes': size}
         for name in ('bw_avg_gbps', 'bw_peak_gbps', 'lat_typical_us'):
             value = number(row.get(name))
             if value is not None:
@@ -571,7 +571,7 @@ def read_records(path: str, host: str, run_id: Optional[str] = None) -> List[Any
     missing, unreadable, no regular file, too large, nested too deep, not ours, or written for
     another host or another run."""
     try:
-        content = _read_records_file(text(path))
+        content = _read_records_file(text(path) or '')
     except (OSError, EOFError, ValueError) as exc:
         raise ValueError('the records file %s of %s cannot be read: %s' % (path, host, getattr(exc, 'strerror', None) or exc))
     content = mapping(content)
@@ -615,7 +615,7 @@ def _rate(plan: Any, hca: str) -> Optional[float]:
     return rate if rate and rate > 0 else None
 
 
-def _active_rate(plan: Any, hca: str) -> Optional[float]:
+def _active_rate(plan: Any, hca: Any) -> Optional[float]:
     """The rate ``hca`` runs at: its fastest ACTIVE port's (node_plan), or where the plan does not say
     which ports are ACTIVE (a plan made before it did), its fastest port's."""
     if not isinstance(mapping(plan).get('active_rate_gbps'), dict):
@@ -624,7 +624,7 @@ def _active_rate(plan: Any, hca: str) -> Optional[float]:
     return rate if rate and rate > 0 else None
 
 
-def _rail_kind(plan: Any, rail: Any, hca: str) -> Tuple[str, Optional[str]]:
+def _rail_kind(plan: Any, rail: Any, hca: Any) -> Tuple[str, Optional[str]]:
     """A port's peers for the nominal rate: the ports of its rail of the same model (node_plan's
     hca_type, board_id, link layers; unknown models are peers of each other), so that a rail of
     nodes of two kinds (a 200 Gb/s card on some, a 400 Gb/s one on others) is not one bar."""
@@ -962,7 +962,7 @@ def pair_line(entry: Dict[str, Any]) -> str:
         if isinstance(entry.get('gpu_vs_host'), (int, float)) and entry.get('bw_ratio', 1) >= entry['gpu_vs_host']:
             line += ', %.0f %% of host memory' % (100 * entry['gpu_vs_host'])
     elif number(entry.get('lat_typical_us')) is not None:
-        line += ' %.2f us typical latency' % number(entry['lat_typical_us'])
+        line += ' %.2f us typical latency' % float(entry['lat_typical_us'])
     if entry.get('degraded_ports'):
         line += ', through a degraded port'
     return '%s (%s)' % (line, entry.get('verdict'))

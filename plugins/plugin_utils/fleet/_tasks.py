@@ -168,3 +168,41 @@ def collective_fleet(model: dict[str, Any], launcher: object = None, expected_gb
     min_gpus = min(gpus or [0])
     return {'gpus': gpus, 'min_gpus': min_gpus, 'ranks': _number(ranks_per_node, int) or min_gpus, 'vendors': sorted(vendors),
             'names': names, 'expected': expected, 'result': model['collective']}
+
+
+# What the cross-host stages need, said in both refusals (playbooks/benchmark.yml prints it, the report keeps it).
+_MESH_NEEDS = 'and the pair mesh, the collective benchmark and the culprit search need every node in one run'
+# Left-out nodes named in the refusal; more are counted.
+SPLIT_NAMED = 10
+
+
+def _slice_count(value: Any) -> int:
+    """A slice count as Jinja's int filter reads it (every -e value is a string): '2', 2, '2.0'; anything else 0."""
+    for convert in (int, float):
+        try:
+            return int(convert(value))
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return 0
+
+
+def split_reason(hosts: Any, nodes: Any, slices: Any = 1, number: Any = '?', limited: bool = False) -> str:
+    """Why the cross-host stages (the pair mesh, the collective benchmark, the culprit search) cannot run in this
+    run, or '': they need every node of gpu_fabric_hosts (``hosts``, inventory order) in one run, and ``nodes`` are
+    the run's (within --limit). AWX / automation controller job slicing runs one job as several runs, each on a part
+    of the inventory (https://docs.ansible.com/projects/awx/en/24.6.1/userguide/job_slices.html), and puts the slice in
+    the extra variables awx_job_slice_number and awx_job_slice_count (tower_job_slice_* on Ansible Tower): ``slices``
+    and ``number``; ``limited``: --limit was given."""
+    count = _slice_count(slices)
+    if count > 1:
+        return ('this run is slice %s of %d of a sliced job (AWX job slicing), %s: run the benchmark from a job template '
+                'whose job slicing is off (slice count 1)' % (number, count, _MESH_NEEDS))
+    if not limited:
+        return ''
+    within = set(nodes or [])
+    left = [host for host in hosts or [] if host not in within]
+    if not left:
+        return ''
+    named = ', '.join(str(host) for host in left[:SPLIT_NAMED]) + (', ...' if len(left) > SPLIT_NAMED else '')
+    return ('--limit leaves out %d node(s) of gpu_fabric_hosts (%s), %s: run without --limit, or name the nodes to '
+            'benchmark in gpu_fabric_hosts (a group or host pattern)' % (len(left), named, _MESH_NEEDS))

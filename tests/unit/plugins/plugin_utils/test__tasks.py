@@ -238,3 +238,18 @@ def test_a_message_of_the_playbook_is_kept_whole():
     assert len(long) > 2000
     assert _tasks.failure_record(long, 'offline', 'Unpack each snapshot into its node root')['msg'] == long
     assert _tasks.failure_record({'msg': long}, 'offline')['msg'] == long[:1997].rsplit(' ', 1)[0] + '...'
+
+
+def test_split_reason_names_the_slice_or_the_nodes_a_limit_leaves_out():
+    hosts = ['n%d' % i for i in range(1, 15)]
+    assert _tasks.split_reason(hosts, hosts) == ''
+    assert _tasks.split_reason(hosts, hosts[:3], slices='1', limited=False) == ''    # no --limit: the run's nodes are all
+    assert _tasks.split_reason(hosts, hosts, slices='1', limited=True) == ''          # a limit that keeps every node
+    sliced = _tasks.split_reason(hosts, hosts, slices='2', number='1')
+    assert sliced.startswith('this run is slice 1 of 2 of a sliced job (AWX job slicing), and the pair mesh')
+    assert _tasks.split_reason(hosts, hosts, slices='2.0', number=2).startswith('this run is slice 2 of 2 ')
+    assert _tasks.split_reason(hosts, hosts, slices='abc') == ''                       # as Jinja's | int: 0
+    # Inventory order, ten named, the rest counted.
+    limited = _tasks.split_reason(hosts, ['n1', 'n2'], limited=True)
+    assert limited.startswith('--limit leaves out 12 node(s) of gpu_fabric_hosts (n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, ...), ')
+    assert 'n13' not in limited and limited.endswith('(a group or host pattern)')
