@@ -19,6 +19,7 @@ from collections import Counter
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench  # which failed pairs never reached the hardware
@@ -463,3 +464,10 @@ def routes(nodes):
                 found[owner] = {'cable': ('link',) + tuple(sorted((_end_name(here), _end_name(there)))),
                                 'leaf': there.get('node'), 'uplinks': uplinks.get(there.get('node')) or []}
     return found
+
+
+@rule(produces=(F.FABRIC_ERROR_RATE, F.FABRIC_INPUT_UNREAD, F.FABRIC_LINK_DEGRADED, F.FABRIC_LINK_FLAPPING, F.FABRIC_SLOW_PAIR_PATH,
+                F.FABRIC_SM_ABSENT, F.FABRIC_SM_DISAGREE, F.FABRIC_SM_INACTIVE, F.FABRIC_SM_MULTIPLE_MASTERS, F.FABRIC_SM_PRIORITY_TIE,
+                F.FABRIC_TOOLS_MISSING, F.FABRIC_UPLINKS_ASYMMETRIC), parts=('judged', 'bench'))
+def beyond_the_node(fleet, _findings):
+    return fabric_findings(fleet.judged, fleet.bench)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _nccl_env
@@ -41,17 +42,16 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _r
 
 # One node against another names no culprit: with two nodes (or a tie) either may be the odd one.
 MIN_MAJORITY = 3
-# What the rules before this one found (fleet_findings' ``findings``, _diagnose.diagnose), by code:
-# a port's own findings (_diagnose.ib_findings), of which a port down or slower is that port's
-# (OWNED_PORT_CODES); the node's GPUDirect RDMA findings (_diagnose.gdr_findings); the fleet's
-# MTU rule (_diagnose.mtu_findings). This rule reads them, it never runs them.
-PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED, _findings.IB_ERROR_COUNTERS, _findings.ROCE_NO_V2_GID)
-OWNED_PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED)
-GDR_CODES = ((_findings.HOST_NOTHING_TO_CHECK, _findings.GDR_NO_RDMA_NIC) + tuple(_findings.PEER_BLOCKER_CODES.values())
-             + (_findings.GDR_ACS_REDIRECT, _findings.GPU_NIC_FAR, _findings.GDR_NOT_READY))
-MTU_CODES = (_findings.MTU_MISMATCH,)
-# Per-node findings of _diagnose.gdr_findings that already say a node has no RDMA device at all.
-NO_RDMA_CODES = (_findings.GDR_NO_RDMA_NIC, _findings.HOST_NOTHING_TO_CHECK)
+# What the rules before this one found (fleet_findings' ``findings``, handed by the engine), by the
+# codes' roles in the registry (its ROLES): a port's own findings (rules/_node.py ib_findings),
+# of which a port down or slower is that port's (OWNED_PORT_CODES); the node's GPUDirect RDMA
+# findings (gdr_findings); the fleet's MTU rule (mtu_findings). This rule reads them, it never runs them.
+PORT_CODES = _findings.codes_with('port')
+OWNED_PORT_CODES = _findings.codes_with('port_owned')
+GDR_CODES = _findings.codes_with('gpudirect')
+MTU_CODES = _findings.codes_with('mtu')
+# Per-node findings of gdr_findings that already say a node has no RDMA device at all.
+NO_RDMA_CODES = _findings.codes_with('no_rdma')
 # NCCL settings compared (_nccl_env.recommend): how many ports NCCL_IB_HCA lists (the names
 # may legitimately differ from node to node), the GID index, the GPUDirect RDMA level.
 NCCL_COMPARED = ('NCCL_IB_GID_INDEX', 'NCCL_NET_GDR_LEVEL')
@@ -400,8 +400,7 @@ def _context(nodes, findings, nccl, roles=None):
         ctx['codes'][host] = set(f['code'] for f in ib_found) | ctx['gdr_codes'][host]
         ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in OWNED_PORT_CODES)
     if nccl is None:
-        ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), role_of=roles[host]))
-                           for host, node in nodes.items())
+        ctx['nccl'] = _nccl_env.advice(nodes, roles)
     return ctx
 
 
@@ -482,3 +481,10 @@ def fleet_findings(nodes, findings=(), nccl=None, roles=None):
         for kind in sorted(kinds):
             found.extend(_judge_kind(kind, kinds[kind], nodes, ctx, spec, finding))
     return found
+
+
+@rule(produces=(_findings.FLEET_HW_MISSING, _findings.FLEET_RAIL_SLOWER, _findings.FLEET_DIFFERS, _findings.FLEET_SPLIT),
+      reads=tuple(dict.fromkeys(PORT_CODES + GDR_CODES + MTU_CODES)), parts=('judged', 'roles'))
+def consistency(fleet, findings):
+    """Given the port, GPUDirect RDMA and MTU findings: a difference they name is not named again."""
+    return fleet_findings(fleet.judged, findings, _nccl_env.advice(fleet.judged, fleet.roles), fleet.roles)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pcie import link_words
 
 
@@ -108,3 +109,13 @@ def iommu_findings(host, gdr):
         % (', '.join(translated), ', '.join(sorted(set(t or '?' for t in types.values()))),
            ' '.join('%s=%s' % kv for kv in sorted((iommu.get('cmdline') or {}).items())) or 'without iommu parameters'),
         at=[('node', host)])]
+
+
+@rule(produces=(F.PCIE_LINK_DEGRADED,), parts=('judged',))
+def pcie_links(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in pcie_findings(host, fleet.judged[host].get('gdr'), fleet.judged[host].get('ib'))]
+
+
+@rule(produces=(F.HOST_IOMMU_TRANSLATED,), parts=('judged',))
+def iommu_mode(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in iommu_findings(host, fleet.judged[host].get('gdr'))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # which ports carry compute traffic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
@@ -218,3 +219,9 @@ def nccl_traffic_class(roce, role_of=None):
     return value, ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
                    'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
                    % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))
+
+
+@rule(produces=(F.ROCE_QOS_UNKNOWN, F.ROCE_TRUST_PCP, F.ROCE_PFC_OFF, F.ROCE_TC_NOT_LOSSLESS, F.ROCE_DSCP_CONFLICT, F.ROCE_ECN_OFF,
+                F.ROCE_CNP_LOSSY, F.ROCE_MTU_MISMATCH, F.ROCE_CONGESTION), parts=('judged', 'roles'))
+def roce_lossless(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host])]

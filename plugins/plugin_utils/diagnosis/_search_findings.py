@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 
 
 def search_findings(search):
@@ -46,3 +47,8 @@ def search_findings(search):
         found.append(finding(F.COLLECTIVE_SUSPECT, host, 'node', {'notes': search.get('notes') or []},
                              'no healthy group to compare with: %s is among the suspects' % host))
     return found
+
+
+@rule(produces=(F.COLLECTIVE_CULPRIT, F.COLLECTIVE_PAIR_SLOW, F.COLLECTIVE_SUSPECT), parts=('collective',))
+def culprit_search(fleet, _findings):
+    return search_findings((fleet.collective or {}).get('search')) if fleet.collective else []

@@ -25,7 +25,7 @@ from html import escape
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._diagnose import LAYERS
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS
 
 LAYER_TITLES = {'ib': 'InfiniBand / RoCE links', 'ib_gpu': 'GPU <-> NIC (GPUDirect RDMA)', 'host': 'Host',
                 'benchmark': 'Pairwise benchmark', 'collective': 'Collective'}
