@@ -63,53 +63,68 @@ def _gpus_not_p2p(host, intra, interconnect, envs, subject='collective'):
                    at=[('gpus', host)], path=[('node', host), ('gpus', host)])
 
 
+def _local_failed(host, entry, subject, evidence, path):
+    """A node's own run that failed or returned wrong data."""
+    verdict = entry.get('verdict') or {}
+    status = verdict.get('status')
+    code = F.COLLECTIVE_DATA_CORRUPTION if status == 'corrupt' else F.COLLECTIVE_FAILED
+    return finding(code, host, subject, evidence,
+                   'the collective over the GPUs of %s: %s' % (host, '; '.join(verdict.get('reasons') or [status])),
+                   remedy='missing_binary' if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
+                   else 'node', path=path)
+
+
+def _local_slow(host, entry, intra, local, subject, evidence, path):
+    """COLLECTIVE_NODE_SLOW: a node's own run slower than its peers', with how its GPUs talked against theirs."""
+    mine = ', '.join(intra.get('via') or []) or 'unknown'
+    peers = sorted(set(via for other, item in (local.get('hosts') or {}).items() if other != host
+                       for found_intra in (item.get('intra') or {}).values() for via in found_intra.get('via') or []))
+    differs = ('its GPUs talked via %s, its peers\' via %s' % (mine, ', '.join(peers))
+               if peers and mine != 'unknown' and set(intra.get('via') or []) != set(peers) else
+               'NCCL\'s log shows the same transports as its peers\': the GPUs, their links or clocks differ')
+    return finding(F.COLLECTIVE_NODE_SLOW, host, subject, evidence,
+                   'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
+                   'below %.0f %% is slow): %s'
+                   % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),
+                      entry.get('peer_median_gbs') or 0, 100 * local.get('healthy_ratio', HEALTHY_RATIO), differs),
+                   path=path)
+
+
+def _local_host(host, entry, local):
+    """The findings of one node's own run."""
+    verdict = entry.get('verdict') or {}
+    status = verdict.get('status')
+    evidence = {'busbw_gbs': entry.get('busbw_gbs'), 'peer_median_gbs': entry.get('peer_median_gbs'),
+                'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': verdict.get('expected_gbs', local.get('expected_gbs')),
+                'expected_basis': verdict.get('basis'), 'failure': entry.get('failure'),
+                'wrong_total': entry.get('wrong_total'), 'intra': entry.get('intra')}
+    subject = entry.get('benchmark') or 'collective'
+    path = [('node', host), ('gpus', host)]
+    if status in ('failed', 'corrupt'):
+        return [_local_failed(host, entry, subject, evidence, path)]
+    found = []
+    own = (entry.get('intra') or {})
+    # The run was over this node only: its connections are between its own GPUs, whatever NCCL's host name.
+    intra = next((own[name] for name in sorted(own)), {}) if len(own) == 1 else own.get(host) or {}
+    root = _gpus_not_p2p(host, intra, entry.get('interconnect'), ((entry.get('env') or {}),
+                         ((entry.get('transport') or {}).get('env') or {})), subject)
+    if root:
+        found.append(root)
+    if status in ('warning', 'low'):
+        found.append(finding(F.COLLECTIVE_BUSBW_LOW, host, subject, evidence,
+                             '; '.join(verdict.get('reasons') or []) + (
+                                 ' (%s)' % verdict['basis'] if verdict.get('basis') else ''),
+                             severity='warning' if status == 'warning' else 'error', remedy='node', path=path))
+    if entry.get('slow'):
+        found.append(_local_slow(host, entry, intra, local, subject, evidence, path))
+    return found
+
+
 def local_collective_findings(local):
     """Per-node collectives (fabric_collective launcher local): each node against its GPUs' own
     interconnect (NCCL's topology of the run: NVLink), the given expectation, and its peers."""
-    found = []
     local = local or {}
-    for host, entry in sorted((local.get('hosts') or {}).items()):
-        verdict = entry.get('verdict') or {}
-        status = verdict.get('status')
-        evidence = {'busbw_gbs': entry.get('busbw_gbs'), 'peer_median_gbs': entry.get('peer_median_gbs'),
-                    'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': verdict.get('expected_gbs', local.get('expected_gbs')),
-                    'expected_basis': verdict.get('basis'), 'failure': entry.get('failure'),
-                    'wrong_total': entry.get('wrong_total'), 'intra': entry.get('intra')}
-        subject = entry.get('benchmark') or 'collective'
-        path = [('node', host), ('gpus', host)]
-        if status in ('failed', 'corrupt'):
-            code = F.COLLECTIVE_DATA_CORRUPTION if status == 'corrupt' else F.COLLECTIVE_FAILED
-            found.append(finding(code, host, subject, evidence,
-                                 'the collective over the GPUs of %s: %s' % (host, '; '.join(verdict.get('reasons') or [status])),
-                                 remedy='missing_binary' if (entry.get('failure') or {}).get('kind') in ('missing_binary', 'not_run')
-                                 else 'node', path=path))
-            continue
-        own = (entry.get('intra') or {})
-        # The run was over this node only: its connections are between its own GPUs, whatever NCCL's host name.
-        intra = next((own[name] for name in sorted(own)), {}) if len(own) == 1 else own.get(host) or {}
-        root = _gpus_not_p2p(host, intra, entry.get('interconnect'), ((entry.get('env') or {}),
-                             ((entry.get('transport') or {}).get('env') or {})), subject)
-        if root:
-            found.append(root)
-        if status in ('warning', 'low'):
-            found.append(finding(F.COLLECTIVE_BUSBW_LOW, host, subject, evidence,
-                                 '; '.join(verdict.get('reasons') or []) + (
-                                     ' (%s)' % verdict['basis'] if verdict.get('basis') else ''),
-                                 severity='warning' if status == 'warning' else 'error', remedy='node', path=path))
-        if entry.get('slow'):
-            mine = ', '.join(intra.get('via') or []) or 'unknown'
-            peers = sorted(set(via for other, item in (local.get('hosts') or {}).items() if other != host
-                               for found_intra in (item.get('intra') or {}).values() for via in found_intra.get('via') or []))
-            differs = ('its GPUs talked via %s, its peers\' via %s' % (mine, ', '.join(peers))
-                       if peers and mine != 'unknown' and set(intra.get('via') or []) != set(peers) else
-                       'NCCL\'s log shows the same transports as its peers\': the GPUs, their links or clocks differ')
-            found.append(finding(F.COLLECTIVE_NODE_SLOW, host, subject, evidence,
-                                 'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
-                                 'below %.0f %% is slow): %s'
-                                 % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),
-                                    entry.get('peer_median_gbs') or 0, 100 * local.get('healthy_ratio', HEALTHY_RATIO), differs),
-                                 path=path))
-    return found
+    return [item for host, entry in sorted((local.get('hosts') or {}).items()) for item in _local_host(host, entry, local)]
 
 
 def _nccl_release(versions):
@@ -130,82 +145,89 @@ def _run_host(name, nodes):
     return matches[0] if len(matches) == 1 else None
 
 
-def collective_findings(collective, nodes=None):
-    found = []
-    nodes = nodes or {}
-    skipped = (collective or {}).get('skipped')
-    if skipped:
-        # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
-        found.append(finding(F.COLLECTIVE_NOT_RUN, None, 'collective', {'skipped': skipped},
-                             'the collective benchmark did not run: %s' % skipped))
-    fleet = (collective or {}).get('fleet') or {}
+def _verdict(fleet, transport, path):
+    """The fleet run's own verdict: slow, corrupt or failed (or nothing)."""
     verdict = fleet.get('verdict') or {}
-    transport = fleet.get('transport') or {}
-    run_hosts = [host for host in (_run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
-    # A fleet run's path: every node of it, their GPUs and the HCAs NCCL used.
-    hcas = [name.split(':', 1)[0] for name in transport.get('hcas') or []]
-    path = [('node', host) for host in run_hosts] + [('gpus', host) for host in run_hosts] + [
-        ('hca', host, hca) for host in run_hosts for hca in hcas]
-    if verdict.get('status') in ('warning', 'low', 'corrupt', 'failed'):
-        code = {'corrupt': F.COLLECTIVE_DATA_CORRUPTION, 'failed': F.COLLECTIVE_FAILED}.get(verdict['status'], F.COLLECTIVE_BUSBW_LOW)
-        severity = 'warning' if verdict['status'] == 'warning' else 'error'
-        found.append(finding(code, None, fleet.get('benchmark') or 'collective',
-                             {'busbw_gbs': verdict.get('busbw_gbs'), 'expected_gbs': verdict.get('expected_gbs'),
-                              'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total'),
-                              'gdr': transport.get('gdr'), 'net': transport.get('net')},
-                             '; '.join(verdict.get('reasons') or []), severity=severity, path=path))
+    if verdict.get('status') not in ('warning', 'low', 'corrupt', 'failed'):
+        return []
+    code = {'corrupt': F.COLLECTIVE_DATA_CORRUPTION, 'failed': F.COLLECTIVE_FAILED}.get(verdict['status'], F.COLLECTIVE_BUSBW_LOW)
+    severity = 'warning' if verdict['status'] == 'warning' else 'error'
+    return [finding(code, None, fleet.get('benchmark') or 'collective',
+                    {'busbw_gbs': verdict.get('busbw_gbs'), 'expected_gbs': verdict.get('expected_gbs'),
+                     'ratio': verdict.get('ratio'), 'wrong_total': fleet.get('wrong_total'),
+                     'gdr': transport.get('gdr'), 'net': transport.get('net')},
+                    '; '.join(verdict.get('reasons') or []), severity=severity, path=path)]
+
+
+def _peermem_name(fleet, transport, nodes, run_hosts):
+    """COLLECTIVE_NCCL_PEERMEM_NAME on each node whose peer-memory module a NCCL this old does not know."""
+    release = _nccl_release(fleet.get('versions'))
+    if transport.get('net') != 'IB' or not release or release > NCCL_PEERMEM_CLIENT_ONLY:
+        return []
+    found = []
+    for host in run_hosts:
+        paths = (((nodes.get(host) or {}).get('gdr') or {}).get('peer_memory') or {}).get('paths') or {}
+        nvidia = paths.get('nvidia') or {}
+        if nvidia.get('detected') and str(nvidia.get('evidence') or '').startswith('/sys/module/'):
+            found.append(finding(
+                F.COLLECTIVE_NCCL_PEERMEM_NAME, host, 'nccl %s' % '.'.join(str(part) for part in release),
+                {'nccl': (fleet.get('versions') or {}).get('library_version'), 'peer_memory': nvidia.get('evidence'),
+                 'module': nvidia.get('module_loaded'), 'gdr_in_run': transport.get('gdr')},
+                'NCCL %s looks for the memory_peers client of nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem/version) '
+                'and does not know %s, which registers none on %s (%s only): it turns GPUDirect RDMA off there and every '
+                'message is copied through host memory' % (
+                    (fleet.get('versions') or {}).get('library_version'), nvidia.get('module_loaded') or 'nvidia_peermem',
+                    host, nvidia.get('evidence')),
+                at=[('node', host)]))
+    return found
+
+
+def _gdr_not_used(transport, nodes, trapped, hcas, path):
+    """COLLECTIVE_GDR_NOT_USED where every node's facts say GPUDirect RDMA works (or a NCCL too old for the
+    node's peer-memory module, ``trapped``) and the run did not use it."""
     ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in nodes.items()
                  if (node.get('gdr') or {}).get('gpus'))
-    gdr_via = None
-    if transport.get('gdr') is True:
-        # NCCL registers GPU buffers with dma-buf where both the GPU (init.cc 'DMA-BUF is available on GPU
-        # device') and the NIC support it, else through the peer-memory client (src/transport/net_ib.cc).
-        gdr_via = 'dma-buf' if transport.get('dmabuf_available') else 'peer memory'
-    release = _nccl_release(fleet.get('versions'))
-    trapped = []
-    if transport.get('net') == 'IB' and release and release <= NCCL_PEERMEM_CLIENT_ONLY:
-        for host in run_hosts:
-            paths = (((nodes.get(host) or {}).get('gdr') or {}).get('peer_memory') or {}).get('paths') or {}
-            nvidia = paths.get('nvidia') or {}
-            if nvidia.get('detected') and str(nvidia.get('evidence') or '').startswith('/sys/module/'):
-                trapped.append(host)
-                found.append(finding(
-                    F.COLLECTIVE_NCCL_PEERMEM_NAME, host, 'nccl %s' % '.'.join(str(part) for part in release),
-                    {'nccl': (fleet.get('versions') or {}).get('library_version'), 'peer_memory': nvidia.get('evidence'),
-                     'module': nvidia.get('module_loaded'), 'gdr_in_run': transport.get('gdr')},
-                    'NCCL %s looks for the memory_peers client of nv_peer_mem (/sys/kernel/mm/memory_peers/nv_mem/version) '
-                    'and does not know %s, which registers none on %s (%s only): it turns GPUDirect RDMA off there and every '
-                    'message is copied through host memory' % (
-                        (fleet.get('versions') or {}).get('library_version'), nvidia.get('module_loaded') or 'nvidia_peermem',
-                        host, nvidia.get('evidence')),
-                    at=[('node', host)]))
-    if transport.get('net') == 'IB' and transport.get('gdr') is False and ready and (all(ready.values()) or trapped):
-        # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
-        # settings or environment, not the nodes (NCCL_NET_GDR_LEVEL below the GPU<->NIC distance,
-        # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set),
-        # or a NCCL too old for the node's peer-memory module.
-        found.append(finding(F.COLLECTIVE_GDR_NOT_USED, None, 'transport',
-                             {'evidence': transport.get('evidence'), 'gdr_ready': ready, 'hcas': transport.get('hcas')},
-                             'the collective ran over IB without GPUDirect RDMA (NCCL: "GPU Direct RDMA Disabled" for %s) '
-                             'although gdr_facts finds every node GPUDirect-RDMA ready: data went through host memory'
-                             % (', '.join(hcas) or 'its HCAs'), path=path))
+    if not (transport.get('net') == 'IB' and transport.get('gdr') is False and ready and (all(ready.values()) or trapped)):
+        return []
+    # Every node's facts say GPUDirect RDMA works, yet the library did not use it: the job's
+    # settings or environment, not the nodes (NCCL_NET_GDR_LEVEL below the GPU<->NIC distance,
+    # a container without the peer-memory device files, NCCL_NET_GDR_READ/NCCL_IB_DISABLE set),
+    # or a NCCL too old for the node's peer-memory module.
+    return [finding(F.COLLECTIVE_GDR_NOT_USED, None, 'transport',
+                    {'evidence': transport.get('evidence'), 'gdr_ready': ready, 'hcas': transport.get('hcas')},
+                    'the collective ran over IB without GPUDirect RDMA (NCCL: "GPU Direct RDMA Disabled" for %s) '
+                    'although gdr_facts finds every node GPUDirect-RDMA ready: data went through host memory'
+                    % (', '.join(hcas) or 'its HCAs'), path=path)]
+
+
+_NO_IB_WHY = {
+    'libibverbs': 'NCCL could not load libibverbs ("%s"): rdma-core\'s verbs library is missing where the job '
+                  'runs (a container, a node without the OFED or rdma-core user space)',
+    'no_device': 'NCCL found no RDMA device ("%s"): the job does not see /dev/infiniband (a container without the '
+                 'devices) or NCCL_IB_HCA names none of the HCAs',
+    'disabled': 'NCCL_IB_DISABLE=1 is set in the job\'s environment (%s)'}
+
+
+def _socket_transport(fleet, transport, nodes, run_hosts, path):
+    """COLLECTIVE_SOCKET_TRANSPORT where a run over several nodes used TCP sockets."""
+    if transport.get('net') != 'Socket' or not fleet.get('hosts') or len(fleet['hosts']) <= 1:
+        return []
     rdma_hosts = [host for host in run_hosts if ((nodes.get(host) or {}).get('ib') or {}).get('devices')]
-    if transport.get('net') == 'Socket' and fleet.get('hosts') and len(fleet['hosts']) > 1:
-        unavailable = transport.get('ib_unavailable') or {}
-        why = {'libibverbs': 'NCCL could not load libibverbs ("%s"): rdma-core\'s verbs library is missing where the job '
-                             'runs (a container, a node without the OFED or rdma-core user space)',
-               'no_device': 'NCCL found no RDMA device ("%s"): the job does not see /dev/infiniband (a container without the '
-                            'devices) or NCCL_IB_HCA names none of the HCAs',
-               'disabled': 'NCCL_IB_DISABLE=1 is set in the job\'s environment (%s)'}.get(unavailable.get('reason'))
-        found.append(finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
-                             {'evidence': transport.get('evidence'), 'ib_unavailable': unavailable or None,
-                              'rdma_hosts': rdma_hosts},
-                             'NCCL used TCP sockets across nodes, not RDMA%s' % (
-                                 (': ' + why % unavailable.get('line')) if why else ''),
-                             remedy=unavailable.get('reason') if unavailable.get('reason') in ('libibverbs', 'disabled') else None,
-                             # A run whose nodes gave no facts still sits on the run (never nowhere).
-                             at=[('node', host) for host in rdma_hosts or run_hosts] or [('run',)], path=path))
-    # GPUs of one node that did not talk peer-to-peer in the fleet run (its connection lines by host).
+    unavailable = transport.get('ib_unavailable') or {}
+    why = _NO_IB_WHY.get(unavailable.get('reason'))
+    return [finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
+                    {'evidence': transport.get('evidence'), 'ib_unavailable': unavailable or None,
+                     'rdma_hosts': rdma_hosts},
+                    'NCCL used TCP sockets across nodes, not RDMA%s' % (
+                        (': ' + why % unavailable.get('line')) if why else ''),
+                    remedy=unavailable.get('reason') if unavailable.get('reason') in ('libibverbs', 'disabled') else None,
+                    # A run whose nodes gave no facts still sits on the run (never nowhere).
+                    at=[('node', host) for host in rdma_hosts or run_hosts] or [('run',)], path=path)]
+
+
+def _fleet_not_p2p(fleet, transport, nodes):
+    """GPUs of one node that did not talk peer-to-peer in the fleet run (its connection lines by host)."""
+    found = []
     interconnects = dict((name, _collective_interconnect(transport, name)) for name in (transport.get('intra_by_host') or {}))
     for name, intra in sorted(intra_node(transport).items()):
         host = _run_host(name, nodes)
@@ -214,9 +236,43 @@ def collective_findings(collective, nodes=None):
         root = _gpus_not_p2p(host, intra, interconnects.get(name), (transport.get('env') or {},), fleet.get('benchmark') or 'collective')
         if root:
             found.append(root)
-    if gdr_via and fleet:
-        found.append(finding(F.COLLECTIVE_GDR_PATH, None, 'transport', {'gdr_via': gdr_via, 'hcas': transport.get('hcas')},
-                             'the collective used GPUDirect RDMA through %s' % gdr_via))
+    return found
+
+
+def _gdr_path(fleet, transport):
+    """COLLECTIVE_GDR_PATH: how the run registered GPU buffers, where it used GPUDirect RDMA."""
+    if transport.get('gdr') is not True or not fleet:
+        return []
+    # NCCL registers GPU buffers with dma-buf where both the GPU (init.cc 'DMA-BUF is available on GPU
+    # device') and the NIC support it, else through the peer-memory client (src/transport/net_ib.cc).
+    gdr_via = 'dma-buf' if transport.get('dmabuf_available') else 'peer memory'
+    return [finding(F.COLLECTIVE_GDR_PATH, None, 'transport', {'gdr_via': gdr_via, 'hcas': transport.get('hcas')},
+                    'the collective used GPUDirect RDMA through %s' % gdr_via)]
+
+
+def collective_findings(collective, nodes=None):
+    """The fleet run's findings (collective.fleet), and the run not run at all (collective.skipped)."""
+    found = []
+    nodes = nodes or {}
+    skipped = (collective or {}).get('skipped')
+    if skipped:
+        # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
+        found.append(finding(F.COLLECTIVE_NOT_RUN, None, 'collective', {'skipped': skipped},
+                             'the collective benchmark did not run: %s' % skipped))
+    fleet = (collective or {}).get('fleet') or {}
+    transport = fleet.get('transport') or {}
+    run_hosts = [host for host in (_run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
+    # A fleet run's path: every node of it, their GPUs and the HCAs NCCL used.
+    hcas = [name.split(':', 1)[0] for name in transport.get('hcas') or []]
+    path = [('node', host) for host in run_hosts] + [('gpus', host) for host in run_hosts] + [
+        ('hca', host, hca) for host in run_hosts for hca in hcas]
+    found.extend(_verdict(fleet, transport, path))
+    trapped = _peermem_name(fleet, transport, nodes, run_hosts)
+    found.extend(trapped)
+    found.extend(_gdr_not_used(transport, nodes, trapped, hcas, path))
+    found.extend(_socket_transport(fleet, transport, nodes, run_hosts, path))
+    found.extend(_fleet_not_p2p(fleet, transport, nodes))
+    found.extend(_gdr_path(fleet, transport))
     return found
 
 
