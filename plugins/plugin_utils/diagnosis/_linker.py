@@ -144,6 +144,71 @@ def _device_words(place, rails):
     return 'node %s' % place[1]
 
 
+def _places_of(pair):
+    return set(tuple(place) for place in F.places(pair_path(pair)))
+
+
+def _suspects(bad, pairs):
+    """{place: (its informative tests, their peers)} of the devices every informative test through which
+    is slow or failed, with two or more peers. One pass over the tests (a full mesh at scale is about a
+    million): the informative tests through each candidate - those that passed, and the open ones (an
+    explained failure tells nothing of another device)."""
+    candidates = set(place for t in bad for place in t[2] if place[0] in _SPECIFIC)
+    index = dict((place, []) for place in candidates)
+    for test in bad:
+        for place in test[2] & candidates:
+            index[place].append(test)
+    for pair in pairs:
+        if pair.get('verdict') == 'ok':
+            for place in _places_of(pair) & candidates:
+                index[place].append((pair, None, None))
+    suspects = {}
+    for place, through in index.items():
+        if any(t[1] is None for t in through):
+            continue
+        peers = set(t[0]['client'] if t[0]['server'] == place[1] else t[0]['server'] for t in through)
+        if len(peers) >= 2:
+            suspects[place] = (through, peers)
+    return suspects
+
+
+def _device_finding(place, through, peers):
+    """BENCH_DEVICE_UNEXPLAINED on ``place``, every test ``through`` it slow or failed."""
+    host = place[1]
+    rails = sorted(set(str(t[0].get('rail')) for t in through), key=natural_key)
+    memories = sorted(set(str(t[0].get('memory')) for t in through))
+    sides = sorted(set('server' if t[0]['server'] == host else 'client' for t in through))
+    kinds = sorted(set(t[1]['code'] for t in through))
+    words = _device_words(place, rails if place[0] == 'hca' else [])
+    subject = {'hca': lambda: place[2], 'gpu_nic': lambda: '%s<->%s' % (place[2], place[3]),
+               'gpu': lambda: place[2]}.get(place[0], lambda: 'node')()
+    return finding(
+        F.BENCH_DEVICE_UNEXPLAINED, host, subject,
+        {'device': list(place), 'tests': len(through), 'peers': sorted(peers, key=natural_key), 'rails': rails,
+         'memories': memories, 'sides': sides, 'codes': kinds,
+         'subjects': sorted(t[1]['subject'] for t in through)[:20]},
+        '%s is slow or failed in every test it is in (%d test(s) with %d peers: %s memory, as %s), and no finding on '
+        'their path explains it' % (words, len(through), len(peers), ' and '.join(memories), ' and '.join(sides)),
+        remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0]),
+        device=subject.replace('<->', ' and '), at=[place], path=[place])
+
+
+def _cover(suspects):
+    """The devices that together cover the failing tests, each a finding: the device that covers the
+    most tests not yet covered first; ties: the most specific, then by name. Returns (findings, ids of
+    the tests covered)."""
+    found, covered = [], set()
+    while True:
+        ranked = sorted(((len([t for t in through if id(t) not in covered]), place) for place, (through, _p) in suspects.items()),
+                        key=lambda item: (-item[0], _SPECIFIC.index(item[1][0]), [natural_key(part) for part in item[1]]))
+        if not ranked or ranked[0][0] == 0:
+            return found, covered
+        place = ranked[0][1]
+        through, peers = suspects.pop(place)
+        covered.update(id(t) for t in through)
+        found.append(_device_finding(place, through, peers))
+
+
 def unexplained_findings(findings, bench):
     """Pair symptoms that no root on their path explains, said once on the device all their tests
     share: a device (an HCA port, a GPU<->NIC path, a GPU, a node) every informative test through
@@ -156,58 +221,10 @@ def unexplained_findings(findings, bench):
     if not open_:
         return []
     pairs = [p for p in (bench or {}).get('pairs') or [] if isinstance(p, dict) and p.get('server') and p.get('client')]
-
-    def places_of(pair):
-        return set(tuple(place) for place in F.places(pair_path(pair)))
-    bad = [(pair, open_[pair_subject(pair)], places_of(pair)) for pair in pairs
+    bad = [(pair, open_[pair_subject(pair)], _places_of(pair)) for pair in pairs
            if pair.get('verdict') != 'ok' and pair_subject(pair) in open_]
-    candidates = set(place for t in bad for place in t[2] if place[0] in _SPECIFIC)
-    # One pass over the tests (a full mesh at scale is about a million): the informative tests through
-    # each candidate - those that passed, and the open ones (an explained failure tells nothing of
-    # another device).
-    index = dict((place, []) for place in candidates)
-    for test in bad:
-        for place in test[2] & candidates:
-            index[place].append(test)
-    for pair in pairs:
-        if pair.get('verdict') == 'ok':
-            for place in places_of(pair) & candidates:
-                index[place].append((pair, None, None))
-    suspects = {}
-    for place, through in index.items():
-        if any(t[1] is None for t in through):
-            continue
-        peers = set(t[0]['client'] if t[0]['server'] == place[1] else t[0]['server'] for t in through)
-        if len(peers) >= 2:
-            suspects[place] = (through, peers)
-    found, covered = [], set()
-    while True:
-        ranked = sorted(((len([t for t in through if id(t) not in covered]), place) for place, (through, _p) in suspects.items()),
-                        key=lambda item: (-item[0], _SPECIFIC.index(item[1][0]), [natural_key(part) for part in item[1]]))
-        if not ranked or ranked[0][0] == 0:
-            break
-        place = ranked[0][1]
-        through, peers = suspects.pop(place)
-        covered.update(id(t) for t in through)
-        host = place[1]
-        rails = sorted(set(str(t[0].get('rail')) for t in through), key=natural_key)
-        memories = sorted(set(str(t[0].get('memory')) for t in through))
-        sides = sorted(set('server' if t[0]['server'] == host else 'client' for t in through))
-        kinds = sorted(set(t[1]['code'] for t in through))
-        words = _device_words(place, rails if place[0] == 'hca' else [])
-        subject = {'hca': lambda: place[2], 'gpu_nic': lambda: '%s<->%s' % (place[2], place[3]),
-                   'gpu': lambda: place[2]}.get(place[0], lambda: 'node')()
-        found.append(finding(
-            F.BENCH_DEVICE_UNEXPLAINED, host, subject,
-            {'device': list(place), 'tests': len(through), 'peers': sorted(peers, key=natural_key), 'rails': rails,
-             'memories': memories, 'sides': sides, 'codes': kinds,
-             'subjects': sorted(t[1]['subject'] for t in through)[:20]},
-            '%s is slow or failed in every test it is in (%d test(s) with %d peers: %s memory, as %s), and no finding on '
-            'their path explains it' % (words, len(through), len(peers), ' and '.join(memories), ' and '.join(sides)),
-            remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0]),
-            device=subject.replace('<->', ' and '), at=[place], path=[place]))
-    lone = [t for t in bad if id(t) not in covered]
-    for pair, symptom, _places in lone:
+    found, covered = _cover(_suspects(bad, pairs))
+    for pair, symptom, _places in (t for t in bad if id(t) not in covered):
         symptom['cause'] = '%s; no finding on its path explains it, and its failing tests share no device that fails with two ' \
             'or more peers: the fault is on this pair\'s path (either node\'s port, cable or PCIe path of rail %s); tests ' \
             'with more peers tell which end' % (symptom['cause'], pair.get('rail'))

@@ -45,20 +45,20 @@ def pair_path(pair):
     return path
 
 
-def bench_findings(bench):
+def _not_tested(bench):
+    """Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest)."""
     found = []
-    # Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest).
-    if (bench or {}).get('skipped'):
-        # The run, and every node it left out (diagnose() adds the nodes it knows).
+    if bench.get('skipped'):
+        # The run, and every node it left out (the linker adds the nodes it knows).
         found.append(finding(F.BENCH_NOT_RUN, None, 'pairwise',
                              {'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
                              'the pairwise benchmark did not run: %s' % bench['skipped'], test=bench.get('test') or 'ib_write_bw',
                              path=[('run',)] + [('node', host) for host in sorted(bench.get('excluded') or {})]))
-    for host, why in sorted(((bench or {}).get('excluded') or {}).items()):
-        # The node, and its HCAs where diagnose() knows them.
+    for host, why in sorted((bench.get('excluded') or {}).items()):
+        # The node, and its HCAs where the linker knows them.
         found.append(finding(F.BENCH_NODE_NOT_TESTED, host, 'node', {'reason': why},
                              '%s was left out of the pairwise benchmark: %s' % (host, why), path=[('node', host)]))
-    for host, entry in sorted(((bench or {}).get('records_malformed') or {}).items(), key=lambda item: natural_key(item[0])):
+    for host, entry in sorted((bench.get('records_malformed') or {}).items(), key=lambda item: natural_key(item[0])):
         # Fail closed: a record that could not be placed was dropped, and the tests it held were not judged.
         entry = entry if isinstance(entry, dict) else {}
         found.append(finding(F.BENCH_RECORDS_MALFORMED, None, 'pairwise',
@@ -67,10 +67,51 @@ def bench_findings(bench):
                              '%s record(s) of %s could not be judged and were dropped (%s): %s' % (
                                  entry.get('dropped'), host, entry.get('source'), '; '.join(entry.get('records') or [])),
                              path=[('run',), ('node', host)]))
-    host_ok = set((p['server'], p['client'], p.get('rail')) for p in (bench or {}).get('pairs') or []
+    return found
+
+
+def _pair_code(pair, bench, host_ok):
+    """Which symptom a pair that is not ok shows, and whether its GPU memory was slow against host memory."""
+    gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
+        and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
+    code = F.BENCH_PAIR_FAILED if pair.get('verdict') == 'failed' else (F.BENCH_GPU_MEMORY_LOW if gpu_low else F.BENCH_PAIR_LOW)
+    if code == F.BENCH_PAIR_FAILED and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
+        # The link works (host memory passed on the same pair and rail): GPU memory itself could not be
+        # used, e.g. ibv_reg_mr refused without a peer-memory client - the IB+GPU layer's symptom.
+        code = F.BENCH_GPU_MEMORY_FAILED
+    return code, gpu_low
+
+
+def _pair_symptom(pair, bench, host_ok):
+    code, gpu_low = _pair_code(pair, bench, host_ok)
+    severity, cause = 'error', '; '.join(pair.get('reasons') or [])
+    if gpu_low and pair.get('gpu_distance') in FAR:
+        # Topology, not a fault of the pair: no GPU sits near this HCA (a storage NIC, or a rail wired to
+        # the other socket). NCCL does not use GPUDirect RDMA that far by default (NCCL_NET_GDR_LEVEL
+        # PXB), so jobs never see this; a compute-rate NIC without a near GPU is GPU_NIC_FAR, once per node.
+        severity = 'info'
+        cause += ('; the nearest GPU of this HCA is %s away, so GPU memory through it crosses the socket'
+                  % pair['gpu_distance'])
+    item = finding(code, None, pair_subject(pair),
+                   {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
+                    'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
+                    'memory': pair.get('memory'), 'failure': pair.get('failure'),
+                    'server_failure': pair.get('server_failure'),
+                    # Which end's failure made the test fail (what a root must explain: F.explains).
+                    'failed_side': _bench.failure_cause(pair) if pair.get('verdict') == 'failed' else None},
+                   cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near',
+                   path=pair_path(pair))
+    item['hosts'] = [pair['server'], pair['client']]
+    return item
+
+
+def _pairs(bench):
+    """Each pair test that failed or was slow; the tests that never reached the hardware, said once."""
+    found = []
+    host_ok = set((p['server'], p['client'], p.get('rail')) for p in bench.get('pairs') or []
                   if p.get('memory') == 'host' and p.get('verdict') == 'ok')
     broken = []
-    for pair in (bench or {}).get('pairs') or []:
+    for pair in bench.get('pairs') or []:
         if pair.get('verdict') == 'ok':
             continue
         cause_of = _bench.not_reached(pair)
@@ -79,38 +120,18 @@ def bench_findings(bench):
             # once below; no device verdict follows from it.
             broken.append((pair, cause_of))
             continue
-        subject = pair_subject(pair)
-        gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
-            and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
-        code = F.BENCH_PAIR_FAILED if pair.get('verdict') == 'failed' else (F.BENCH_GPU_MEMORY_LOW if gpu_low else F.BENCH_PAIR_LOW)
-        if code == F.BENCH_PAIR_FAILED and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
-            # The link works (host memory passed on the same pair and rail): GPU memory itself could not be
-            # used, e.g. ibv_reg_mr refused without a peer-memory client - the IB+GPU layer's symptom.
-            code = F.BENCH_GPU_MEMORY_FAILED
-        severity, cause = 'error', '; '.join(pair.get('reasons') or [])
-        if gpu_low and pair.get('gpu_distance') in FAR:
-            # Topology, not a fault of the pair: no GPU sits near this HCA (a storage NIC, or a rail wired to
-            # the other socket). NCCL does not use GPUDirect RDMA that far by default (NCCL_NET_GDR_LEVEL
-            # PXB), so jobs never see this; a compute-rate NIC without a near GPU is GPU_NIC_FAR, once per node.
-            severity = 'info'
-            cause += ('; the nearest GPU of this HCA is %s away, so GPU memory through it crosses the socket'
-                      % pair['gpu_distance'])
-        found.append(finding(code, None, subject,
-                             {'bw_avg_gbps': pair.get('bw_avg_gbps'), 'port_rate_gbps': pair.get('port_rate_gbps'),
-                              'gpu_vs_host': pair.get('gpu_vs_host'), 'gpu_distance': pair.get('gpu_distance'),
-                              'memory': pair.get('memory'), 'failure': pair.get('failure'),
-                              'server_failure': pair.get('server_failure'),
-                              # Which end's failure made the test fail (what a root must explain: F.explains).
-                              'failed_side': _bench.failure_cause(pair) if pair.get('verdict') == 'failed' else None},
-                             cause, severity=severity, remedy=None if severity == 'error' else 'no_gpu_near',
-                             path=pair_path(pair)))
-        found[-1]['hosts'] = [pair['server'], pair['client']]
+        found.append(_pair_symptom(pair, bench, host_ok))
     if broken:
         found.append(_run_broken(broken))
-    # One finding per HCA whose counters rose, its tests in evidence: a port flapping through the
-    # whole benchmark is one fault, not one per test.
+    return found
+
+
+def _counters_under_load(bench):
+    """One finding per HCA whose counters rose, its tests in evidence: a port flapping through the
+    whole benchmark is one fault, not one per test."""
+    found = []
     rises = {}
-    for rise in (bench or {}).get('counters') or []:
+    for rise in bench.get('counters') or []:
         rises.setdefault((rise['host'], rise['hca']), []).append(rise)
     for (host, hca), items in sorted(rises.items(), key=lambda item: (item[0][0], natural_key(item[0][1]))):
         total = {}
@@ -124,6 +145,11 @@ def bench_findings(bench):
                                  ', '.join('%s +%d' % kv for kv in sorted(total.items()))),
                              hca=hca, at=[('hca', host, hca)], path=[('hca', host, hca)]))
     return found
+
+
+def bench_findings(bench):
+    bench = bench or {}
+    return _not_tested(bench) + _pairs(bench) + _counters_under_load(bench)
 
 
 # How many causes a BENCH_RUN_BROKEN names in its text (all are in its evidence, up to RUN_BROKEN_CAUSES).
