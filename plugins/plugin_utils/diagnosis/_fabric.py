@@ -188,76 +188,92 @@ def _sm_name(sm):
     return 'LID %s GUID %s priority %s' % (sm.get('lid'), sm.get('guid'), sm.get('priority'))
 
 
-def sm_findings(fabric, nodes, discovered_by):
-    """The subnet managers: none master, several masters, standbys at the master's priority, SMs that
-    will not take over, and the nodes' views. IBTA/opensm elect by priority, then the LOWER GUID
-    (opensm osm_sminfo_rcv.c smi_rcv_remote_sm_is_higher(): "higher priority or with same priority and
-    lower GUID"); opensm(8) -p: "master is chosen by priority and GUID", 0 lowest to 15 highest."""
-    found = []
-    sm = mapping(fabric.get('sm'))
-    sms = _sms_by_guid(mappings(sm.get('sms')))
-    errors = mappings(sm.get('errors'))
-    masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
-    unknown = [s for s in sms if integer(s.get('state')) is None]
+def _masters(sms, errors, masters, discovered_by):
+    """No SM master, or several."""
     if not masters:
+        unknown = [s for s in sms if integer(s.get('state')) is None]
         why = '; '.join(text(e.get('error')) for e in errors[:3]) or 'no SMInfo record'
         if unknown:
             why = 'the state of %s was not read; %s' % (', '.join(_sm_name(s) for s in unknown[:3]), why)
-        found.append(finding(
+        return [finding(
             F.FABRIC_SM_ABSENT, None, 'subnet manager',
             {'asked_from': discovered_by, 'sms': sms, 'errors': errors[:10]},
             'no subnet manager answered as master (%s): the fabric keeps its routes until a link or node changes, '
-            'then nothing reconfigures it' % why, at=[FABRIC]))
-    elif len(masters) > 1:
-        found.append(finding(
+            'then nothing reconfigures it' % why, at=[FABRIC])]
+    if len(masters) > 1:
+        return [finding(
             F.FABRIC_SM_MULTIPLE_MASTERS, None, 'subnet manager',
             {'masters': sorted(masters.values(), key=lambda s: integer(s.get('lid')) or 0)},
             '%d subnet managers each claim to be master (%s): the subnet is split and routes fight' % (
                 len(masters), ', '.join('LID %s GUID %s' % (s.get('lid'), g) for g, s in sorted(masters.items()))),
-            at=[FABRIC]))
+            at=[FABRIC])]
+    return []
+
+
+def _priority_tie(sms, masters):
+    """SMs that share a priority: at equal priority the GUID decides."""
     active = [s for s in sms if integer(s.get('state')) not in (SM_NOTACTIVE, None)]
     priorities = Counter(integer(s.get('priority')) for s in active)
     tied = sorted(p for p, c in priorities.items() if c > 1 and p is not None)
-    if tied:
-        master = list(masters.values())[0] if len(masters) == 1 else None
-        with_master = [s for s in active if master is not None and s is not master
-                       and integer(s.get('priority')) == integer(master.get('priority'))]
-        if with_master:
-            cause = ('%s stand%s by at the master\'s priority %s (master %s): at equal priority the lower GUID is master, '
-                     'so the GUIDs, not the priorities, decide who takes over, and a restarted SM with a lower GUID takes '
-                     'the subnet back - each handover a heavy sweep that re-routes the fabric' % (
-                         ', '.join(_sm_name(s) for s in with_master), 's' if len(with_master) == 1 else '',
-                         master.get('priority'), _sm_name(master)))
-        else:
-            cause = ('subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
-                     'pick an unintended one' % ', '.join(str(p) for p in tied))
-        found.append(finding(
-            F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
-            {'priority': tied, 'sms': active, 'master': master, 'standbys_at_master_priority': with_master}, cause, at=[FABRIC]))
+    if not tied:
+        return []
+    master = list(masters.values())[0] if len(masters) == 1 else None
+    with_master = [s for s in active if master is not None and s is not master
+                   and integer(s.get('priority')) == integer(master.get('priority'))]
+    if with_master:
+        cause = ('%s stand%s by at the master\'s priority %s (master %s): at equal priority the lower GUID is master, '
+                 'so the GUIDs, not the priorities, decide who takes over, and a restarted SM with a lower GUID takes '
+                 'the subnet back - each handover a heavy sweep that re-routes the fabric' % (
+                     ', '.join(_sm_name(s) for s in with_master), 's' if len(with_master) == 1 else '',
+                     master.get('priority'), _sm_name(master)))
+    else:
+        cause = ('subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
+                 'pick an unintended one' % ', '.join(str(p) for p in tied))
+    return [finding(
+        F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
+        {'priority': tied, 'sms': active, 'master': master, 'standbys_at_master_priority': with_master}, cause, at=[FABRIC])]
+
+
+def _inactive(sms, masters):
+    """SMs that are not STANDBY beside a master: they will not take over."""
     idle = [s for s in sms if integer(s.get('state')) in (SM_NOTACTIVE, SM_DISCOVERING)]
-    if idle and masters:
-        found.append(finding(
-            F.FABRIC_SM_INACTIVE, None, 'subnet manager',
-            {'sms': idle},
-            '%s: %s' % ('; '.join('%s is %s' % (_sm_name(s), text(s.get('state_name')) or s.get('state')) for s in idle),
-                        'an SM that is not STANDBY does not poll the master and does not take over when it fails '
-                        '(NOTACTIVE: stopped or disabled; DISCOVERING: still electing, or stuck if it stays so)'),
-            at=[FABRIC]))
+    if not (idle and masters):
+        return []
+    return [finding(
+        F.FABRIC_SM_INACTIVE, None, 'subnet manager',
+        {'sms': idle},
+        '%s: %s' % ('; '.join('%s is %s' % (_sm_name(s), text(s.get('state_name')) or s.get('state')) for s in idle),
+                    'an SM that is not STANDBY does not poll the master and does not take over when it fails '
+                    '(NOTACTIVE: stopped or disabled; DISCOVERING: still electing, or stuck if it stays so)'),
+        at=[FABRIC])]
+
+
+def _sm_views(nodes):
+    """The nodes' views of their SM (each ACTIVE InfiniBand port's sm_lid), where they differ."""
     views = {}
     for host in sorted(nodes or {}):
         for device in mappings(mapping(mapping(nodes[host]).get('ib')).get('devices')):
             for port in mappings(device.get('ports')):
                 if port.get('link_layer') == 'InfiniBand' and port.get('state') == 'ACTIVE' and integer(port.get('sm_lid')):
                     views.setdefault(text(device.get('name')), {}).setdefault(integer(port['sm_lid']), []).append(host)
-    for device, seen in sorted(views.items()):
-        if len(seen) > 1:
-            found.append(finding(
-                F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
-                {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
-                'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
-                'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items()))),
-                at=[FABRIC]))
-    return found
+    return [finding(
+        F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
+        {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
+        'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
+        'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items()))),
+        at=[FABRIC]) for device, seen in sorted(views.items()) if len(seen) > 1]
+
+
+def sm_findings(fabric, nodes, discovered_by):
+    """The subnet managers: none master, several masters, standbys at the master's priority, SMs that
+    will not take over, and the nodes' views. IBTA/opensm elect by priority, then the LOWER GUID
+    (opensm osm_sminfo_rcv.c smi_rcv_remote_sm_is_higher(): "higher priority or with same priority and
+    lower GUID"); opensm(8) -p: "master is chosen by priority and GUID", 0 lowest to 15 highest."""
+    sm = mapping(fabric.get('sm'))
+    sms = _sms_by_guid(mappings(sm.get('sms')))
+    masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
+    return (_masters(sms, mappings(sm.get('errors')), masters, discovered_by) + _priority_tie(sms, masters)
+            + _inactive(sms, masters) + _sm_views(nodes))
 
 
 def unread_findings(fabric, host):
