@@ -298,6 +298,37 @@ def _other_judge(host, value, ref, ref_hosts, ctx):
     return _findings.FLEET_DIFFERS, ('warning' if lacking else 'info')
 
 
+def _named_devices(node):
+    return [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
+
+
+def _rails_differ(host, node, value, ref, ctx):
+    extra = Counter(value) - Counter(ref)
+    return [d['name'] for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name') for p in d.get('ports') or []
+            if (p.get('link_layer'), p.get('rate_gbps')) in extra]
+
+
+def _model_differs(host, node, _value, ref, ctx):
+    return [d['name'] for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name')
+            and d.get('hca_type') and d['hca_type'] not in ref]
+
+
+def _field_differs(field):
+    def named(_host, node, _value, ref, _ctx):
+        theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
+        return [d['name'] for d in _named_devices(node) if d.get(field) and ((d.get('hca_type') or '?'), str(d[field])) not in theirs]
+    return named
+
+
+def _roce_ports(_host, node, _value, _ref, _ctx):
+    return [d['name'] for d in _named_devices(node) for p in d.get('ports') or [] if p.get('link_layer') == 'Ethernet']
+
+
+# Which HCAs an attribute's difference names (the others are node-wide: _places).
+_NAMED_BY = {'rails': _rails_differ, 'hca_model': _model_differs, 'firmware': _field_differs('fw_ver'),
+             'board_id': _field_differs('board_id'), 'roce_mtu': _roce_ports, 'gid_index': _roce_ports, 'roce_qos': _roce_ports}
+
+
 def _places(name, host, node, value, ref, ctx):
     """Where a node's difference sits (a finding's ``at``, _findings.on_path): the HCAs whose
     ports, model, firmware or board differ, or whose RoCE settings were compared; the node where
@@ -305,21 +336,7 @@ def _places(name, host, node, value, ref, ctx):
     kernel, OFED, peer memory, the NCCL settings) or where no device can be named. ``rails`` and
     ``hca_model`` compare the compute rails only (``_devices``): a storage card of the same rate
     or model is never where their difference sits."""
-    devices = [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
-    rails_only = [d for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name')]
-    named = []
-    if name == 'rails':
-        extra = Counter(value) - Counter(ref)
-        named = [d['name'] for d in rails_only for p in d.get('ports') or []
-                 if (p.get('link_layer'), p.get('rate_gbps')) in extra]
-    elif name == 'hca_model':
-        named = [d['name'] for d in rails_only if d.get('hca_type') and d['hca_type'] not in ref]
-    elif name in ('firmware', 'board_id'):
-        field = 'fw_ver' if name == 'firmware' else 'board_id'
-        theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
-        named = [d['name'] for d in devices if d.get(field) and ((d.get('hca_type') or '?'), str(d[field])) not in theirs]
-    elif name in ('roce_mtu', 'gid_index', 'roce_qos'):
-        named = [d['name'] for d in devices for p in d.get('ports') or [] if p.get('link_layer') == 'Ethernet']
+    named = _NAMED_BY[name](host, node, value, ref, ctx) if name in _NAMED_BY else []
     if named:
         return [('hca', host, device) for device in sorted(set(named), key=natural_key)]
     return [('node', host)]
@@ -409,9 +426,57 @@ def _quiet(verdict):
     return verdict is None or verdict[1] == 'info'
 
 
+def _against_majority(kind, nodes, ctx, spec, finding, ranked, known):
+    """A finding per node whose value differs from the majority's (``ranked[0]``), as the attribute's judge says."""
+    name, layer, _value_of, judge, words, remedy = spec
+    show = _shower(name)
+    ref, ref_hosts = ranked[0]
+    found = []
+    for value, members in ranked[1:]:
+        for host in members:
+            verdict = judge(host, value, ref, ref_hosts, ctx)
+            if verdict is None:
+                continue
+            code, severity = verdict
+            if severity != 'info':
+                ctx['named'].add(host)
+            found.append(finding(
+                code, host, name,
+                {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
+                 'nodes_compared': known, 'kind': kind},
+                '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
+                % (words, show(value), show(ref), len(ref_hosts), known, kind),
+                severity=severity, layer=layer, attribute_remedy=remedy,
+                at=_places(name, host, nodes[host], value, ref, ctx), path=_places(name, host, nodes[host], value, ref, ctx)))
+    return found
+
+
+def _split(kind, ctx, spec, ranked, known):
+    """No majority: a value stays in the split only when no other value explains it away
+    (a node whose difference another finding accounts for is not one side of it)."""
+    name, layer, _value_of, judge, words, remedy = spec
+    show = _shower(name)
+    left = [(value, members) for value, members in ranked
+            if not any(all(_quiet(judge(host, value, other, other_hosts, ctx)) for host in members)
+                       for other, other_hosts in ranked if other != value)]
+    if len(left) < 2:
+        return []
+    ctx['named'].update(host for _value, members in left for host in members)
+    why = ('two nodes, so neither is the odd one' if known == 2 else
+           'no value is held by more than half of the %d nodes' % known)
+    return [_findings.finding(_findings.FLEET_SPLIT, None, '%s (%s)' % (name, kind),
+                              {'attribute': name, 'kind': kind, 'values': [{'value': _plain(v), 'hosts': m} for v, m in left]},
+                              '%s differ between nodes of one kind (%s) and %s: %s'
+                              % (words, kind, why, '; '.join('%s on %s' % (show(v), ', '.join(m)) for v, m in left)),
+                              layer=layer, attribute_remedy=remedy)]
+
+
+def _shower(name):
+    return _show_rails if name == 'rails' else _show_qos if name == 'roce_qos' else _show
+
+
 def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
-    name, layer, value_of, judge, words, remedy = spec
-    show = _show_rails if name == 'rails' else _show_qos if name == 'roce_qos' else _show
+    name, value_of = spec[0], spec[2]
     values = dict((host, value_of(host, nodes[host], ctx)) for host in hosts)
     if name == 'hca_count':
         ctx['hca_count'].update(values)
@@ -422,42 +487,10 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
     if len(groups) < 2:
         return []
     known = sum(len(h) for h in groups.values())
-    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), show(item[0])))
-    ref, ref_hosts = ranked[0]
-    found = []
-    if known >= MIN_MAJORITY and 2 * len(ref_hosts) > known:
-        for value, members in ranked[1:]:
-            for host in members:
-                verdict = judge(host, value, ref, ref_hosts, ctx)
-                if verdict is None:
-                    continue
-                code, severity = verdict
-                if severity != 'info':
-                    ctx['named'].add(host)
-                found.append(finding(
-                    code, host, name,
-                    {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
-                     'nodes_compared': known, 'kind': kind},
-                    '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
-                    % (words, show(value), show(ref), len(ref_hosts), known, kind),
-                    severity=severity, layer=layer, attribute_remedy=remedy,
-                    at=_places(name, host, nodes[host], value, ref, ctx), path=_places(name, host, nodes[host], value, ref, ctx)))
-        return found
-    # No majority: a value stays in the split only when no other value explains it away
-    # (a node whose difference another finding accounts for is not one side of it).
-    left = [(value, members) for value, members in ranked
-            if not any(all(_quiet(judge(host, value, other, other_hosts, ctx)) for host in members)
-                       for other, other_hosts in ranked if other != value)]
-    if len(left) < 2:
-        return []
-    ctx['named'].update(host for _value, members in left for host in members)
-    why = ('two nodes, so neither is the odd one' if known == 2 else
-           'no value is held by more than half of the %d nodes' % known)
-    return [finding(_findings.FLEET_SPLIT, None, '%s (%s)' % (name, kind),
-                    {'attribute': name, 'kind': kind, 'values': [{'value': _plain(v), 'hosts': m} for v, m in left]},
-                    '%s differ between nodes of one kind (%s) and %s: %s'
-                    % (words, kind, why, '; '.join('%s on %s' % (show(v), ', '.join(m)) for v, m in left)),
-                    layer=layer, attribute_remedy=remedy)]
+    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), _shower(name)(item[0])))
+    if known >= MIN_MAJORITY and 2 * len(ranked[0][1]) > known:
+        return _against_majority(kind, nodes, ctx, spec, finding, ranked, known)
+    return _split(kind, ctx, spec, ranked, known)
 
 
 def fleet_findings(nodes, findings=(), nccl=None, roles=None):

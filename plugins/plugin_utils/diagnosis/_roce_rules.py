@@ -161,6 +161,36 @@ _CAUSES = {
 }
 
 
+def _code_finding(host, code, hits, ports):
+    """One finding of ``code`` for the node, its ports' hits in the subject and evidence."""
+    severity = None
+    if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
+        severity = 'warning'
+    if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
+        severity = 'warning'
+    return finding(code, host, _subject([p for p, _e, _w in hits], ports),
+                   {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
+                   '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
+                   severity=severity, at=[('hca', host, text(p.get('hca'))) for p, _e, _w in hits])
+
+
+def _unread_others(host, others, role_of):
+    """ROCE_QOS_UNKNOWN, as info, for ports of no compute rail whose DCB could not be read."""
+    return finding(F.ROCE_QOS_UNKNOWN, host, ','.join(text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port'))
+                                                      for p in others),
+                   {'ports': dict((text(p.get('netdev')) or '?', {'reason': p.get('source_reason'), 'hca': p.get('hca'),
+                                                                  'role': (role_of.get(text(p.get('hca'))) or {}).get('role')})
+                                  for p in others)},
+                   'the DCB settings of %s could not be read (%s); %s not a compute rail (%s), so no collective '
+                   'traffic depends on its lossless setup' % (
+                       ', '.join(text(p.get('netdev')) or '?' for p in others),
+                       '; '.join(sorted(set(text(p.get('source_reason')) or 'not read' for p in others))),
+                       'it is' if len(others) == 1 else 'they are',
+                       '; '.join(sorted(set('%s: %s' % (p.get('hca'), (role_of.get(text(p.get('hca'))) or {}).get('why'))
+                                            for p in others)))),
+                   severity='info', at=[('hca', host, text(p.get('hca'))) for p in others])
+
+
 def roce_findings(host, roce, role_of=None):
     """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say).
 
@@ -175,32 +205,9 @@ def roce_findings(host, roce, role_of=None):
     for port in ports:
         for code, (evidence, words) in port_checks(port).items():
             per_code.setdefault(code, []).append((port, evidence, words))
-    found = []
-    for code in [c for c in _CAUSES if c in per_code]:
-        hits = per_code[code]
-        severity = None
-        if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
-            severity = 'warning'
-        if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
-            severity = 'warning'
-        found.append(finding(code, host, _subject([p for p, _e, _w in hits], ports),
-                             {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
-                             '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
-                             severity=severity, at=[('hca', host, text(p.get('hca'))) for p, _e, _w in hits]))
+    found = [_code_finding(host, code, per_code[code], ports) for code in _CAUSES if code in per_code]
     if others:
-        found.append(finding(F.ROCE_QOS_UNKNOWN, host, ','.join(text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port'))
-                                                                for p in others),
-                             {'ports': dict((text(p.get('netdev')) or '?', {'reason': p.get('source_reason'), 'hca': p.get('hca'),
-                                                                            'role': (role_of.get(text(p.get('hca'))) or {}).get('role')})
-                                            for p in others)},
-                             'the DCB settings of %s could not be read (%s); %s not a compute rail (%s), so no collective '
-                             'traffic depends on its lossless setup' % (
-                                 ', '.join(text(p.get('netdev')) or '?' for p in others),
-                                 '; '.join(sorted(set(text(p.get('source_reason')) or 'not read' for p in others))),
-                                 'it is' if len(others) == 1 else 'they are',
-                                 '; '.join(sorted(set('%s: %s' % (p.get('hca'), (role_of.get(text(p.get('hca'))) or {}).get('why'))
-                                                      for p in others)))),
-                             severity='info', at=[('hca', host, text(p.get('hca'))) for p in others]))
+        found.append(_unread_others(host, others, role_of))
     return found
 
 
