@@ -372,6 +372,42 @@ def slow_pair_findings(bench, topology, owners):
     return found
 
 
+def _no_umad(sm):
+    """sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem -
+    unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
+    ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
+    (Only the umad device itself: saquery's "sa_query: umad_recv failed" is the SA not answering.)"""
+    return not mappings(sm.get('sms')) and any(
+        'umad_init' in text(e.get('error')) or 'ib_umad' in text(e.get('error')) or '/dev/infiniband/umad' in text(e.get('error'))
+        for e in mappings(sm.get('errors')))
+
+
+def _tools_missing(host, fabric, no_umad):
+    status = text(fabric.get('status'))
+    tools = mapping(fabric.get('tools'))
+    sm = mapping(fabric.get('sm'))
+    # saquery SMIR is answered by the master's SA: with no master it fails as sminfo does (FABRIC_SM_ABSENT).
+    no_master = not any(integer(s.get('state')) == SM_MASTER for s in mappings(sm.get('sms')))
+    broken = dict((tool, how) for tool, how in tools.items()
+                  if text(how) not in ('used', 'read from log')
+                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
+                  and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
+    if status not in ('no_tools', 'no_ib_port') and not broken:
+        return []
+    return [finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
+                    {'status': status, 'tools': tools},
+                    'the fabric could not be fully discovered from %s: %s' % (
+                        host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status),
+                    at=[FABRIC])]
+
+
+def _sm_judged(fabric, no_umad):
+    """The SM is judged only when sminfo ran (it may have failed: the SM did not answer)."""
+    sminfo = text(mapping(fabric.get('tools')).get('sminfo'))
+    return text(fabric.get('status')) in ('ok', 'partial') and sminfo not in ('', 'not installed') \
+        and not sminfo.startswith('no saved output') and not no_umad
+
+
 def fabric_findings(nodes, bench=None):
     """Every fabric finding; nothing when no node discovered the fabric and no node has an
     InfiniBand port (an Ethernet-only or GPU-only fleet)."""
@@ -380,37 +416,14 @@ def fabric_findings(nodes, bench=None):
         # Not discovered (gpu_fabric_discover_fabric off, facts from elsewhere): report.json's
         # ``fabric`` says so (summary()), the renderers show it as unchecked.
         return []
-    status = text(fabric.get('status'))
-    found = []
-    tools = mapping(fabric.get('tools'))
-    # sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem -
-    # unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
-    # ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
-    sm = mapping(fabric.get('sm'))
-    # (Only the umad device itself: saquery's "sa_query: umad_recv failed" is the SA not answering.)
-    no_umad = not mappings(sm.get('sms')) and any(
-        'umad_init' in text(e.get('error')) or 'ib_umad' in text(e.get('error')) or '/dev/infiniband/umad' in text(e.get('error'))
-        for e in mappings(sm.get('errors')))
-    # saquery SMIR is answered by the master's SA: with no master it fails as sminfo does (FABRIC_SM_ABSENT).
-    no_master = not any(integer(s.get('state')) == SM_MASTER for s in mappings(sm.get('sms')))
-    broken = dict((tool, how) for tool, how in tools.items()
-                  if text(how) not in ('used', 'read from log')
-                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
-                  and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
-    if status in ('no_tools', 'no_ib_port') or broken:
-        found.append(finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
-                             {'status': status, 'tools': tools},
-                             'the fabric could not be fully discovered from %s: %s' % (
-                                 host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status),
-                             at=[FABRIC]))
+    no_umad = _no_umad(mapping(fabric.get('sm')))
+    found = _tools_missing(host, fabric, no_umad)
     topology = mapping(fabric.get('topology'))
     owners = host_ports(nodes)
     found.extend(link_findings(topology, owners))
     found.extend(uplink_findings(topology, classify(topology), owners))
     found.extend(unread_findings(fabric, host))
-    # The SM is judged only when sminfo ran (it may have failed: the SM did not answer).
-    if status in ('ok', 'partial') and text(tools.get('sminfo')) not in ('', 'not installed') \
-            and not text(tools.get('sminfo')).startswith('no saved output') and not no_umad:
+    if _sm_judged(fabric, no_umad):
         found.extend(sm_findings(fabric, nodes, host))
     found.extend(counter_findings(fabric, topology, owners))
     if bench:
@@ -418,21 +431,8 @@ def fabric_findings(nodes, bench=None):
     return found
 
 
-def summary(nodes, findings):
-    """What the HTML view draws: leaves, spines and links with a health each."""
-    host, fabric = fabric_of(nodes)
-    if fabric is None:
-        ib_hosts = sorted(set(h for h in nodes or {} for d in mappings(mapping(mapping(nodes[h]).get('ib')).get('devices'))
-                              for p in mappings(d.get('ports')) if p.get('link_layer') == 'InfiniBand'))
-        # Fail closed: nodes with InfiniBand ports and no discovery - the fabric is unchecked, said.
-        return {'status': 'not_discovered', 'discovered_by': None, 'spines': [], 'leaves': [], 'ids': {}, 'links': [],
-                'ib_hosts': len(ib_hosts)} if ib_hosts else None
-    topology = mapping(fabric.get('topology'))
-    roles = classify(topology)
-    bad = {}
-    for item in findings or []:
-        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
-            bad.setdefault(text(item['subject']), item['severity'])
+def _switch_links(topology, bad):
+    """The links between switches, each with its health (a finding's severity on it, else its state)."""
     links = []
     for link in mappings(topology.get('links')):
         a, b = mapping(link.get('a')), mapping(link.get('b'))
@@ -442,6 +442,29 @@ def summary(nodes, findings):
         links.append({'a': a.get('node'), 'b': b.get('node'), 'label': subject, 'state': link.get('state'),
                       'health': bad.get(subject) or bad.get('%s <-> %s' % (_label(topology, b), _label(topology, a)))
                       or ('error' if link.get('state') != 'Active' else 'ok')})
+    return links
+
+
+def _not_discovered(nodes):
+    ib_hosts = sorted(set(h for h in nodes or {} for d in mappings(mapping(mapping(nodes[h]).get('ib')).get('devices'))
+                          for p in mappings(d.get('ports')) if p.get('link_layer') == 'InfiniBand'))
+    # Fail closed: nodes with InfiniBand ports and no discovery - the fabric is unchecked, said.
+    return {'status': 'not_discovered', 'discovered_by': None, 'spines': [], 'leaves': [], 'ids': {}, 'links': [],
+            'ib_hosts': len(ib_hosts)} if ib_hosts else None
+
+
+def summary(nodes, findings):
+    """What the HTML view draws: leaves, spines and links with a health each."""
+    host, fabric = fabric_of(nodes)
+    if fabric is None:
+        return _not_discovered(nodes)
+    topology = mapping(fabric.get('topology'))
+    roles = classify(topology)
+    bad = {}
+    for item in findings or []:
+        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
+            bad.setdefault(text(item['subject']), item['severity'])
+    links = _switch_links(topology, bad)
     drawn = set(link['label'] for link in links)
     for item in findings or []:
         subject = text(item.get('subject'))
