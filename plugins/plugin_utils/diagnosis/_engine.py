@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import RULES, Finding, Fleet, Rule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, Finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import RULES, Fleet, Rule
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _linker
 # The rule modules: importing one registers its rules (_rule.RULES).
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _node, _run  # noqa: F401 pylint: disable=unused-import

@@ -14,6 +14,11 @@ compares them).
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+# A finding (docs/report.md, findings[]): a JSON object; a place: ('node', host), ('hca', host, hca), ...
+Finding = Dict[str, Any]
+Place = Sequence[Any]
 
 LAYERS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
 SEVERITIES = ('info', 'warning', 'error')
@@ -41,27 +46,31 @@ ROLES = {
 }
 Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory roles')
 
-REGISTRY = OrderedDict()
+REGISTRY: Dict[str, Any] = OrderedDict()
 
 
-def _failed_side(symptom):
+def _mapping(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _failed_side(symptom: Finding) -> Dict[str, Any]:
     """The failure a pair's symptom names as its cause: ``evidence.failed_side`` (the judging's
     plugin_utils/bench/_bench.py failure_cause: the server's own failure where the client only saw its
     effect), else the client's ``evidence.failure``; {} where neither is a mapping."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
     for name in ('failed_side', 'failure'):
         if isinstance(evidence.get(name), dict):
-            return evidence[name]
+            return _mapping(evidence[name])
     return {}
 
 
-def _failure_kind(symptom):
+def _failure_kind(symptom: Finding) -> Any:
     return _failed_side(symptom).get('kind')
 
 
-def _gpu_memory_test(symptom):
+def _gpu_memory_test(symptom: Finding) -> bool:
     """A pair's test in GPU memory (bench_findings puts the memory kind in its evidence)."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
     return evidence.get('memory') == 'gpu'
 
 
@@ -80,7 +89,9 @@ _P2P_IMPOSSIBLE = (lambda symptom: not (symptom.get('evidence') or {}).get('vari
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
 
 
-def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None, scope=None, gpu_memory=False, roles=()):
+def _register(code: str, layers: Any, severity: str, doc: str, remedy: str, other: Optional[Dict[str, str]] = None,  # pylint: disable=too-many-arguments
+              explains: Iterable[Any] = (), remedies: Optional[Dict[str, str]] = None, scope: Optional[str] = None,
+              gpu_memory: bool = False, roles: Tuple[str, ...] = ()) -> str:
     layers = (layers,) if isinstance(layers, str) else tuple(layers)
     if code in REGISTRY or not set(layers) <= set(LAYERS) or severity not in SEVERITIES \
             or not set(other or {}) <= set(SEVERITIES):
@@ -95,12 +106,12 @@ def _register(code, layers, severity, doc, remedy, other=None, explains=(), reme
     return code
 
 
-def gdr_not_used(symptom):
+def gdr_not_used(symptom: Finding) -> bool:
     """Does a symptom's own evidence say that GPUDirect RDMA was not used (a collective's
     transport from NCCL's INFO lines, ``evidence.transport.gdr`` or ``evidence.gdr`` false, or
     the path NCCL takes, ``evidence.nccl_path``)?"""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
-    transport = evidence.get('transport') if isinstance(evidence.get('transport'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
+    transport = _mapping(evidence.get('transport'))
     return evidence.get('gdr') is False or transport.get('gdr') is False or evidence.get('nccl_path') in ('host_memory', 'socket')
 
 
@@ -151,12 +162,12 @@ IB_ERRORS_UNDER_LOAD = _register(
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
 
 
-def _qos_parts_missing_only(symptom):
+def _qos_parts_missing_only(symptom: Finding) -> bool:
     """FLEET_DIFFERS roce_qos whose value is the peers' with parts left out: the parts a ROCE_*
     finding of the node names (_roce_rules.qos_signature leaves them out), nothing set otherwise."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
 
-    def parts(port):
+    def parts(port: Any) -> Optional[Set[Tuple[str, str]]]:
         # One port's [name, value] parts as qos_signature gives them (compared as parts, never parsed
         # back from text: 'pfc 3,4' is one part); anything else: None (fail closed).
         if not isinstance(port, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in port):
@@ -164,8 +175,10 @@ def _qos_parts_missing_only(symptom):
         return set((str(name), str(value)) for name, value in port)
     value = [parts(v) for v in evidence.get('value') or []]
     ref = [parts(r) for r in evidence.get('most_nodes') or []]
-    return symptom.get('subject') == 'roce_qos' and bool(value) and None not in value + ref \
-        and all(any(v <= r for r in ref) for v in value)
+    if symptom.get('subject') != 'roce_qos' or not value or None in value + ref:
+        return False
+    refs = [r for r in ref if r is not None]
+    return all(any(v <= r for r in refs) for v in value if v is not None)
 
 
 # A node's lossless settings unlike its peers' only where a ROCE_* fault of the node is (the fleet
@@ -586,7 +599,7 @@ for _scope, _codes in SCOPES.items():
 
 
 
-def codes_with(role):
+def codes_with(role: str) -> Tuple[str, ...]:
     """The codes of a role (ROLES), in registry order."""
     if role not in ROLES:
         raise ValueError('no such role of a finding code: %r' % (role,))
@@ -598,7 +611,7 @@ EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY
 SYMPTOMS = frozenset(code for entry in REGISTRY.values() for code in entry.explains)
 
 
-def explains(root, symptom, host=None):
+def explains(root: str, symptom: Finding, host: Optional[str] = None) -> bool:
     """Does a finding of code ``root`` explain the finding ``symptom`` (when one of the root's
     places is on the symptom's path: on_path)? ``host``: the root finding's host, where the
     caller has it: a condition that names the failing end (a third part True) then holds only for
@@ -612,11 +625,13 @@ def explains(root, symptom, host=None):
     if not condition[0](symptom):
         return False
     side = _failed_side(symptom)
-    failed_on = side.get('hosts') if isinstance(side.get('hosts'), list) and side.get('hosts') else [side.get('host')]
+    failed_on: List[Any] = side['hosts'] if isinstance(side.get('hosts'), list) and side.get('hosts') else [side.get('host')]
     return not (len(condition) > 2 and condition[2] and host is not None and None not in failed_on and host not in failed_on)
 
 
-def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, at=None, path=None, **values):
+def finding(code: str, host: Optional[str], subject: Optional[str], evidence: Any, cause: str,  # pylint: disable=too-many-arguments
+            severity: Optional[str] = None, layer: Optional[str] = None, remedy: Optional[str] = None,
+            at: Optional[Iterable[Place]] = None, path: Optional[Iterable[Place]] = None, **values: Any) -> Finding:
     """A finding of a registered code. ``severity``/``layer``: where the rule picks one of the
     code's other registered ones; ``remedy``: a registered variant's name; ``values`` fill the
     remedy's template (with ``host`` and ``subject``).
@@ -654,17 +669,18 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
             'at': places(at), 'path': places(path)}
 
 
-def _scope_places(scope, host):
+def _scope_places(scope: Optional[str], host: Optional[str]) -> Optional[List[Place]]:
     if scope == 'node':
         return [('node', host)] if host else None
-    return {'fabric': [('fabric',)], 'run': [('run',)]}.get(scope)
+    fleet_wide: Dict[Optional[str], List[Place]] = {'fabric': [('fabric',)], 'run': [('run',)]}
+    return fleet_wide.get(scope)
 
 
 # Places that belong to one node (their second part is the host).
 HOST_PLACES = ('node', 'hca', 'hca_host', 'gpu', 'gpu_nic', 'gpus')
 
 
-def on_path(at, path):
+def on_path(at: Optional[Iterable[Place]], path: Optional[Iterable[Place]]) -> bool:
     """Is one of the places ``at`` (a root's) on ``path`` (a symptom's)? A place is on a path
     that holds it; a node's place ('node', host) is on every path through that host (a node-wide
     cause: the peer-memory chain, the kernel, memlock, the governor). No places: never (fail closed)."""
@@ -679,7 +695,7 @@ def on_path(at, path):
     return False
 
 
-def named(root, symptom):
+def named(root: str, symptom: Finding) -> bool:
     """Does the symptom itself name the root's kind of cause? GPUDirect RDMA not used, or GPU memory
     slower than or failing where host memory did not (the GPU's side of the test): a root that breaks
     GPUDirect RDMA or costs GPU memory (the registry's gpu_memory: the peer-memory chain, ACS, a far NIC,
@@ -698,7 +714,7 @@ def named(root, symptom):
     return root == HOST_MEMLOCK_LIMITED and _failure_kind(symptom) == 'mr_failed'
 
 
-def places(items):
+def places(items: Optional[Iterable[Place]]) -> Optional[List[List[str]]]:
     """Places as lists (JSON), in a stable order, each once; None stays None."""
     if items is None:
         return None
@@ -710,9 +726,9 @@ def places(items):
     return seen
 
 
-def markdown_rows():
+def markdown_rows() -> List[str]:
     """The codes table of docs/report.md (its header and rows), in registry order."""
-    def cell(text):
+    def cell(text: str) -> str:
         return text.replace('|', '\\|')
     rows = ['| code | layer | severity | found from | explained by |', '|---|---|---|---|---|']
     for code, entry in REGISTRY.items():

@@ -8,8 +8,10 @@ explains, said once on the device their tests share (unexplained_findings)."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional, Set, Tuple
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, Finding, Place, finding
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._fabric import routes as fabric_routes  # fabric beyond the node
@@ -24,7 +26,7 @@ EXPLAINS = F.EXPLAINS
 PAIR_SYMPTOMS = F.codes_with('pair_symptom')
 
 
-def link_causes(findings):
+def link_causes(findings: List[Finding]) -> List[Finding]:
     """Set explained_by on every symptom that a root on its path explains; roots keep None.
 
     A root explains a symptom when the registry says its code explains the symptom's
@@ -74,7 +76,8 @@ def link_causes(findings):
     return findings
 
 
-def collective_path(host, node, hcas=None, role_of=None):
+def collective_path(host: str, node: Any, hcas: Optional[List[str]] = None,
+                    role_of: Optional[Dict[str, Any]] = None) -> List[Tuple[str, ...]]:
     """The places a collective run went through on ``host``: the node, its GPUs' interconnect,
     each GPU and its PCIe path to its nearest NIC, and the HCAs (``hcas``: the names NCCL used,
     where the run says; else the node's compute rails, ``role_of``: module_utils/_rails.py roles()
@@ -94,7 +97,7 @@ def collective_path(host, node, hcas=None, role_of=None):
     return path
 
 
-def _with_routes(path, routes):
+def _with_routes(path: Optional[List[Place]], routes: Dict[Any, Any]) -> List[Place]:
     """A pair's path with the fabric links it may cross (_fabric.routes): each end's cable, and the
     up-links of both leaves where the ends sit on different leaves."""
     ends = [routes.get((place[1], place[2])) for place in path or [] if place[0] == 'hca' and len(place) == 3]
@@ -105,7 +108,8 @@ def _with_routes(path, routes):
     return [tuple(place) for place in path] + extra
 
 
-def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
+def complete_paths(findings: List[Finding], nodes: Dict[str, Any], bench: Optional[Dict[str, Any]] = None,
+                   collective: Optional[Dict[str, Any]] = None, roles: Optional[Dict[str, Any]] = None) -> List[Finding]:
     """What a rule alone could not know of a symptom's path: the fabric links a pair crosses, the
     HCAs of a node left out of the mesh, the devices a culprit's collective ran through, every node
     of a run that did not run. ``roles``: {host: _rails.roles()} where the caller has them."""
@@ -129,11 +133,14 @@ def complete_paths(findings, nodes, bench=None, collective=None, roles=None):
     return findings
 
 
+# A pair's test as the search for unexplained devices sees it: the pair, its symptom (None: it passed), its places.
+Test = Tuple[Dict[str, Any], Optional[Finding], Optional[Set[Tuple[str, ...]]]]
+
 # Which place a device finding names first when two cover the same tests: the most specific.
 _SPECIFIC = ('hca', 'gpu_nic', 'gpu', 'node')
 
 
-def _device_words(place, rails):
+def _device_words(place: Tuple[str, ...], rails: List[str]) -> str:
     if place[0] == 'hca':
         return '%s of %s (rail %s)' % (place[2], place[1], ', '.join(str(r) for r in rails)) if rails else \
             '%s of %s' % (place[2], place[1])
@@ -144,11 +151,11 @@ def _device_words(place, rails):
     return 'node %s' % place[1]
 
 
-def _places_of(pair):
+def _places_of(pair: Dict[str, Any]) -> Set[Tuple[str, ...]]:
     return set(tuple(place) for place in F.places(pair_path(pair)))
 
 
-def _suspects(bad, pairs):
+def _suspects(bad: List[Test], pairs: List[Dict[str, Any]]) -> Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]:
     """{place: (its informative tests, their peers)} of the devices every informative test through which
     is slow or failed, with two or more peers. One pass over the tests (a full mesh at scale is about a
     million): the informative tests through each candidate - those that passed, and the open ones (an
@@ -172,7 +179,7 @@ def _suspects(bad, pairs):
     return suspects
 
 
-def _device_finding(place, through, peers):
+def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str]) -> Finding:
     """BENCH_DEVICE_UNEXPLAINED on ``place``, every test ``through`` it slow or failed."""
     host = place[1]
     rails = sorted(set(str(t[0].get('rail')) for t in through), key=natural_key)
@@ -193,7 +200,7 @@ def _device_finding(place, through, peers):
         device=subject.replace('<->', ' and '), at=[place], path=[place])
 
 
-def _cover(suspects):
+def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]) -> Tuple[List[Finding], Set[int]]:
     """The devices that together cover the failing tests, each a finding: the device that covers the
     most tests not yet covered first; ties: the most specific, then by name. Returns (findings, ids of
     the tests covered)."""
@@ -209,7 +216,7 @@ def _cover(suspects):
         found.append(_device_finding(place, through, peers))
 
 
-def unexplained_findings(findings, bench):
+def unexplained_findings(findings: List[Finding], bench: Optional[Dict[str, Any]]) -> List[Finding]:
     """Pair symptoms that no root on their path explains, said once on the device all their tests
     share: a device (an HCA port, a GPU<->NIC path, a GPU, a node) every informative test through
     which is slow or failed, with two or more peers (one peer cannot tell which end it is). A

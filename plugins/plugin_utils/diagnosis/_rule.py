@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding
 
-Finding = Dict[str, Any]
 Node = Dict[str, Any]
 
 

@@ -7,30 +7,32 @@ the nodes it named, the pairs of nodes bad only together, the nodes it could nei
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 
 
-def _culprit(host, runs, basis):
+def _culprit(host: str, runs: List[Dict[str, Any]], basis: Dict[str, Any]) -> Finding:
     if basis.get(host) == 'facts':
         # Named without a run of its own: the search does not re-prove what the facts show.
-        trial = next((r for r in runs if r.get('step') == 'trial'), {})
+        trial: Dict[str, Any] = next((r for r in runs if r.get('step') == 'trial'), {})
         return finding(F.COLLECTIVE_CULPRIT, host, 'node', {'basis': 'facts', 'run': trial},
                        'a lower-layer error on %s (its facts); the fleet without the nodes the facts blame ran %s'
                        % (host, trial.get('status') or 'not at all (too few nodes left)'))
-    run = next((r for r in reversed(runs) if r.get('group') == [host] and r.get('status') not in (None, 'ok')), {})
+    run: Dict[str, Any] = next((r for r in reversed(runs) if r.get('group') == [host] and r.get('status') not in (None, 'ok')), {})
     return finding(F.COLLECTIVE_CULPRIT, host, 'node', {'basis': 'runs', 'run': run},
                    'runs that include %s are %s; the same runs without it are healthy'
                    % (host, run.get('status', 'not healthy')))
 
 
-def _pair(pair, runs):
+def _pair(pair: Any, runs: List[Dict[str, Any]]) -> Optional[Finding]:
     """COLLECTIVE_PAIR_SLOW for a pair of nodes bad only together, or None where it does not name two."""
     nodes = sorted(pair.get('nodes') or []) if isinstance(pair, dict) else []
     if len(nodes) != 2:
         return None
-    together = next((r for r in reversed(runs) if set(nodes) <= set(r.get('hosts') or []) and r.get('status') not in (None, 'ok')), {})
+    together: Dict[str, Any] = next((r for r in reversed(runs) if set(nodes) <= set(r.get('hosts') or []) and r.get('status') not in (None, 'ok')), {})
     how = 'the pairwise benchmark found this pair bad' if pair.get('basis') == 'pairwise benchmark' else \
         'runs with both are %s' % together.get('status', 'not healthy')
     item = finding(F.COLLECTIVE_PAIR_SLOW, nodes[0], '%s-%s' % tuple(nodes), {'basis': pair.get('basis'), 'run': together},
@@ -41,7 +43,7 @@ def _pair(pair, runs):
     return item
 
 
-def search_findings(search):
+def search_findings(search: Any) -> List[Finding]:
     """COLLECTIVE_CULPRIT per named node, COLLECTIVE_PAIR_SLOW per pair, COLLECTIVE_SUSPECT per
     unresolved node, from fabric_collective_result.search (None: nothing)."""
     search = search if isinstance(search, dict) else {}
@@ -56,5 +58,5 @@ def search_findings(search):
 
 
 @rule(produces=(F.COLLECTIVE_CULPRIT, F.COLLECTIVE_PAIR_SLOW, F.COLLECTIVE_SUSPECT), parts=('collective',))
-def culprit_search(fleet, _findings):
+def culprit_search(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return search_findings((fleet.collective or {}).get('search')) if fleet.collective else []

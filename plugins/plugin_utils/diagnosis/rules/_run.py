@@ -7,20 +7,23 @@ that did not answer, a run that validated nothing."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 
 
-def lost_findings(stages):
+def lost_findings(stages: Optional[Dict[str, Any]]) -> List[Finding]:
     """Nodes that answered at the start and dropped out of a later stage (unreachable, or a task
     failed on them): what that stage would have checked on them is missing, and says why.
     ``stages``: {host: [stages it completed]}, from gpu_fabric_stages."""
-    found = []
-    ran = []
-    for done in (stages or {}).values():
+    found: List[Finding] = []
+    ran: List[Any] = []
+    stages = stages or {}
+    for done in stages.values():
         ran.extend(stage for stage in done or [] if stage not in ran)
-    for host in sorted(stages or {}):
+    for host in sorted(stages):
         missing = [stage for stage in ran if stage not in (stages[host] or [])]
         if missing and stages[host]:
             found.append(finding(F.HOST_LOST, host, 'node', {'completed': stages[host], 'missing': missing},
@@ -30,10 +33,11 @@ def lost_findings(stages):
     return found
 
 
-def failure_findings(failures):
+def failure_findings(failures: Optional[Dict[str, Any]]) -> List[Finding]:
     """Tasks that failed on a node and were rescued: ``failures`` {host: [{stage, task, msg}]}."""
-    found = []
-    for host in sorted(failures or {}):
+    found: List[Finding] = []
+    failures = failures or {}
+    for host in sorted(failures):
         for index, failure in enumerate(failures[host] or []):
             failure = failure if isinstance(failure, dict) else {'msg': str(failure)}
             found.append(finding(F.HOST_TASK_FAILED, host,
@@ -45,12 +49,12 @@ def failure_findings(failures):
 
 
 @rule(produces=(F.HOST_TASK_FAILED,), parts=('failures',))
-def failed_tasks(fleet, _findings):
+def failed_tasks(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return failure_findings(fleet.failures)
 
 
 @rule(produces=(F.HOST_LOST,), parts=('stages', 'failures'))
-def lost_nodes(fleet, _findings):
+def lost_nodes(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     """A node whose benchmark task failed is named by that failure (HOST_TASK_FAILED), not a second time as lost."""
     failed_stages = dict((host, set((f or {}).get('stage') for f in items if isinstance(f, dict)))
                          for host, items in (fleet.failures or {}).items())
@@ -58,7 +62,7 @@ def lost_nodes(fleet, _findings):
 
 
 @rule(produces=(F.RUN_NOTHING_VALIDATED,), parts=('nodes', 'judged', 'unreachable'))
-def nothing_validated(fleet, _findings):
+def nothing_validated(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     """Fail closed: a run that validated nothing is not a pass."""
     if fleet.judged:
         return []
@@ -72,9 +76,9 @@ def nothing_validated(fleet, _findings):
 
 
 @rule(produces=(F.HOST_UNREACHABLE,), parts=('unreachable',))
-def unreachable_hosts(fleet, _findings):
+def unreachable_hosts(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     """``unreachable``: the hosts, or {host: why} where the run kept the connection's error (validate.yml's check)."""
-    found = []
+    found: List[Finding] = []
     for host in sorted(fleet.unreachable or []):
         why = fleet.unreachable.get(host) if isinstance(fleet.unreachable, dict) else None
         found.append(finding(F.HOST_UNREACHABLE, host, 'node', {'msg': why} if why else {},
