@@ -15,6 +15,7 @@ between switches belongs to the fleet (``host`` None) and names both switch port
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any, Dict
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
@@ -476,7 +477,7 @@ def summary(nodes, findings):
             'ids': names, 'links': links, 'status': text(fabric.get('status'))}
 
 
-def routes(nodes):
+def routes(nodes: Any) -> Dict[Any, Any]:
     """{(host, hca): places} of the fabric links a node's HCA reaches the others through: its own
     cable to its leaf, and the leaf's up-links to the spines (a pair between two leaves may cross
     any of them: the routes are the subnet manager's, adaptive routing picks among them). Empty

@@ -43,7 +43,7 @@ def link_causes(findings: List[Finding]) -> List[Finding]:
     explained by something that is itself explained points at that root.
     """
     order = dict((layer, index) for index, layer in enumerate(LAYERS))
-    roots = {}
+    roots: Dict[str, List[Tuple[int, Finding]]] = {}
     for position, item in enumerate(findings):
         item['explained_by'] = None
         if item['code'] in EXPLAINS and item.get('at'):
@@ -77,7 +77,7 @@ def link_causes(findings: List[Finding]) -> List[Finding]:
 
 
 def collective_path(host: str, node: Any, hcas: Optional[List[str]] = None,
-                    role_of: Optional[Dict[str, Any]] = None) -> List[Tuple[str, ...]]:
+                    role_of: Optional[Dict[str, Any]] = None) -> List[Tuple[Any, ...]]:
     """The places a collective run went through on ``host``: the node, its GPUs' interconnect,
     each GPU and its PCIe path to its nearest NIC, and the HCAs (``hcas``: the names NCCL used,
     where the run says; else the node's compute rails, ``role_of``: module_utils/_rails.py roles()
@@ -85,10 +85,10 @@ def collective_path(host: str, node: Any, hcas: Optional[List[str]] = None,
     collective, so its fault explains none). For the culprit search's findings, and for the
     fleet run's symptoms (_diagnose.collective_findings)."""
     gdr, ib = (node or {}).get('gdr') or {}, (node or {}).get('ib') or {}
-    names = [d.get('name') for d in ib.get('devices') or [] if isinstance(d, dict) and d.get('name')]
+    names: List[Any] = [d.get('name') for d in ib.get('devices') or [] if isinstance(d, dict) and d.get('name')]
     role_of = role_of if role_of is not None else _rails.node_roles(node)
     used = [name for name in hcas or [] if name in names] or [name for name in names if _rails.is_compute(role_of, name)]
-    path = [('node', host), ('gpus', host)] + [('hca', host, name) for name in sorted(set(used), key=natural_key)]
+    path: List[Tuple[Any, ...]] = [('node', host), ('gpus', host)] + [('hca', host, name) for name in sorted(set(used), key=natural_key)]
     for gpu in gdr.get('gpus') or []:
         if isinstance(gpu, dict) and gpu.get('name'):
             path.append(('gpu', host, gpu['name']))
@@ -100,8 +100,9 @@ def collective_path(host: str, node: Any, hcas: Optional[List[str]] = None,
 def _with_routes(path: Optional[List[Place]], routes: Dict[Any, Any]) -> List[Place]:
     """A pair's path with the fabric links it may cross (_fabric.routes): each end's cable, and the
     up-links of both leaves where the ends sit on different leaves."""
-    ends = [routes.get((place[1], place[2])) for place in path or [] if place[0] == 'hca' and len(place) == 3]
-    ends = [end for end in ends if end]
+    path = path or []
+    found = [routes.get((place[1], place[2])) for place in path if place[0] == 'hca' and len(place) == 3]
+    ends: List[Dict[str, Any]] = [end for end in found if end]
     extra = [end['cable'] for end in ends]
     if len(set(end['leaf'] for end in ends)) > 1:
         extra += [link for end in ends for link in end['uplinks']]
@@ -134,7 +135,7 @@ def complete_paths(findings: List[Finding], nodes: Dict[str, Any], bench: Option
 
 
 # A pair's test as the search for unexplained devices sees it: the pair, its symptom (None: it passed), its places.
-Test = Tuple[Dict[str, Any], Optional[Finding], Optional[Set[Tuple[str, ...]]]]
+Test = Tuple[Dict[str, Any], Any, Any]
 
 # Which place a device finding names first when two cover the same tests: the most specific.
 _SPECIFIC = ('hca', 'gpu_nic', 'gpu', 'node')
@@ -152,7 +153,7 @@ def _device_words(place: Tuple[str, ...], rails: List[str]) -> str:
 
 
 def _places_of(pair: Dict[str, Any]) -> Set[Tuple[str, ...]]:
-    return set(tuple(place) for place in F.places(pair_path(pair)))
+    return set(tuple(place) for place in F.places(pair_path(pair)) or [])
 
 
 def _suspects(bad: List[Test], pairs: List[Dict[str, Any]]) -> Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]:
@@ -161,7 +162,7 @@ def _suspects(bad: List[Test], pairs: List[Dict[str, Any]]) -> Dict[Tuple[str, .
     million): the informative tests through each candidate - those that passed, and the open ones (an
     explained failure tells nothing of another device)."""
     candidates = set(place for t in bad for place in t[2] if place[0] in _SPECIFIC)
-    index = dict((place, []) for place in candidates)
+    index: Dict[Tuple[str, ...], List[Test]] = dict((place, []) for place in candidates)
     for test in bad:
         for place in test[2] & candidates:
             index[place].append(test)
@@ -204,7 +205,8 @@ def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]) -> Tupl
     """The devices that together cover the failing tests, each a finding: the device that covers the
     most tests not yet covered first; ties: the most specific, then by name. Returns (findings, ids of
     the tests covered)."""
-    found, covered = [], set()
+    found: List[Finding] = []
+    covered: Set[int] = set()
     while True:
         ranked = sorted(((len([t for t in through if id(t) not in covered]), place) for place, (through, _p) in suspects.items()),
                         key=lambda item: (-item[0], _SPECIFIC.index(item[1][0]), [natural_key(part) for part in item[1]]))

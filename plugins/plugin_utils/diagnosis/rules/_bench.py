@@ -8,6 +8,8 @@ counters that rose under load."""
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Tuple
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
@@ -18,17 +20,17 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 FAR = BEYOND_GDR_LEVEL
 
 
-def pair_subject(pair):
+def pair_subject(pair: Dict[str, Any]) -> str:
     return '%s->%s rail %s %s' % (pair['server'], pair['client'], pair.get('rail'), pair.get('memory'))
 
 
-def pair_path(pair):
+def pair_path(pair: Dict[str, Any]) -> List[Tuple[Any, ...]]:
     """The places a pair's test went through (_bench.report()'s entry): both nodes, the HCA of
     its rail at either end and, for host memory, that HCA's way to host memory (('hca_host', host,
     hca): the PCIe bridges above it, _pcie_rules._places), for GPU memory, each side's GPU and its
     PCIe path to that HCA (a bridge on it sits on that ('gpu_nic', ...) place). What the entry does
     not name is not on the path (fail closed: nothing there explains it)."""
-    path = []
+    path: List[Tuple[Any, ...]] = []
     for side in ('server', 'client'):
         host, hca, gpu = pair.get(side), pair.get('%s_hca' % side), pair.get('%s_gpu' % side)
         if not host:
