@@ -8,11 +8,11 @@ counters that rose under load."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
@@ -47,7 +47,7 @@ def pair_path(pair: Dict[str, Any]) -> List[Tuple[Any, ...]]:
     return path
 
 
-def _not_tested(bench):
+def _not_tested(bench: Dict[str, Any]) -> List[Finding]:
     """Fail closed: what the benchmark could not test is said, with why (no HCA, one node, no perftest)."""
     found = []
     if bench.get('skipped'):
@@ -72,7 +72,7 @@ def _not_tested(bench):
     return found
 
 
-def _pair_code(pair, bench, host_ok):
+def _pair_code(pair: Dict[str, Any], bench: Dict[str, Any], host_ok: Set[Tuple[Any, ...]]) -> Tuple[str, bool]:
     """Which symptom a pair that is not ok shows, and whether its GPU memory was slow against host memory."""
     gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
         and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
@@ -84,7 +84,7 @@ def _pair_code(pair, bench, host_ok):
     return code, gpu_low
 
 
-def _pair_symptom(pair, bench, host_ok):
+def _pair_symptom(pair: Dict[str, Any], bench: Dict[str, Any], host_ok: Set[Tuple[Any, ...]]) -> Finding:
     code, gpu_low = _pair_code(pair, bench, host_ok)
     severity, cause = 'error', '; '.join(pair.get('reasons') or [])
     if gpu_low and pair.get('gpu_distance') in FAR:
@@ -107,7 +107,7 @@ def _pair_symptom(pair, bench, host_ok):
     return item
 
 
-def _pairs(bench):
+def _pairs(bench: Dict[str, Any]) -> List[Finding]:
     """Each pair test that failed or was slow; the tests that never reached the hardware, said once."""
     found = []
     host_ok = set((p['server'], p['client'], p.get('rail')) for p in bench.get('pairs') or []
@@ -128,15 +128,15 @@ def _pairs(bench):
     return found
 
 
-def _counters_under_load(bench):
+def _counters_under_load(bench: Dict[str, Any]) -> List[Finding]:
     """One finding per HCA whose counters rose, its tests in evidence: a port flapping through the
     whole benchmark is one fault, not one per test."""
     found = []
-    rises = {}
+    rises: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = {}
     for rise in bench.get('counters') or []:
         rises.setdefault((rise['host'], rise['hca']), []).append(rise)
     for (host, hca), items in sorted(rises.items(), key=lambda item: (item[0][0], natural_key(item[0][1]))):
-        total = {}
+        total: Dict[str, int] = {}
         for rise in items:
             for name, value in (rise.get('increase') or {}).items():
                 total[name] = total.get(name, 0) + (value or 0)
@@ -149,7 +149,7 @@ def _counters_under_load(bench):
     return found
 
 
-def bench_findings(bench):
+def bench_findings(bench: Optional[Dict[str, Any]]) -> List[Finding]:
     bench = bench or {}
     return _not_tested(bench) + _pairs(bench) + _counters_under_load(bench)
 
@@ -159,14 +159,14 @@ _CAUSES_SAID = 6
 RUN_BROKEN_CAUSES = 100
 
 
-def _run_broken(broken):
+def _run_broken(broken: List[Tuple[Dict[str, Any], Dict[str, Any]]]) -> Finding:
     """One BENCH_RUN_BROKEN for the pair tests that never reached the hardware (``broken``: [(pair,
     _bench.not_reached(pair))]): each cause (a node's message, as the tool or perftest_run said it) with its nodes
     and tests; on the run, not on a node (nothing was measured of any node)."""
-    causes = {}
+    causes: Dict[Tuple[Any, Any, str], Set[str]] = {}
     for pair, cause in broken:
         # Each end's own cause where both could not set up (both beacons' ports taken), not only the one that decided.
-        ends = [(pair.get(side), failure) for side, failure in (('server', pair.get('server_failure')), ('client', pair.get('failure')))
+        ends: List[Tuple[Any, Any]] = [(pair.get(side), failure) for side, failure in (('server', pair.get('server_failure')), ('client', pair.get('failure')))
                 if _bench.never_reached(failure)]
         for host, failure in ends or [(cause['host'], cause)]:
             causes.setdefault((host, failure.get('kind'), failure.get('message') or ''), set()).add(pair_subject(pair))
@@ -192,5 +192,5 @@ def _run_broken(broken):
 
 @rule(produces=(F.BENCH_NOT_RUN, F.BENCH_NODE_NOT_TESTED, F.BENCH_RECORDS_MALFORMED, F.BENCH_PAIR_FAILED, F.BENCH_PAIR_LOW,
                 F.BENCH_GPU_MEMORY_LOW, F.BENCH_GPU_MEMORY_FAILED, F.BENCH_RUN_BROKEN, F.IB_ERRORS_UNDER_LOAD), parts=('bench',))
-def pairwise(fleet, _findings):
+def pairwise(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return bench_findings(fleet.bench) if fleet.bench else []
