@@ -7,9 +7,11 @@ RDMA, the NCCL release), the per-node runs, and GPUs of one node that did not ta
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, Place, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node
 
 
@@ -19,7 +21,7 @@ _NO_P2P_VALUES = {'NCCL_P2P_DISABLE': ('1',), 'NCCL_P2P_LEVEL': ('LOC', '0'), 'N
 NCCL_PEERMEM_CLIENT_ONLY = (2, 22, 3)
 
 
-def _variables(*envs):
+def _variables(*envs: Any) -> Dict[str, Any]:
     """{name: value} of the variables that forbid P2P or SHM, from the run's environment and what NCCL says it saw."""
     found = {}
     for env in envs:
@@ -30,7 +32,7 @@ def _variables(*envs):
     return found
 
 
-def _gpus_not_p2p(host, intra, interconnect, envs, subject='collective'):
+def _gpus_not_p2p(host: str, intra: Dict[str, Any], interconnect: Any, envs: Tuple[Any, ...], subject: str = 'collective') -> Optional[Finding]:
     """COLLECTIVE_GPUS_NOT_P2P for one host's connections between its own GPUs, or None.
 
     A network transport between two GPUs of one node is never right; host memory (SHM) is NCCL's
@@ -63,7 +65,7 @@ def _gpus_not_p2p(host, intra, interconnect, envs, subject='collective'):
                    at=[('gpus', host)], path=[('node', host), ('gpus', host)])
 
 
-def _local_failed(host, entry, subject, evidence, path):
+def _local_failed(host: str, entry: Dict[str, Any], subject: str, evidence: Dict[str, Any], path: Sequence[Place]) -> Finding:
     """A node's own run that failed or returned wrong data."""
     verdict = entry.get('verdict') or {}
     status = verdict.get('status')
@@ -74,7 +76,8 @@ def _local_failed(host, entry, subject, evidence, path):
                    else 'node', path=path)
 
 
-def _local_slow(host, entry, intra, local, subject, evidence, path):
+def _local_slow(host: str, entry: Dict[str, Any], intra: Dict[str, Any], local: Dict[str, Any],  # pylint: disable=too-many-arguments
+                subject: str, evidence: Dict[str, Any], path: Sequence[Place]) -> Finding:
     """COLLECTIVE_NODE_SLOW: a node's own run slower than its peers', with how its GPUs talked against theirs."""
     mine = ', '.join(intra.get('via') or []) or 'unknown'
     peers = sorted(set(via for other, item in (local.get('hosts') or {}).items() if other != host
@@ -90,7 +93,7 @@ def _local_slow(host, entry, intra, local, subject, evidence, path):
                    path=path)
 
 
-def _local_host(host, entry, local):
+def _local_host(host: str, entry: Dict[str, Any], local: Dict[str, Any]) -> List[Finding]:
     """The findings of one node's own run."""
     verdict = entry.get('verdict') or {}
     status = verdict.get('status')
@@ -120,14 +123,14 @@ def _local_host(host, entry, local):
     return found
 
 
-def local_collective_findings(local):
+def local_collective_findings(local: Optional[Dict[str, Any]]) -> List[Finding]:
     """Per-node collectives (fabric_collective launcher local): each node against its GPUs' own
     interconnect (NCCL's topology of the run: NVLink), the given expectation, and its peers."""
     local = local or {}
     return [item for host, entry in sorted((local.get('hosts') or {}).items()) for item in _local_host(host, entry, local)]
 
 
-def _nccl_release(versions):
+def _nccl_release(versions: Any) -> Optional[Tuple[int, ...]]:
     """(major, minor, patch) of the run's NCCL ('2.21.5+cuda12.4'), or None."""
     text = str((versions or {}).get('library_version') or '')
     parts = text.split('+', 1)[0].split('.')
@@ -137,7 +140,7 @@ def _nccl_release(versions):
         return None
 
 
-def _run_host(name, nodes):
+def _run_host(name: str, nodes: Dict[str, Any]) -> Optional[str]:
     """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
     if name in nodes:
         return name
@@ -145,7 +148,7 @@ def _run_host(name, nodes):
     return matches[0] if len(matches) == 1 else None
 
 
-def _verdict(fleet, transport, path):
+def _verdict(fleet: Dict[str, Any], transport: Dict[str, Any], path: Sequence[Place]) -> List[Finding]:
     """The fleet run's own verdict: slow, corrupt or failed (or nothing)."""
     verdict = fleet.get('verdict') or {}
     if verdict.get('status') not in ('warning', 'low', 'corrupt', 'failed'):
@@ -159,7 +162,7 @@ def _verdict(fleet, transport, path):
                     '; '.join(verdict.get('reasons') or []), severity=severity, path=path)]
 
 
-def _peermem_name(fleet, transport, nodes, run_hosts):
+def _peermem_name(fleet: Dict[str, Any], transport: Dict[str, Any], nodes: Dict[str, Any], run_hosts: List[str]) -> List[Finding]:
     """COLLECTIVE_NCCL_PEERMEM_NAME on each node whose peer-memory module a NCCL this old does not know."""
     release = _nccl_release(fleet.get('versions'))
     if transport.get('net') != 'IB' or not release or release > NCCL_PEERMEM_CLIENT_ONLY:
@@ -182,7 +185,8 @@ def _peermem_name(fleet, transport, nodes, run_hosts):
     return found
 
 
-def _gdr_not_used(transport, nodes, trapped, hcas, path):
+def _gdr_not_used(transport: Dict[str, Any], nodes: Dict[str, Any], trapped: List[Finding], hcas: List[str],
+                  path: Sequence[Place]) -> List[Finding]:
     """COLLECTIVE_GDR_NOT_USED where every node's facts say GPUDirect RDMA works (or a NCCL too old for the
     node's peer-memory module, ``trapped``) and the run did not use it."""
     ready = dict((host, (node.get('gdr') or {}).get('gdr_ready')) for host, node in nodes.items()
@@ -208,13 +212,14 @@ _NO_IB_WHY = {
     'disabled': 'NCCL_IB_DISABLE=1 is set in the job\'s environment (%s)'}
 
 
-def _socket_transport(fleet, transport, nodes, run_hosts, path):
+def _socket_transport(fleet: Dict[str, Any], transport: Dict[str, Any], nodes: Dict[str, Any], run_hosts: List[str],
+                      path: Sequence[Place]) -> List[Finding]:
     """COLLECTIVE_SOCKET_TRANSPORT where a run over several nodes used TCP sockets."""
     if transport.get('net') != 'Socket' or not fleet.get('hosts') or len(fleet['hosts']) <= 1:
         return []
     rdma_hosts = [host for host in run_hosts if ((nodes.get(host) or {}).get('ib') or {}).get('devices')]
     unavailable = transport.get('ib_unavailable') or {}
-    why = _NO_IB_WHY.get(unavailable.get('reason'))
+    why = _NO_IB_WHY.get(str(unavailable.get('reason')))
     return [finding(F.COLLECTIVE_SOCKET_TRANSPORT, None, 'transport',
                     {'evidence': transport.get('evidence'), 'ib_unavailable': unavailable or None,
                      'rdma_hosts': rdma_hosts},
@@ -225,7 +230,7 @@ def _socket_transport(fleet, transport, nodes, run_hosts, path):
                     at=[('node', host) for host in rdma_hosts or run_hosts] or [('run',)], path=path)]
 
 
-def _fleet_not_p2p(fleet, transport, nodes):
+def _fleet_not_p2p(fleet: Dict[str, Any], transport: Dict[str, Any], nodes: Dict[str, Any]) -> List[Finding]:
     """GPUs of one node that did not talk peer-to-peer in the fleet run (its connection lines by host)."""
     found = []
     interconnects = dict((name, _collective_interconnect(transport, name)) for name in (transport.get('intra_by_host') or {}))
@@ -239,7 +244,7 @@ def _fleet_not_p2p(fleet, transport, nodes):
     return found
 
 
-def _gdr_path(fleet, transport):
+def _gdr_path(fleet: Dict[str, Any], transport: Dict[str, Any]) -> List[Finding]:
     """COLLECTIVE_GDR_PATH: how the run registered GPU buffers, where it used GPUDirect RDMA."""
     if transport.get('gdr') is not True or not fleet:
         return []
@@ -250,7 +255,7 @@ def _gdr_path(fleet, transport):
                     'the collective used GPUDirect RDMA through %s' % gdr_via)]
 
 
-def collective_findings(collective, nodes=None):
+def collective_findings(collective: Optional[Dict[str, Any]], nodes: Optional[Dict[str, Any]] = None) -> List[Finding]:
     """The fleet run's findings (collective.fleet), and the run not run at all (collective.skipped)."""
     found = []
     nodes = nodes or {}
@@ -276,7 +281,7 @@ def collective_findings(collective, nodes=None):
     return found
 
 
-def _collective_interconnect(transport, name):
+def _collective_interconnect(transport: Dict[str, Any], name: str) -> Any:
     topology = ((transport or {}).get('topology') or {}).get(name)
     return gpu_interconnect({'topology': {name: topology}}) if topology else None
 
@@ -284,11 +289,11 @@ def _collective_interconnect(transport, name):
 @rule(produces=(F.COLLECTIVE_NOT_RUN, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_DATA_CORRUPTION, F.COLLECTIVE_FAILED,
                 F.COLLECTIVE_NCCL_PEERMEM_NAME, F.COLLECTIVE_GDR_NOT_USED, F.COLLECTIVE_SOCKET_TRANSPORT, F.COLLECTIVE_GPUS_NOT_P2P,
                 F.COLLECTIVE_GDR_PATH), parts=('collective', 'judged'))
-def fleet_run(fleet, _findings):
+def fleet_run(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return collective_findings(fleet.collective, fleet.judged) if fleet.collective else []
 
 
 @rule(produces=(F.COLLECTIVE_DATA_CORRUPTION, F.COLLECTIVE_FAILED, F.COLLECTIVE_GPUS_NOT_P2P, F.COLLECTIVE_BUSBW_LOW,
                 F.COLLECTIVE_NODE_SLOW), parts=('collective',))
-def node_runs(fleet, _findings):
+def node_runs(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return local_collective_findings(fleet.collective.get('nodes')) if fleet.collective else []
