@@ -15,10 +15,12 @@ between switches belongs to the fleet (``host`` None) and names both switch port
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any, Dict
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ibdiag import guid as norm_guid
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, mapping, mappings, number, text
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench  # which failed pairs never reached the hardware
@@ -187,76 +189,92 @@ def _sm_name(sm):
     return 'LID %s GUID %s priority %s' % (sm.get('lid'), sm.get('guid'), sm.get('priority'))
 
 
-def sm_findings(fabric, nodes, discovered_by):
-    """The subnet managers: none master, several masters, standbys at the master's priority, SMs that
-    will not take over, and the nodes' views. IBTA/opensm elect by priority, then the LOWER GUID
-    (opensm osm_sminfo_rcv.c smi_rcv_remote_sm_is_higher(): "higher priority or with same priority and
-    lower GUID"); opensm(8) -p: "master is chosen by priority and GUID", 0 lowest to 15 highest."""
-    found = []
-    sm = mapping(fabric.get('sm'))
-    sms = _sms_by_guid(mappings(sm.get('sms')))
-    errors = mappings(sm.get('errors'))
-    masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
-    unknown = [s for s in sms if integer(s.get('state')) is None]
+def _masters(sms, errors, masters, discovered_by):
+    """No SM master, or several."""
     if not masters:
+        unknown = [s for s in sms if integer(s.get('state')) is None]
         why = '; '.join(text(e.get('error')) for e in errors[:3]) or 'no SMInfo record'
         if unknown:
             why = 'the state of %s was not read; %s' % (', '.join(_sm_name(s) for s in unknown[:3]), why)
-        found.append(finding(
+        return [finding(
             F.FABRIC_SM_ABSENT, None, 'subnet manager',
             {'asked_from': discovered_by, 'sms': sms, 'errors': errors[:10]},
             'no subnet manager answered as master (%s): the fabric keeps its routes until a link or node changes, '
-            'then nothing reconfigures it' % why, at=[FABRIC]))
-    elif len(masters) > 1:
-        found.append(finding(
+            'then nothing reconfigures it' % why, at=[FABRIC])]
+    if len(masters) > 1:
+        return [finding(
             F.FABRIC_SM_MULTIPLE_MASTERS, None, 'subnet manager',
             {'masters': sorted(masters.values(), key=lambda s: integer(s.get('lid')) or 0)},
             '%d subnet managers each claim to be master (%s): the subnet is split and routes fight' % (
                 len(masters), ', '.join('LID %s GUID %s' % (s.get('lid'), g) for g, s in sorted(masters.items()))),
-            at=[FABRIC]))
+            at=[FABRIC])]
+    return []
+
+
+def _priority_tie(sms, masters):
+    """SMs that share a priority: at equal priority the GUID decides."""
     active = [s for s in sms if integer(s.get('state')) not in (SM_NOTACTIVE, None)]
     priorities = Counter(integer(s.get('priority')) for s in active)
     tied = sorted(p for p, c in priorities.items() if c > 1 and p is not None)
-    if tied:
-        master = list(masters.values())[0] if len(masters) == 1 else None
-        with_master = [s for s in active if master is not None and s is not master
-                       and integer(s.get('priority')) == integer(master.get('priority'))]
-        if with_master:
-            cause = ('%s stand%s by at the master\'s priority %s (master %s): at equal priority the lower GUID is master, '
-                     'so the GUIDs, not the priorities, decide who takes over, and a restarted SM with a lower GUID takes '
-                     'the subnet back - each handover a heavy sweep that re-routes the fabric' % (
-                         ', '.join(_sm_name(s) for s in with_master), 's' if len(with_master) == 1 else '',
-                         master.get('priority'), _sm_name(master)))
-        else:
-            cause = ('subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
-                     'pick an unintended one' % ', '.join(str(p) for p in tied))
-        found.append(finding(
-            F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
-            {'priority': tied, 'sms': active, 'master': master, 'standbys_at_master_priority': with_master}, cause, at=[FABRIC]))
+    if not tied:
+        return []
+    master = list(masters.values())[0] if len(masters) == 1 else None
+    with_master = [s for s in active if master is not None and s is not master
+                   and integer(s.get('priority')) == integer(master.get('priority'))]
+    if with_master:
+        cause = ('%s stand%s by at the master\'s priority %s (master %s): at equal priority the lower GUID is master, '
+                 'so the GUIDs, not the priorities, decide who takes over, and a restarted SM with a lower GUID takes '
+                 'the subnet back - each handover a heavy sweep that re-routes the fabric' % (
+                     ', '.join(_sm_name(s) for s in with_master), 's' if len(with_master) == 1 else '',
+                     master.get('priority'), _sm_name(master)))
+    else:
+        cause = ('subnet managers share priority %s: which one becomes master is decided by GUID, and a failover may '
+                 'pick an unintended one' % ', '.join(str(p) for p in tied))
+    return [finding(
+        F.FABRIC_SM_PRIORITY_TIE, None, 'subnet manager',
+        {'priority': tied, 'sms': active, 'master': master, 'standbys_at_master_priority': with_master}, cause, at=[FABRIC])]
+
+
+def _inactive(sms, masters):
+    """SMs that are not STANDBY beside a master: they will not take over."""
     idle = [s for s in sms if integer(s.get('state')) in (SM_NOTACTIVE, SM_DISCOVERING)]
-    if idle and masters:
-        found.append(finding(
-            F.FABRIC_SM_INACTIVE, None, 'subnet manager',
-            {'sms': idle},
-            '%s: %s' % ('; '.join('%s is %s' % (_sm_name(s), text(s.get('state_name')) or s.get('state')) for s in idle),
-                        'an SM that is not STANDBY does not poll the master and does not take over when it fails '
-                        '(NOTACTIVE: stopped or disabled; DISCOVERING: still electing, or stuck if it stays so)'),
-            at=[FABRIC]))
+    if not (idle and masters):
+        return []
+    return [finding(
+        F.FABRIC_SM_INACTIVE, None, 'subnet manager',
+        {'sms': idle},
+        '%s: %s' % ('; '.join('%s is %s' % (_sm_name(s), text(s.get('state_name')) or s.get('state')) for s in idle),
+                    'an SM that is not STANDBY does not poll the master and does not take over when it fails '
+                    '(NOTACTIVE: stopped or disabled; DISCOVERING: still electing, or stuck if it stays so)'),
+        at=[FABRIC])]
+
+
+def _sm_views(nodes):
+    """The nodes' views of their SM (each ACTIVE InfiniBand port's sm_lid), where they differ."""
     views = {}
     for host in sorted(nodes or {}):
         for device in mappings(mapping(mapping(nodes[host]).get('ib')).get('devices')):
             for port in mappings(device.get('ports')):
                 if port.get('link_layer') == 'InfiniBand' and port.get('state') == 'ACTIVE' and integer(port.get('sm_lid')):
                     views.setdefault(text(device.get('name')), {}).setdefault(integer(port['sm_lid']), []).append(host)
-    for device, seen in sorted(views.items()):
-        if len(seen) > 1:
-            found.append(finding(
-                F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
-                {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
-                'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
-                'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items()))),
-                at=[FABRIC]))
-    return found
+    return [finding(
+        F.FABRIC_SM_DISAGREE, None, 'sm_lid of %s' % device,
+        {'views': dict((str(lid), hosts) for lid, hosts in sorted(seen.items()))},
+        'the nodes\' %s ports see different subnet managers (%s): the fabric is split or an SM handover '
+        'did not finish' % (device, '; '.join('SM LID %s: %d node(s)' % (lid, len(h)) for lid, h in sorted(seen.items()))),
+        at=[FABRIC]) for device, seen in sorted(views.items()) if len(seen) > 1]
+
+
+def sm_findings(fabric, nodes, discovered_by):
+    """The subnet managers: none master, several masters, standbys at the master's priority, SMs that
+    will not take over, and the nodes' views. IBTA/opensm elect by priority, then the LOWER GUID
+    (opensm osm_sminfo_rcv.c smi_rcv_remote_sm_is_higher(): "higher priority or with same priority and
+    lower GUID"); opensm(8) -p: "master is chosen by priority and GUID", 0 lowest to 15 highest."""
+    sm = mapping(fabric.get('sm'))
+    sms = _sms_by_guid(mappings(sm.get('sms')))
+    masters = dict((text(s.get('guid')), s) for s in sms if integer(s.get('state')) == SM_MASTER)
+    return (_masters(sms, mappings(sm.get('errors')), masters, discovered_by) + _priority_tie(sms, masters)
+            + _inactive(sms, masters) + _sm_views(nodes))
 
 
 def unread_findings(fabric, host):
@@ -355,6 +373,42 @@ def slow_pair_findings(bench, topology, owners):
     return found
 
 
+def _no_umad(sm):
+    """sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem -
+    unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
+    ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
+    (Only the umad device itself: saquery's "sa_query: umad_recv failed" is the SA not answering.)"""
+    return not mappings(sm.get('sms')) and any(
+        'umad_init' in text(e.get('error')) or 'ib_umad' in text(e.get('error')) or '/dev/infiniband/umad' in text(e.get('error'))
+        for e in mappings(sm.get('errors')))
+
+
+def _tools_missing(host, fabric, no_umad):
+    status = text(fabric.get('status'))
+    tools = mapping(fabric.get('tools'))
+    sm = mapping(fabric.get('sm'))
+    # saquery SMIR is answered by the master's SA: with no master it fails as sminfo does (FABRIC_SM_ABSENT).
+    no_master = not any(integer(s.get('state')) == SM_MASTER for s in mappings(sm.get('sms')))
+    broken = dict((tool, how) for tool, how in tools.items()
+                  if text(how) not in ('used', 'read from log')
+                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
+                  and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
+    if status not in ('no_tools', 'no_ib_port') and not broken:
+        return []
+    return [finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
+                    {'status': status, 'tools': tools},
+                    'the fabric could not be fully discovered from %s: %s' % (
+                        host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status),
+                    at=[FABRIC])]
+
+
+def _sm_judged(fabric, no_umad):
+    """The SM is judged only when sminfo ran (it may have failed: the SM did not answer)."""
+    sminfo = text(mapping(fabric.get('tools')).get('sminfo'))
+    return text(fabric.get('status')) in ('ok', 'partial') and sminfo not in ('', 'not installed') \
+        and not sminfo.startswith('no saved output') and not no_umad
+
+
 def fabric_findings(nodes, bench=None):
     """Every fabric finding; nothing when no node discovered the fabric and no node has an
     InfiniBand port (an Ethernet-only or GPU-only fleet)."""
@@ -363,37 +417,14 @@ def fabric_findings(nodes, bench=None):
         # Not discovered (gpu_fabric_discover_fabric off, facts from elsewhere): report.json's
         # ``fabric`` says so (summary()), the renderers show it as unchecked.
         return []
-    status = text(fabric.get('status'))
-    found = []
-    tools = mapping(fabric.get('tools'))
-    # sminfo failing is the SM not answering (FABRIC_SM_ABSENT says so), not a tool problem -
-    # unless it could not open the node's umad device at all (libibumad's "umad_init: can't read
-    # ABI version ... maybe ib_umad is not loaded"): then no SM was asked, and the SM is unknown.
-    sm = mapping(fabric.get('sm'))
-    # (Only the umad device itself: saquery's "sa_query: umad_recv failed" is the SA not answering.)
-    no_umad = not mappings(sm.get('sms')) and any(
-        'umad_init' in text(e.get('error')) or 'ib_umad' in text(e.get('error')) or '/dev/infiniband/umad' in text(e.get('error'))
-        for e in mappings(sm.get('errors')))
-    # saquery SMIR is answered by the master's SA: with no master it fails as sminfo does (FABRIC_SM_ABSENT).
-    no_master = not any(integer(s.get('state')) == SM_MASTER for s in mappings(sm.get('sms')))
-    broken = dict((tool, how) for tool, how in tools.items()
-                  if text(how) not in ('used', 'read from log')
-                  and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
-                  and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
-    if status in ('no_tools', 'no_ib_port') or broken:
-        found.append(finding(F.FABRIC_TOOLS_MISSING, host, 'infiniband-diags',
-                             {'status': status, 'tools': tools},
-                             'the fabric could not be fully discovered from %s: %s' % (
-                                 host, '; '.join('%s: %s' % item for item in sorted(broken.items())) or text(fabric.get('reason')) or status),
-                             at=[FABRIC]))
+    no_umad = _no_umad(mapping(fabric.get('sm')))
+    found = _tools_missing(host, fabric, no_umad)
     topology = mapping(fabric.get('topology'))
     owners = host_ports(nodes)
     found.extend(link_findings(topology, owners))
     found.extend(uplink_findings(topology, classify(topology), owners))
     found.extend(unread_findings(fabric, host))
-    # The SM is judged only when sminfo ran (it may have failed: the SM did not answer).
-    if status in ('ok', 'partial') and text(tools.get('sminfo')) not in ('', 'not installed') \
-            and not text(tools.get('sminfo')).startswith('no saved output') and not no_umad:
+    if _sm_judged(fabric, no_umad):
         found.extend(sm_findings(fabric, nodes, host))
     found.extend(counter_findings(fabric, topology, owners))
     if bench:
@@ -401,21 +432,8 @@ def fabric_findings(nodes, bench=None):
     return found
 
 
-def summary(nodes, findings):
-    """What the HTML view draws: leaves, spines and links with a health each."""
-    host, fabric = fabric_of(nodes)
-    if fabric is None:
-        ib_hosts = sorted(set(h for h in nodes or {} for d in mappings(mapping(mapping(nodes[h]).get('ib')).get('devices'))
-                              for p in mappings(d.get('ports')) if p.get('link_layer') == 'InfiniBand'))
-        # Fail closed: nodes with InfiniBand ports and no discovery - the fabric is unchecked, said.
-        return {'status': 'not_discovered', 'discovered_by': None, 'spines': [], 'leaves': [], 'ids': {}, 'links': [],
-                'ib_hosts': len(ib_hosts)} if ib_hosts else None
-    topology = mapping(fabric.get('topology'))
-    roles = classify(topology)
-    bad = {}
-    for item in findings or []:
-        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
-            bad.setdefault(text(item['subject']), item['severity'])
+def _switch_links(topology, bad):
+    """The links between switches, each with its health (a finding's severity on it, else its state)."""
     links = []
     for link in mappings(topology.get('links')):
         a, b = mapping(link.get('a')), mapping(link.get('b'))
@@ -425,6 +443,29 @@ def summary(nodes, findings):
         links.append({'a': a.get('node'), 'b': b.get('node'), 'label': subject, 'state': link.get('state'),
                       'health': bad.get(subject) or bad.get('%s <-> %s' % (_label(topology, b), _label(topology, a)))
                       or ('error' if link.get('state') != 'Active' else 'ok')})
+    return links
+
+
+def _not_discovered(nodes):
+    ib_hosts = sorted(set(h for h in nodes or {} for d in mappings(mapping(mapping(nodes[h]).get('ib')).get('devices'))
+                          for p in mappings(d.get('ports')) if p.get('link_layer') == 'InfiniBand'))
+    # Fail closed: nodes with InfiniBand ports and no discovery - the fabric is unchecked, said.
+    return {'status': 'not_discovered', 'discovered_by': None, 'spines': [], 'leaves': [], 'ids': {}, 'links': [],
+            'ib_hosts': len(ib_hosts)} if ib_hosts else None
+
+
+def summary(nodes, findings):
+    """What the HTML view draws: leaves, spines and links with a health each."""
+    host, fabric = fabric_of(nodes)
+    if fabric is None:
+        return _not_discovered(nodes)
+    topology = mapping(fabric.get('topology'))
+    roles = classify(topology)
+    bad = {}
+    for item in findings or []:
+        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
+            bad.setdefault(text(item['subject']), item['severity'])
+    links = _switch_links(topology, bad)
     drawn = set(link['label'] for link in links)
     for item in findings or []:
         subject = text(item.get('subject'))
@@ -436,7 +477,7 @@ def summary(nodes, findings):
             'ids': names, 'links': links, 'status': text(fabric.get('status'))}
 
 
-def routes(nodes):
+def routes(nodes: Any) -> Dict[Any, Any]:
     """{(host, hca): places} of the fabric links a node's HCA reaches the others through: its own
     cable to its leaf, and the leaf's up-links to the spines (a pair between two leaves may cross
     any of them: the routes are the subnet manager's, adaptive routing picks among them). Empty
@@ -463,3 +504,10 @@ def routes(nodes):
                 found[owner] = {'cable': ('link',) + tuple(sorted((_end_name(here), _end_name(there)))),
                                 'leaf': there.get('node'), 'uplinks': uplinks.get(there.get('node')) or []}
     return found
+
+
+@rule(produces=(F.FABRIC_ERROR_RATE, F.FABRIC_INPUT_UNREAD, F.FABRIC_LINK_DEGRADED, F.FABRIC_LINK_FLAPPING, F.FABRIC_SLOW_PAIR_PATH,
+                F.FABRIC_SM_ABSENT, F.FABRIC_SM_DISAGREE, F.FABRIC_SM_INACTIVE, F.FABRIC_SM_MULTIPLE_MASTERS, F.FABRIC_SM_PRIORITY_TIE,
+                F.FABRIC_TOOLS_MISSING, F.FABRIC_UPLINKS_ASYMMETRIC), parts=('judged', 'bench'))
+def beyond_the_node(fleet, _findings):
+    return fabric_findings(fleet.judged, fleet.bench)

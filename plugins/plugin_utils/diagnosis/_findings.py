@@ -14,6 +14,11 @@ compares them).
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+# A finding (docs/report.md, findings[]): a JSON object; a place: ('node', host), ('hca', host, hca), ...
+Finding = Dict[str, Any]
+Place = Sequence[Any]
 
 LAYERS = ('ib', 'ib_gpu', 'host', 'benchmark', 'collective')
 SEVERITIES = ('info', 'warning', 'error')
@@ -28,29 +33,44 @@ SEVERITIES = ('info', 'warning', 'error')
 # RDMA or costs GPU memory only (the node's GPU-memory tests, not its host-memory ones): where a
 # symptom says GPU memory was slower than host memory or GPUDirect RDMA was not used, such a root
 # is what it names (named()).
-Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory')
+# roles: what other parts of the diagnosis read a finding of the code as (ROLES; codes_with() lists the
+# codes of a role, so that a new code with the role is read like the others).
+ROLES = {
+    'port': 'a port\'s own finding (the fleet rule does not name that port again, _fleet.PORT_CODES)',
+    'port_owned': 'a port down or slower than its peers: the fleet rule counts it as that port\'s (_fleet.OWNED_PORT_CODES)',
+    'gpudirect': 'a node\'s GPUDirect RDMA finding (the fleet rule leaves the difference to it, _fleet.GDR_CODES)',
+    'no_rdma': 'says a node has no RDMA device at all (_fleet.NO_RDMA_CODES)',
+    'mtu': 'the fleet\'s MTU rule names the port (_fleet.MTU_CODES)',
+    'pair_symptom': 'a pair\'s symptom of the pairwise benchmark, judged per device where no root explains it (_linker.PAIR_SYMPTOMS)',
+    'not_checked': 'the node\'s checks did not all run (report/_report_stage.py NOT_CHECKED)',
+}
+Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory roles')
 
 REGISTRY: OrderedDict[str, Code] = OrderedDict()
 
 
-def _failed_side(symptom):
+def _mapping(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _failed_side(symptom: Finding) -> Dict[str, Any]:
     """The failure a pair's symptom names as its cause: ``evidence.failed_side`` (the judging's
     plugin_utils/bench/_bench.py failure_cause: the server's own failure where the client only saw its
     effect), else the client's ``evidence.failure``; {} where neither is a mapping."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
     for name in ('failed_side', 'failure'):
         if isinstance(evidence.get(name), dict):
-            return evidence[name]
+            return _mapping(evidence[name])
     return {}
 
 
-def _failure_kind(symptom):
+def _failure_kind(symptom: Finding) -> Any:
     return _failed_side(symptom).get('kind')
 
 
-def _gpu_memory_test(symptom):
+def _gpu_memory_test(symptom: Finding) -> bool:
     """A pair's test in GPU memory (bench_findings puts the memory kind in its evidence)."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
     return evidence.get('memory') == 'gpu'
 
 
@@ -69,7 +89,9 @@ _P2P_IMPOSSIBLE = (lambda symptom: not (symptom.get('evidence') or {}).get('vari
 _NOT_MR_FAILED = (lambda symptom: _failure_kind(symptom) != 'mr_failed', 'not mr_failed')
 
 
-def _register(code, layers, severity, doc, remedy, other=None, explains=(), remedies=None, scope=None, gpu_memory=False):
+def _register(code: str, layers: Any, severity: str, doc: str, remedy: str, other: Optional[Dict[str, str]] = None,  # pylint: disable=too-many-arguments
+              explains: Iterable[Any] = (), remedies: Optional[Dict[str, str]] = None, scope: Optional[str] = None,
+              gpu_memory: bool = False, roles: Tuple[str, ...] = ()) -> str:
     layers = (layers,) if isinstance(layers, str) else tuple(layers)
     if code in REGISTRY or not set(layers) <= set(LAYERS) or severity not in SEVERITIES \
             or not set(other or {}) <= set(SEVERITIES):
@@ -77,17 +99,19 @@ def _register(code, layers, severity, doc, remedy, other=None, explains=(), reme
     explained = OrderedDict((item, None) if isinstance(item, str) else item for item in explains)
     if scope not in (None, 'node', 'fabric', 'run'):
         raise ValueError('bad registry entry %s: scope %r' % (code, scope))
+    if not set(roles) <= set(ROLES):
+        raise ValueError('bad registry entry %s: roles %r' % (code, roles))
     REGISTRY[code] = Code(code, layers, severity, dict(other or {}), explained, doc, remedy, dict(remedies or {}), scope,
-                          bool(gpu_memory))
+                          bool(gpu_memory), frozenset(roles))
     return code
 
 
-def gdr_not_used(symptom):
+def gdr_not_used(symptom: Finding) -> bool:
     """Does a symptom's own evidence say that GPUDirect RDMA was not used (a collective's
     transport from NCCL's INFO lines, ``evidence.transport.gdr`` or ``evidence.gdr`` false, or
     the path NCCL takes, ``evidence.nccl_path``)?"""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
-    transport = evidence.get('transport') if isinstance(evidence.get('transport'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
+    transport = _mapping(evidence.get('transport'))
     return evidence.get('gdr') is False or transport.get('gdr') is False or evidence.get('nccl_path') in ('host_memory', 'socket')
 
 
@@ -105,25 +129,30 @@ IB_PORT_DOWN = _register(
     'check the cable and the switch port (iblinkinfo, ibstat %(device)s); a disabled port: ibportstate enable',
     other={'info': 'a port of a storage or management card (not a compute rail by its model, GPU affinity or NCCL_IB_HCA): '
                    'an uncabled second port of such a card is common and carries no collective'},
-    explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'))
+    explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_NODE_NOT_TESTED'),
+    roles=('port', 'port_owned'))
 IB_RATE_DEGRADED = _register(
     'IB_RATE_DEGRADED', 'ib', 'error', 'width 1X or rate below the node\'s other ports',
     'reseat or replace the cable/transceiver, then check with iblinkinfo that it trains at full width',
     # FABRIC_LINK_DEGRADED of the same host link (the switch's view of this port): one fault, one root.
     # Not BENCH_GPU_MEMORY_LOW: a slow port slows host and GPU memory of the same pair alike, and that
     # symptom is GPU memory slower than host memory.
-    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_LINK_DEGRADED'))
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT', 'FABRIC_LINK_DEGRADED'),
+    roles=('port', 'port_owned'))
 IB_ERROR_COUNTERS = _register(
     'IB_ERROR_COUNTERS', 'ib', 'warning', 'symbol/receive/link errors counted (saturated counters said)',
     'clear the counters (perfquery -x -R) and watch whether they rise under load; rising symbol or receive errors mean '
-    'a bad cable or transceiver')
+    'a bad cable or transceiver',
+    roles=('port',))
 MTU_MISMATCH = _register(
     'MTU_MISMATCH', 'ib', 'warning', 'active MTU unlike most ports of the fleet',
-    'set the same MTU on every port of the fabric (subnet manager partition MTU, netdev MTU for RoCE)')
+    'set the same MTU on every port of the fabric (subnet manager partition MTU, netdev MTU for RoCE)',
+    roles=('mtu',))
 ROCE_NO_V2_GID = _register(
     'ROCE_NO_V2_GID', 'ib', 'error', 'RoCE port without a RoCE v2 GID with an IPv4 address',
     'give the port\'s netdev an IP address; check cma_roce_mode',
-    other={'info': 'a storage or management port: not a compute rail by its model, GPU affinity or NCCL_IB_HCA'})
+    other={'info': 'a storage or management port: not a compute rail by its model, GPU affinity or NCCL_IB_HCA'},
+    roles=('port',))
 IB_ERRORS_UNDER_LOAD = _register(
     'IB_ERRORS_UNDER_LOAD', 'ib', 'error', 'counters rose during a pair\'s test',
     'replace the cable or transceiver of %(hca)s on %(host)s',
@@ -133,12 +162,12 @@ IB_ERRORS_UNDER_LOAD = _register(
 # One finding per node and code, the ports in the subject; docs/roce.md explains each check.
 
 
-def _qos_parts_missing_only(symptom):
+def _qos_parts_missing_only(symptom: Finding) -> bool:
     """FLEET_DIFFERS roce_qos whose value is the peers' with parts left out: the parts a ROCE_*
     finding of the node names (_roce_rules.qos_signature leaves them out), nothing set otherwise."""
-    evidence = symptom.get('evidence') if isinstance(symptom.get('evidence'), dict) else {}
+    evidence = _mapping(symptom.get('evidence'))
 
-    def parts(port):
+    def parts(port: Any) -> Optional[Set[Tuple[str, str]]]:
         # One port's [name, value] parts as qos_signature gives them (compared as parts, never parsed
         # back from text: 'pfc 3,4' is one part); anything else: None (fail closed).
         if not isinstance(port, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in port):
@@ -146,8 +175,10 @@ def _qos_parts_missing_only(symptom):
         return set((str(name), str(value)) for name, value in port)
     value = [parts(v) for v in evidence.get('value') or []]
     ref = [parts(r) for r in evidence.get('most_nodes') or []]
-    return symptom.get('subject') == 'roce_qos' and bool(value) and None not in value + ref \
-        and all(any(v <= r for r in ref) for v in value)
+    if symptom.get('subject') != 'roce_qos' or not value or None in value + ref:
+        return False
+    refs = [r for r in ref if r is not None]
+    return all(any(v <= r for r in refs) for v in value if v is not None)
 
 
 # A node's lossless settings unlike its peers' only where a ROCE_* fault of the node is (the fleet
@@ -155,7 +186,7 @@ def _qos_parts_missing_only(symptom):
 # set otherwise (PFC on priority 4 where the peers use 3) is a difference of its own.
 _ROCE_QOS_DIFFERS = ('FLEET_DIFFERS', (_qos_parts_missing_only, 'roce_qos, only the parts the ROCE finding names'))
 # Not COLLECTIVE_NODE_SLOW: a node's own collective runs over its GPUs' interconnect (its path is the
-# node and its GPUs, _diagnose._local_collective_findings), not through the RoCE ports.
+# node and its GPUs, rules/_collective.py local_collective_findings), not through the RoCE ports.
 _ROCE_SYMPTOMS = ('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'COLLECTIVE_CULPRIT', _ROCE_QOS_DIFFERS)
 _ROCE_ROLE = 'run playbooks/configure.yml -e gpu_fabric_roce_qos=true --tags roce_qos (role roce_qos), and match the switch ports'
 ROCE_QOS_UNKNOWN = _register(
@@ -235,19 +266,23 @@ GDR_MM_KOBJ_NOT_EXPORTED = _register(
     'GDR_MM_KOBJ_NOT_EXPORTED', 'ib_gpu', 'error',
     'kernel without the `mm_kobj` export (removed upstream, and in RHEL 9.6) → OFED without `HAVE_MM_KOBJ_EXPORTED` → no memory_peers client',
     'a kernel that exports mm_kobj, then rebuild MLNX OFED against it (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True,
+    roles=('gpudirect',))
 GDR_OFED_STALE_BUILD = _register(
     'GDR_OFED_STALE_BUILD', 'ib_gpu', 'error', 'the kernel exports `mm_kobj`, OFED was built without it: rebuild',
     'rebuild MLNX OFED for the running kernel (role ofed_peermem, tag ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, gpu_memory=True,
+    roles=('gpudirect',))
 GDR_PEERMEM_NOT_LOADED = _register(
     'GDR_PEERMEM_NOT_LOADED', 'ib_gpu', 'error', 'peer-memory module not loaded',
     'load the peer-memory module now and at boot (role rdma_modules, tag rdma_modules)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True,
+    roles=('gpudirect',))
 GDR_MEMORY_PEERS_MISSING = _register(
     'GDR_MEMORY_PEERS_MISSING', 'ib_gpu', 'error', 'module loaded, no memory_peers client',
     'check the kernel log of the peer-memory module; reload it (role ofed_peermem)',
-    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True)
+    other={'warning': 'where dma-buf can stand in'}, explains=_PEER_MEMORY_SYMPTOMS, remedies={'no_ofed': _NO_OFED}, gpu_memory=True,
+    roles=('gpudirect',))
 # What blocks a peer-memory path as a node says it (_gdr.peer_verdict's ``blocker``, deepest root
 # first as _gdr.PEER_OUTCOMES) -> the root's code. The controller names the finding: this module
 # is imported by no module, so the registry never travels to a node.
@@ -261,12 +296,14 @@ GDR_ACS_REDIRECT = _register(
     'GDR_ACS_REDIRECT', 'ib_gpu', 'error', 'ACS redirects P2P on a GPU↔NIC path',
     'disable ACS on the GPU<->NIC paths (role pcie_acs, tag pcie_acs)',
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_NODE_SLOW',
-              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)), gpu_memory=True)
+              ('COLLECTIVE_GPUS_NOT_P2P', _P2P_IMPOSSIBLE)), gpu_memory=True,
+    roles=('gpudirect',))
 GPU_NIC_FAR = _register(
     'GPU_NIC_FAR', 'ib_gpu', 'warning', 'a GPU\'s nearest NIC is PHB/NODE/SYS, or a compute NIC has no GPU near',
     'put GPU and NIC under one PCIe switch, or bind the job to the NIC of the same NUMA node',
     explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'),
-    remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'}, gpu_memory=True)
+    remedies={'nic_slot': 'move the NIC to the slot of its GPU\'s PCIe switch (or check NCCL_IB_HCA / the rail map)'}, gpu_memory=True,
+    roles=('gpudirect',))
 # A PCIe link on the way of an HCA or a GPU trained below what both of its ends can do
 # (plugin_utils/diagnosis/_pcie_rules.py; facts gdr.pcie_links, module_utils/_pcie.py): every byte through it
 # crawls, host memory and GPU memory alike for an HCA's link, GPU memory for a GPU's.
@@ -286,11 +323,13 @@ GDR_NO_RDMA_NIC = _register(
     'GPUs but no RDMA device: NCCL would use its socket transport between nodes (`evidence.nccl_path`: `socket`)',
     'check that the HCA is on the PCI bus (lspci) and that its drivers are loaded (mlx5_core, mlx5_ib, ib_uverbs: role '
     'rdma_modules); in a VM or container, pass the RDMA devices through',
-    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'), gpu_memory=True)
+    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT'), gpu_memory=True,
+    roles=('gpudirect', 'no_rdma'))
 GDR_NOT_READY = _register(
     'GDR_NOT_READY', 'ib_gpu', 'error',
     '`gdr_ready` false for a reason no other rule names (the reasons, and the path NCCL takes, in evidence)',
-    'see the reasons; gdr_facts lists them with the facts behind each', gpu_memory=True)
+    'see the reasons; gdr_facts lists them with the facts behind each', gpu_memory=True,
+    roles=('gpudirect',))
 
 # ---------------------------------------------------------------------------- host layer
 HOST_CPU_GOVERNOR = _register(
@@ -321,24 +360,28 @@ HOST_IOMMU_TRANSLATED = _register(
 HOST_UNREACHABLE = _register(
     'HOST_UNREACHABLE', 'host', 'error', 'no facts came back (evidence.msg: the connection\'s error, where the run kept it); '
     'nothing on the node was checked',
-    'check that the node is up and reachable over SSH; nothing on it was checked')
+    'check that the node is up and reachable over SSH; nothing on it was checked',
+    roles=('not_checked',))
 # A node gone mid-run: its pairs fail as node_lost/peer_lost, the collective over it fails.
 HOST_LOST = _register(
     'HOST_LOST', 'host', 'error', 'answered at the start, did not get through a later stage (unreachable or a task failed)',
     'see the run\'s output for %(host)s (unreachable or failed task), bring it back, run again',
     explains=(('BENCH_PAIR_FAILED', _NOT_MR_FAILED), 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
-              'COLLECTIVE_SUSPECT'))
+              'COLLECTIVE_SUSPECT'),
+    roles=('not_checked',))
 HOST_TASK_FAILED = _register(
     'HOST_TASK_FAILED', 'host', 'error',
     'a task failed on the node and was rescued (stage, task, message in evidence): what that stage checks there is missing',
     'fix what the message names and run again; what this stage checks on %(host)s is missing',
     explains=(('BENCH_PAIR_FAILED', _NOT_MR_FAILED), 'BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_CULPRIT',
-              'COLLECTIVE_SUSPECT', 'BENCH_NODE_NOT_TESTED'))
+              'COLLECTIVE_SUSPECT', 'BENCH_NODE_NOT_TESTED'),
+    roles=('not_checked',))
 HOST_NOTHING_TO_CHECK = _register(
     'HOST_NOTHING_TO_CHECK', 'host', 'error', 'neither GPUs nor RDMA devices found: nothing of the fabric was checked (fail closed)',
     'check lspci for the GPUs and HCAs and that their drivers are loaded; run against the node itself (not a container '
     'without /sys); leave non-GPU hosts out of the inventory group',
-    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'))
+    explains=('BENCH_NODE_NOT_TESTED', 'BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'),
+    roles=('gpudirect', 'no_rdma'))
 RUN_NOTHING_VALIDATED = _register(
     'RUN_NOTHING_VALIDATED', 'host', 'error', 'no node returned facts (the pattern matched no host, or every node failed)',
     'check the inventory and gpu_fabric_hosts (a group or host pattern); a host named localhost is a node too '
@@ -348,16 +391,20 @@ RUN_NOTHING_VALIDATED = _register(
 # ---------------------------------------------------------------------------- measured
 _LOWER = 'see the lower-layer findings of both nodes'
 BENCH_PAIR_FAILED = _register(
-    'BENCH_PAIR_FAILED', 'benchmark', 'error', 'a pair\'s test failed (kind and the server side\'s cause in evidence)', _LOWER)
+    'BENCH_PAIR_FAILED', 'benchmark', 'error', 'a pair\'s test failed (kind and the server side\'s cause in evidence)', _LOWER,
+    roles=('pair_symptom',))
 BENCH_PAIR_LOW = _register(
     'BENCH_PAIR_LOW', 'benchmark', 'error',
-    'below `fabric_bench_bw_ratio` of the rail\'s nominal rate (the fleet\'s most common port rate of the rail)', _LOWER)
+    'below `fabric_bench_bw_ratio` of the rail\'s nominal rate (the fleet\'s most common port rate of the rail)', _LOWER,
+    roles=('pair_symptom',))
 BENCH_GPU_MEMORY_FAILED = _register(
-    'BENCH_GPU_MEMORY_FAILED', 'benchmark', 'error', 'GPU memory failed where host memory passed on the same pair and rail', _LOWER)
+    'BENCH_GPU_MEMORY_FAILED', 'benchmark', 'error', 'GPU memory failed where host memory passed on the same pair and rail', _LOWER,
+    roles=('pair_symptom',))
 BENCH_GPU_MEMORY_LOW = _register(
     'BENCH_GPU_MEMORY_LOW', 'benchmark', 'error', 'GPU memory below `fabric_bench_gpu_ratio` of host memory on the same pair',
     _LOWER, other={'info': 'over an HCA with no GPU near'},
-    remedies={'no_gpu_near': 'leave this HCA out of GPU-memory tests (fabric_bench_hcas), or pin jobs to NICs near their GPUs'})
+    remedies={'no_gpu_near': 'leave this HCA out of GPU-memory tests (fabric_bench_hcas), or pin jobs to NICs near their GPUs'},
+    roles=('pair_symptom',))
 BENCH_NODE_NOT_TESTED = _register(
     'BENCH_NODE_NOT_TESTED', 'benchmark', 'error', 'a node left out of the mesh (no HCA, perftest not found), with the reason',
     'fix the reason and run the benchmark again; none of its links was tested')
@@ -550,12 +597,21 @@ for _scope, _codes in SCOPES.items():
     for _code in _codes:
         REGISTRY[_code] = REGISTRY[_code]._replace(scope=REGISTRY[_code].scope or _scope)
 
+
+
+def codes_with(role: str) -> Tuple[str, ...]:
+    """The codes of a role (ROLES), in registry order."""
+    if role not in ROLES:
+        raise ValueError('no such role of a finding code: %r' % (role,))
+    return tuple(code for code, entry in REGISTRY.items() if role in entry.roles)
+
+
 # Which codes a root explains (a symptom anywhere above it, on the symptom's path: on_path).
 EXPLAINS = OrderedDict((code, tuple(entry.explains)) for code, entry in REGISTRY.items() if entry.explains)
 SYMPTOMS = frozenset(code for entry in REGISTRY.values() for code in entry.explains)
 
 
-def explains(root, symptom, host=None):
+def explains(root: str, symptom: Finding, host: Optional[str] = None) -> bool:
     """Does a finding of code ``root`` explain the finding ``symptom`` (when one of the root's
     places is on the symptom's path: on_path)? ``host``: the root finding's host, where the
     caller has it: a condition that names the failing end (a third part True) then holds only for
@@ -569,11 +625,13 @@ def explains(root, symptom, host=None):
     if not condition[0](symptom):
         return False
     side = _failed_side(symptom)
-    failed_on = side.get('hosts') if isinstance(side.get('hosts'), list) and side.get('hosts') else [side.get('host')]
+    failed_on: List[Any] = side['hosts'] if isinstance(side.get('hosts'), list) and side.get('hosts') else [side.get('host')]
     return not (len(condition) > 2 and condition[2] and host is not None and None not in failed_on and host not in failed_on)
 
 
-def finding(code, host, subject, evidence, cause, severity=None, layer=None, remedy=None, at=None, path=None, **values):
+def finding(code: str, host: Optional[str], subject: Optional[str], evidence: Any, cause: str,  # pylint: disable=too-many-arguments
+            severity: Optional[str] = None, layer: Optional[str] = None, remedy: Optional[str] = None,
+            at: Optional[Iterable[Place]] = None, path: Optional[Iterable[Place]] = None, **values: Any) -> Finding:
     """A finding of a registered code. ``severity``/``layer``: where the rule picks one of the
     code's other registered ones; ``remedy``: a registered variant's name; ``values`` fill the
     remedy's template (with ``host`` and ``subject``).
@@ -611,17 +669,18 @@ def finding(code, host, subject, evidence, cause, severity=None, layer=None, rem
             'at': places(at), 'path': places(path)}
 
 
-def _scope_places(scope, host):
+def _scope_places(scope: Optional[str], host: Optional[str]) -> Optional[List[Place]]:
     if scope == 'node':
         return [('node', host)] if host else None
-    return {'fabric': [('fabric',)], 'run': [('run',)]}.get(scope)
+    fleet_wide: Dict[Optional[str], List[Place]] = {'fabric': [('fabric',)], 'run': [('run',)]}
+    return fleet_wide.get(scope)
 
 
 # Places that belong to one node (their second part is the host).
 HOST_PLACES = ('node', 'hca', 'hca_host', 'gpu', 'gpu_nic', 'gpus')
 
 
-def on_path(at, path):
+def on_path(at: Optional[Iterable[Place]], path: Optional[Iterable[Place]]) -> bool:
     """Is one of the places ``at`` (a root's) on ``path`` (a symptom's)? A place is on a path
     that holds it; a node's place ('node', host) is on every path through that host (a node-wide
     cause: the peer-memory chain, the kernel, memlock, the governor). No places: never (fail closed)."""
@@ -636,7 +695,7 @@ def on_path(at, path):
     return False
 
 
-def named(root, symptom):
+def named(root: str, symptom: Finding) -> bool:
     """Does the symptom itself name the root's kind of cause? GPUDirect RDMA not used, or GPU memory
     slower than or failing where host memory did not (the GPU's side of the test): a root that breaks
     GPUDirect RDMA or costs GPU memory (the registry's gpu_memory: the peer-memory chain, ACS, a far NIC,
@@ -655,7 +714,7 @@ def named(root, symptom):
     return root == HOST_MEMLOCK_LIMITED and _failure_kind(symptom) == 'mr_failed'
 
 
-def places(items):
+def places(items: Optional[Iterable[Place]]) -> Optional[List[List[str]]]:
     """Places as lists (JSON), in a stable order, each once; None stays None."""
     if items is None:
         return None
@@ -667,9 +726,9 @@ def places(items):
     return seen
 
 
-def markdown_rows():
+def markdown_rows() -> List[str]:
     """The codes table of docs/report.md (its header and rows), in registry order."""
-    def cell(text):
+    def cell(text: str) -> str:
         return text.replace('|', '\\|')
     rows = ['| code | layer | severity | found from | explained by |', '|---|---|---|---|---|']
     for code, entry in REGISTRY.items():

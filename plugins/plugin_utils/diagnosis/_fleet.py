@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import natural_key
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _nccl_env
@@ -41,17 +42,16 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _r
 
 # One node against another names no culprit: with two nodes (or a tie) either may be the odd one.
 MIN_MAJORITY = 3
-# What the rules before this one found (fleet_findings' ``findings``, _diagnose.diagnose), by code:
-# a port's own findings (_diagnose.ib_findings), of which a port down or slower is that port's
-# (OWNED_PORT_CODES); the node's GPUDirect RDMA findings (_diagnose.gdr_findings); the fleet's
-# MTU rule (_diagnose.mtu_findings). This rule reads them, it never runs them.
-PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED, _findings.IB_ERROR_COUNTERS, _findings.ROCE_NO_V2_GID)
-OWNED_PORT_CODES = (_findings.IB_PORT_DOWN, _findings.IB_RATE_DEGRADED)
-GDR_CODES = ((_findings.HOST_NOTHING_TO_CHECK, _findings.GDR_NO_RDMA_NIC) + tuple(_findings.PEER_BLOCKER_CODES.values())
-             + (_findings.GDR_ACS_REDIRECT, _findings.GPU_NIC_FAR, _findings.GDR_NOT_READY))
-MTU_CODES = (_findings.MTU_MISMATCH,)
-# Per-node findings of _diagnose.gdr_findings that already say a node has no RDMA device at all.
-NO_RDMA_CODES = (_findings.GDR_NO_RDMA_NIC, _findings.HOST_NOTHING_TO_CHECK)
+# What the rules before this one found (fleet_findings' ``findings``, handed by the engine), by the
+# codes' roles in the registry (its ROLES): a port's own findings (rules/_node.py ib_findings),
+# of which a port down or slower is that port's (OWNED_PORT_CODES); the node's GPUDirect RDMA
+# findings (gdr_findings); the fleet's MTU rule (mtu_findings). This rule reads them, it never runs them.
+PORT_CODES = _findings.codes_with('port')
+OWNED_PORT_CODES = _findings.codes_with('port_owned')
+GDR_CODES = _findings.codes_with('gpudirect')
+MTU_CODES = _findings.codes_with('mtu')
+# Per-node findings of gdr_findings that already say a node has no RDMA device at all.
+NO_RDMA_CODES = _findings.codes_with('no_rdma')
 # NCCL settings compared (_nccl_env.recommend): how many ports NCCL_IB_HCA lists (the names
 # may legitimately differ from node to node), the GID index, the GPUDirect RDMA level.
 NCCL_COMPARED = ('NCCL_IB_GID_INDEX', 'NCCL_NET_GDR_LEVEL')
@@ -298,6 +298,37 @@ def _other_judge(host, value, ref, ref_hosts, ctx):
     return _findings.FLEET_DIFFERS, ('warning' if lacking else 'info')
 
 
+def _named_devices(node):
+    return [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
+
+
+def _rails_differ(host, node, value, ref, ctx):
+    extra = Counter(value) - Counter(ref)
+    return [d['name'] for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name') for p in d.get('ports') or []
+            if (p.get('link_layer'), p.get('rate_gbps')) in extra]
+
+
+def _model_differs(host, node, _value, ref, ctx):
+    return [d['name'] for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name')
+            and d.get('hca_type') and d['hca_type'] not in ref]
+
+
+def _field_differs(field):
+    def named(_host, node, _value, ref, _ctx):
+        theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
+        return [d['name'] for d in _named_devices(node) if d.get(field) and ((d.get('hca_type') or '?'), str(d[field])) not in theirs]
+    return named
+
+
+def _roce_ports(_host, node, _value, _ref, _ctx):
+    return [d['name'] for d in _named_devices(node) for p in d.get('ports') or [] if p.get('link_layer') == 'Ethernet']
+
+
+# Which HCAs an attribute's difference names (the others are node-wide: _places).
+_NAMED_BY = {'rails': _rails_differ, 'hca_model': _model_differs, 'firmware': _field_differs('fw_ver'),
+             'board_id': _field_differs('board_id'), 'roce_mtu': _roce_ports, 'gid_index': _roce_ports, 'roce_qos': _roce_ports}
+
+
 def _places(name, host, node, value, ref, ctx):
     """Where a node's difference sits (a finding's ``at``, _findings.on_path): the HCAs whose
     ports, model, firmware or board differ, or whose RoCE settings were compared; the node where
@@ -305,21 +336,7 @@ def _places(name, host, node, value, ref, ctx):
     kernel, OFED, peer memory, the NCCL settings) or where no device can be named. ``rails`` and
     ``hca_model`` compare the compute rails only (``_devices``): a storage card of the same rate
     or model is never where their difference sits."""
-    devices = [d for d in ((node.get('ib') or {}).get('devices') or []) if isinstance(d, dict) and d.get('name')]
-    rails_only = [d for d in _devices(host, node, ctx) if isinstance(d, dict) and d.get('name')]
-    named = []
-    if name == 'rails':
-        extra = Counter(value) - Counter(ref)
-        named = [d['name'] for d in rails_only for p in d.get('ports') or []
-                 if (p.get('link_layer'), p.get('rate_gbps')) in extra]
-    elif name == 'hca_model':
-        named = [d['name'] for d in rails_only if d.get('hca_type') and d['hca_type'] not in ref]
-    elif name in ('firmware', 'board_id'):
-        field = 'fw_ver' if name == 'firmware' else 'board_id'
-        theirs = set((entry.split(' ', 1)[0].split('/')[0], entry.rsplit(' ', 1)[-1]) for entry in ref)
-        named = [d['name'] for d in devices if d.get(field) and ((d.get('hca_type') or '?'), str(d[field])) not in theirs]
-    elif name in ('roce_mtu', 'gid_index', 'roce_qos'):
-        named = [d['name'] for d in devices for p in d.get('ports') or [] if p.get('link_layer') == 'Ethernet']
+    named = _NAMED_BY[name](host, node, value, ref, ctx) if name in _NAMED_BY else []
     if named:
         return [('hca', host, device) for device in sorted(set(named), key=natural_key)]
     return [('node', host)]
@@ -400,8 +417,7 @@ def _context(nodes, findings, nccl, roles=None):
         ctx['codes'][host] = set(f['code'] for f in ib_found) | ctx['gdr_codes'][host]
         ctx['owned_ports'][host] = set(f['subject'] for f in ib_found if f['code'] in OWNED_PORT_CODES)
     if nccl is None:
-        ctx['nccl'] = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), role_of=roles[host]))
-                           for host, node in nodes.items())
+        ctx['nccl'] = _nccl_env.advice(nodes, roles)
     return ctx
 
 
@@ -410,9 +426,57 @@ def _quiet(verdict):
     return verdict is None or verdict[1] == 'info'
 
 
+def _against_majority(kind, nodes, ctx, spec, finding, ranked, known):
+    """A finding per node whose value differs from the majority's (``ranked[0]``), as the attribute's judge says."""
+    name, layer, _value_of, judge, words, remedy = spec
+    show = _shower(name)
+    ref, ref_hosts = ranked[0]
+    found = []
+    for value, members in ranked[1:]:
+        for host in members:
+            verdict = judge(host, value, ref, ref_hosts, ctx)
+            if verdict is None:
+                continue
+            code, severity = verdict
+            if severity != 'info':
+                ctx['named'].add(host)
+            found.append(finding(
+                code, host, name,
+                {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
+                 'nodes_compared': known, 'kind': kind},
+                '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
+                % (words, show(value), show(ref), len(ref_hosts), known, kind),
+                severity=severity, layer=layer, attribute_remedy=remedy,
+                at=_places(name, host, nodes[host], value, ref, ctx), path=_places(name, host, nodes[host], value, ref, ctx)))
+    return found
+
+
+def _split(kind, ctx, spec, ranked, known):
+    """No majority: a value stays in the split only when no other value explains it away
+    (a node whose difference another finding accounts for is not one side of it)."""
+    name, layer, _value_of, judge, words, remedy = spec
+    show = _shower(name)
+    left = [(value, members) for value, members in ranked
+            if not any(all(_quiet(judge(host, value, other, other_hosts, ctx)) for host in members)
+                       for other, other_hosts in ranked if other != value)]
+    if len(left) < 2:
+        return []
+    ctx['named'].update(host for _value, members in left for host in members)
+    why = ('two nodes, so neither is the odd one' if known == 2 else
+           'no value is held by more than half of the %d nodes' % known)
+    return [_findings.finding(_findings.FLEET_SPLIT, None, '%s (%s)' % (name, kind),
+                              {'attribute': name, 'kind': kind, 'values': [{'value': _plain(v), 'hosts': m} for v, m in left]},
+                              '%s differ between nodes of one kind (%s) and %s: %s'
+                              % (words, kind, why, '; '.join('%s on %s' % (show(v), ', '.join(m)) for v, m in left)),
+                              layer=layer, attribute_remedy=remedy)]
+
+
+def _shower(name):
+    return _show_rails if name == 'rails' else _show_qos if name == 'roce_qos' else _show
+
+
 def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
-    name, layer, value_of, judge, words, remedy = spec
-    show = _show_rails if name == 'rails' else _show_qos if name == 'roce_qos' else _show
+    name, value_of = spec[0], spec[2]
     values = dict((host, value_of(host, nodes[host], ctx)) for host in hosts)
     if name == 'hca_count':
         ctx['hca_count'].update(values)
@@ -423,42 +487,10 @@ def _judge_kind(kind, hosts, nodes, ctx, spec, finding):
     if len(groups) < 2:
         return []
     known = sum(len(h) for h in groups.values())
-    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), show(item[0])))
-    ref, ref_hosts = ranked[0]
-    found = []
-    if known >= MIN_MAJORITY and 2 * len(ref_hosts) > known:
-        for value, members in ranked[1:]:
-            for host in members:
-                verdict = judge(host, value, ref, ref_hosts, ctx)
-                if verdict is None:
-                    continue
-                code, severity = verdict
-                if severity != 'info':
-                    ctx['named'].add(host)
-                found.append(finding(
-                    code, host, name,
-                    {'value': _plain(value), 'most_nodes': _plain(ref), 'nodes_with_most': len(ref_hosts),
-                     'nodes_compared': known, 'kind': kind},
-                    '%s: %s here, %s on %d of the %d nodes of its kind (%s)'
-                    % (words, show(value), show(ref), len(ref_hosts), known, kind),
-                    severity=severity, layer=layer, attribute_remedy=remedy,
-                    at=_places(name, host, nodes[host], value, ref, ctx), path=_places(name, host, nodes[host], value, ref, ctx)))
-        return found
-    # No majority: a value stays in the split only when no other value explains it away
-    # (a node whose difference another finding accounts for is not one side of it).
-    left = [(value, members) for value, members in ranked
-            if not any(all(_quiet(judge(host, value, other, other_hosts, ctx)) for host in members)
-                       for other, other_hosts in ranked if other != value)]
-    if len(left) < 2:
-        return []
-    ctx['named'].update(host for _value, members in left for host in members)
-    why = ('two nodes, so neither is the odd one' if known == 2 else
-           'no value is held by more than half of the %d nodes' % known)
-    return [finding(_findings.FLEET_SPLIT, None, '%s (%s)' % (name, kind),
-                    {'attribute': name, 'kind': kind, 'values': [{'value': _plain(v), 'hosts': m} for v, m in left]},
-                    '%s differ between nodes of one kind (%s) and %s: %s'
-                    % (words, kind, why, '; '.join('%s on %s' % (show(v), ', '.join(m)) for v, m in left)),
-                    layer=layer, attribute_remedy=remedy)]
+    ranked = sorted(groups.items(), key=lambda item: (-len(item[1]), _shower(name)(item[0])))
+    if known >= MIN_MAJORITY and 2 * len(ranked[0][1]) > known:
+        return _against_majority(kind, nodes, ctx, spec, finding, ranked, known)
+    return _split(kind, ctx, spec, ranked, known)
 
 
 def fleet_findings(nodes, findings=(), nccl=None, roles=None):
@@ -482,3 +514,10 @@ def fleet_findings(nodes, findings=(), nccl=None, roles=None):
         for kind in sorted(kinds):
             found.extend(_judge_kind(kind, kinds[kind], nodes, ctx, spec, finding))
     return found
+
+
+@rule(produces=(_findings.FLEET_HW_MISSING, _findings.FLEET_RAIL_SLOWER, _findings.FLEET_DIFFERS, _findings.FLEET_SPLIT),
+      reads=tuple(dict.fromkeys(PORT_CODES + GDR_CODES + MTU_CODES)), parts=('judged', 'roles'))
+def consistency(fleet, findings):
+    """Given the port, GPUDirect RDMA and MTU findings: a difference they name is not named again."""
+    return fleet_findings(fleet.judged, findings, _nccl_env.advice(fleet.judged, fleet.roles), fleet.roles)

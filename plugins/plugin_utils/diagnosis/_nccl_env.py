@@ -259,3 +259,14 @@ def recommend(ib, gdr, roce=None, role_of=None):
         settings['NCCL_SOCKET_IFNAME'], reasons['NCCL_SOCKET_IFNAME'] = value, reason
     notes.extend(vendor_notes(gdr))
     return {'settings': settings, 'reasons': reasons, 'notes': notes}
+
+
+def advice(nodes, roles=None):
+    """{host: recommend(...)} for every node with facts (``nodes``: {host: {'ib', 'gdr', 'roce'}}),
+    ``roles``: {host: module_utils/_rails.py node_roles()} where the caller has them: the one
+    place the NCCL advice of a fleet is computed (the report's hosts.*.nccl, the fleet rule's
+    comparison of it)."""
+    roles = roles or {}
+    return dict((host, recommend(node.get('ib'), node.get('gdr'), node.get('roce'),
+                                 role_of=roles[host] if roles.get(host) is not None else _rails.node_roles(node)))
+                for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)

@@ -14,12 +14,15 @@ other not); the IOMMU on the node.
 
 from __future__ import annotations
 
+from typing import Any, Dict, List, Optional
+
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, Place, finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pcie import link_words
 
 
-def _hca_rates(ib):
+def _hca_rates(ib: Any) -> Dict[str, Any]:
     """{hca: Gb/s its ACTIVE ports carry together} (the ports of one card share its PCIe link)."""
     rates = {}
     for device in (ib or {}).get('devices') or []:
@@ -29,7 +32,7 @@ def _hca_rates(ib):
     return rates
 
 
-def _places(host, link, topology):
+def _places(host: str, link: Dict[str, Any], topology: List[Dict[str, Any]]) -> List[Place]:
     gpus, nics = set(link.get('gpus') or []), set(link.get('nics') or [])
     if link.get('kind') == 'nic':
         return [('hca', host, name) for name in link.get('nics') or []]
@@ -44,7 +47,7 @@ def _places(host, link, topology):
         [('gpu_nic', host, p['gpu'], p['nic']) for p in topology if (p.get('gpu') in gpus) != (p.get('nic') in nics)]
 
 
-def _need(link, gdr, rates):
+def _need(link: Dict[str, Any], gdr: Dict[str, Any], rates: Dict[str, Any]) -> Any:
     """The port rate (Gb/s) one test through the link needs: the fastest HCA below it; for a GPU's
     own link, its nearest NIC's. None when no HCA rate is known."""
     names = list(link.get('nics') or [])
@@ -55,7 +58,7 @@ def _need(link, gdr, rates):
     return max(known) if known else None
 
 
-def pcie_findings(host, gdr, ib=None):
+def pcie_findings(host: str, gdr: Any, ib: Any = None) -> List[Finding]:
     """One PCIE_LINK_DEGRADED per link trained below what both ends can do."""
     found = []
     gdr = gdr or {}
@@ -90,7 +93,7 @@ def pcie_findings(host, gdr, ib=None):
     return found
 
 
-def iommu_findings(host, gdr):
+def iommu_findings(host: str, gdr: Any) -> List[Finding]:
     """HOST_IOMMU_TRANSLATED where the IOMMU translates the DMA of a GPU node's GPUs or HCAs."""
     gdr = gdr or {}
     iommu = gdr.get('iommu') or {}
@@ -108,3 +111,13 @@ def iommu_findings(host, gdr):
         % (', '.join(translated), ', '.join(sorted(set(t or '?' for t in types.values()))),
            ' '.join('%s=%s' % kv for kv in sorted((iommu.get('cmdline') or {}).items())) or 'without iommu parameters'),
         at=[('node', host)])]
+
+
+@rule(produces=(F.PCIE_LINK_DEGRADED,), parts=('judged',))
+def pcie_links(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
+    return [item for host in sorted(fleet.judged) for item in pcie_findings(host, fleet.judged[host].get('gdr'), fleet.judged[host].get('ib'))]
+
+
+@rule(produces=(F.HOST_IOMMU_TRANSLATED,), parts=('judged',))
+def iommu_mode(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
+    return [item for host in sorted(fleet.judged) for item in iommu_findings(host, fleet.judged[host].get('gdr'))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # which ports carry compute traffic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
@@ -52,66 +53,98 @@ def _strict_tc(port, prio):
     return tc is not None and dict((str(k), v) for k, v in mapping(port.get('tc_tsa')).items()).get(str(tc)) == 'strict'
 
 
-def port_checks(port):
-    """{code: (evidence, words)} of one ACTIVE RoCE port."""
+def _tos_checks(port, tos, prio, pfc):
+    """How the RDMA traffic is classified and whether its priority is lossless (the port's QoS read)."""
     found = {}
-    if port.get('source') is None:
-        found[F.ROCE_QOS_UNKNOWN] = ({'reason': port.get('source_reason')}, port.get('source_reason') or 'not read')
-        known = False
-    else:
-        known = True
-    tos = integer(port.get('roce_tos'))
-    prio = rdma_priority(dict(port, trust='dscp')) if known else None
-    pfc = _pfc(port)
-    if known and port.get('trust') == 'pcp':
+    if port.get('trust') == 'pcp':
         found[F.ROCE_TRUST_PCP] = ({'trust': 'pcp', 'roce_tos': tos},
                                    'trust pcp: the NIC classifies by the VLAN PCP, which untagged RoCE v2 packets do not '
                                    'carry, so RDMA traffic lands on priority 0 whatever its DSCP')
-    if known and not pfc:
+    if not pfc:
         found[F.ROCE_PFC_OFF] = ({'pfc': []}, 'PFC is enabled on no priority')
-    if known and pfc and prio is not None and prio not in pfc:
+    if pfc and prio is not None and prio not in pfc:
         found[F.ROCE_TC_NOT_LOSSLESS] = ({'roce_tos': tos, 'dscp': tos >> 2 if tos is not None else None, 'priority': prio,
                                           'pfc': sorted(pfc)},
                                          'ToS %s (DSCP %s) maps to priority %s, PFC is on %s only'
                                          % (tos, tos >> 2 if tos is not None else '?', prio, sorted(pfc)))
-    # {DSCP (a JSON key): [priorities]} of the DSCPs dcb app maps to more than one priority (_roce.dcb_app_conflicts).
+    return found
+
+
+def _dscp_conflicts(port, tos):
+    """{DSCP (a JSON key): [priorities]} of the DSCPs dcb app maps to more than one priority (_roce.dcb_app_conflicts)."""
     # parse_int: ASCII digits, bounded (a key of 5,000 digits is past int()'s limit, a ValueError).
     conflicts = dict((parse_int(str(k)), sorted(v for v in sequence(levels) if integer(v) is not None))
                      for k, levels in mapping(port.get('dscp_conflicts')).items() if parse_int(str(k)) is not None)
-    if known and conflicts:
-        used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
-        found[F.ROCE_DSCP_CONFLICT] = ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},
-                                       '; '.join('DSCP %d mapped to priorities %s%s' % (
-                                           k, v, ' (the %s DSCP)' % ('RDMA' if tos is not None and k == tos >> 2 else 'CNP')
-                                           if k in used else '') for k, v in sorted(conflicts.items())))
-    # ECN where the RDMA traffic is lossless (DCQCN slows senders before PFC pauses the link);
-    # without PFC (ECN-only, "lossy RoCE") on the priority the RDMA traffic maps to.
+    if not conflicts:
+        return {}
+    used = set(d for d in (tos >> 2 if tos is not None else None, integer(port.get('cnp_dscp'))) if d is not None)
+    return {F.ROCE_DSCP_CONFLICT: ({'conflicts': dict((str(k), v) for k, v in sorted(conflicts.items())), 'used': sorted(used & set(conflicts))},
+                                   '; '.join('DSCP %d mapped to priorities %s%s' % (
+                                       k, v, ' (the %s DSCP)' % ('RDMA' if tos is not None and k == tos >> 2 else 'CNP')
+                                       if k in used else '') for k, v in sorted(conflicts.items())))}
+
+
+def _ecn_off(port, prio, pfc):
+    """ECN where the RDMA traffic is lossless (DCQCN slows senders before PFC pauses the link);
+    without PFC (ECN-only, "lossy RoCE") on the priority the RDMA traffic maps to."""
     wanted = pfc or (set([prio]) if prio is not None else set())
+    off_at, words = {}, []
     for point in ('ecn_np', 'ecn_rp'):
         values = dict((str(k), v) for k, v in mapping(port.get(point)).items())
         if port.get(point) is None:
             continue    # the driver has no ECN files (not mlx5): nothing to judge, said in the facts
         off = sorted(p for p in wanted if not values.get(str(p)))
         if off:
-            evidence, words = found.get(F.ROCE_ECN_OFF, ({'off': {}}, ''))
-            evidence['off'][point] = off
-            found[F.ROCE_ECN_OFF] = (evidence, '; '.join(w for w in (words, '%s off on priority %s' % (point, off)) if w))
+            off_at[point] = off
+            words.append('%s off on priority %s' % (point, off))
+    return {F.ROCE_ECN_OFF: ({'off': off_at}, '; '.join(words))} if off_at else {}
+
+
+def _cnp_lossy(port, pfc):
     cnp = integer(port.get('cnp_prio'))
-    if known and cnp is not None and cnp not in pfc and not _strict_tc(port, cnp):
-        found[F.ROCE_CNP_LOSSY] = ({'cnp_prio': cnp, 'cnp_dscp': port.get('cnp_dscp'), 'pfc': sorted(pfc)},
-                                   'CNPs go out on priority %d (DSCP %s), neither PFC-enabled nor on a strict TC'
-                                   % (cnp, port.get('cnp_dscp')))
+    if cnp is None or cnp in pfc or _strict_tc(port, cnp):
+        return {}
+    return {F.ROCE_CNP_LOSSY: ({'cnp_prio': cnp, 'cnp_dscp': port.get('cnp_dscp'), 'pfc': sorted(pfc)},
+                               'CNPs go out on priority %d (DSCP %s), neither PFC-enabled nor on a strict TC'
+                               % (cnp, port.get('cnp_dscp')))}
+
+
+def _mtu_low(port):
     mtu = integer(port.get('netdev_mtu'))
-    if mtu is not None and mtu - ROCE_MTU_OVERHEAD < FULL_ROCE_MTU:
-        found[F.ROCE_MTU_MISMATCH] = ({'netdev_mtu': mtu, 'active_mtu': port.get('active_mtu'),
-                                       'needed': FULL_ROCE_MTU + ROCE_MTU_OVERHEAD},
-                                      'netdev MTU %d leaves RoCE an MTU of %s (4096 needs %d)'
-                                      % (mtu, port.get('active_mtu'), FULL_ROCE_MTU + ROCE_MTU_OVERHEAD))
+    if mtu is None or mtu - ROCE_MTU_OVERHEAD >= FULL_ROCE_MTU:
+        return {}
+    return {F.ROCE_MTU_MISMATCH: ({'netdev_mtu': mtu, 'active_mtu': port.get('active_mtu'),
+                                   'needed': FULL_ROCE_MTU + ROCE_MTU_OVERHEAD},
+                                  'netdev MTU %d leaves RoCE an MTU of %s (4096 needs %d)'
+                                  % (mtu, port.get('active_mtu'), FULL_ROCE_MTU + ROCE_MTU_OVERHEAD))}
+
+
+def _losses(port):
     losses = dict((k, v) for k, v in mapping(port.get('counters')).items() if k in FABRIC_LOSS and integer(v))
-    if losses:
-        found[F.ROCE_CONGESTION] = ({'counters': losses, 'congestion': dict(
-            (k, v) for k, v in mapping(port.get('counters')).items() if k not in FABRIC_LOSS)},
-            'loss counters %s' % ', '.join('%s=%s' % kv for kv in sorted(losses.items())))
+    if not losses:
+        return {}
+    return {F.ROCE_CONGESTION: ({'counters': losses, 'congestion': dict(
+        (k, v) for k, v in mapping(port.get('counters')).items() if k not in FABRIC_LOSS)},
+        'loss counters %s' % ', '.join('%s=%s' % kv for kv in sorted(losses.items())))}
+
+
+def port_checks(port):
+    """{code: (evidence, words)} of one ACTIVE RoCE port (the QoS checks only where its QoS was read)."""
+    found = {}
+    known = port.get('source') is not None
+    if not known:
+        found[F.ROCE_QOS_UNKNOWN] = ({'reason': port.get('source_reason')}, port.get('source_reason') or 'not read')
+    tos = integer(port.get('roce_tos'))
+    prio = rdma_priority(dict(port, trust='dscp')) if known else None
+    pfc = _pfc(port)
+    if known:
+        found.update(_tos_checks(port, tos, prio, pfc))
+        found.update(_dscp_conflicts(port, tos))
+    found.update(_ecn_off(port, prio, pfc))
+    if known:
+        found.update(_cnp_lossy(port, pfc))
+    found.update(_mtu_low(port))
+    found.update(_losses(port))
     return found
 
 
@@ -128,6 +161,36 @@ _CAUSES = {
 }
 
 
+def _code_finding(host, code, hits, ports):
+    """One finding of ``code`` for the node, its ports' hits in the subject and evidence."""
+    severity = None
+    if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
+        severity = 'warning'
+    if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
+        severity = 'warning'
+    return finding(code, host, _subject([p for p, _e, _w in hits], ports),
+                   {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
+                   '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
+                   severity=severity, at=[('hca', host, text(p.get('hca'))) for p, _e, _w in hits])
+
+
+def _unread_others(host, others, role_of):
+    """ROCE_QOS_UNKNOWN, as info, for ports of no compute rail whose DCB could not be read."""
+    return finding(F.ROCE_QOS_UNKNOWN, host, ','.join(text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port'))
+                                                      for p in others),
+                   {'ports': dict((text(p.get('netdev')) or '?', {'reason': p.get('source_reason'), 'hca': p.get('hca'),
+                                                                  'role': (role_of.get(text(p.get('hca'))) or {}).get('role')})
+                                  for p in others)},
+                   'the DCB settings of %s could not be read (%s); %s not a compute rail (%s), so no collective '
+                   'traffic depends on its lossless setup' % (
+                       ', '.join(text(p.get('netdev')) or '?' for p in others),
+                       '; '.join(sorted(set(text(p.get('source_reason')) or 'not read' for p in others))),
+                       'it is' if len(others) == 1 else 'they are',
+                       '; '.join(sorted(set('%s: %s' % (p.get('hca'), (role_of.get(text(p.get('hca'))) or {}).get('why'))
+                                            for p in others)))),
+                   severity='info', at=[('hca', host, text(p.get('hca'))) for p in others])
+
+
 def roce_findings(host, roce, role_of=None):
     """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say).
 
@@ -142,32 +205,9 @@ def roce_findings(host, roce, role_of=None):
     for port in ports:
         for code, (evidence, words) in port_checks(port).items():
             per_code.setdefault(code, []).append((port, evidence, words))
-    found = []
-    for code in [c for c in _CAUSES if c in per_code]:
-        hits = per_code[code]
-        severity = None
-        if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
-            severity = 'warning'
-        if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
-            severity = 'warning'
-        found.append(finding(code, host, _subject([p for p, _e, _w in hits], ports),
-                             {'ports': dict((text(p.get('netdev')) or '?', e) for p, e, _w in hits)},
-                             '%s: %s' % (_CAUSES[code], '; '.join(sorted(set('%s: %s' % (p.get('netdev'), w) for p, _e, w in hits)))),
-                             severity=severity, at=[('hca', host, text(p.get('hca'))) for p, _e, _w in hits]))
+    found = [_code_finding(host, code, per_code[code], ports) for code in _CAUSES if code in per_code]
     if others:
-        found.append(finding(F.ROCE_QOS_UNKNOWN, host, ','.join(text(p.get('netdev')) or '%s/%s' % (p.get('hca'), p.get('port'))
-                                                                for p in others),
-                             {'ports': dict((text(p.get('netdev')) or '?', {'reason': p.get('source_reason'), 'hca': p.get('hca'),
-                                                                            'role': (role_of.get(text(p.get('hca'))) or {}).get('role')})
-                                            for p in others)},
-                             'the DCB settings of %s could not be read (%s); %s not a compute rail (%s), so no collective '
-                             'traffic depends on its lossless setup' % (
-                                 ', '.join(text(p.get('netdev')) or '?' for p in others),
-                                 '; '.join(sorted(set(text(p.get('source_reason')) or 'not read' for p in others))),
-                                 'it is' if len(others) == 1 else 'they are',
-                                 '; '.join(sorted(set('%s: %s' % (p.get('hca'), (role_of.get(text(p.get('hca'))) or {}).get('why'))
-                                                      for p in others)))),
-                             severity='info', at=[('hca', host, text(p.get('hca'))) for p in others]))
+        found.append(_unread_others(host, others, role_of))
     return found
 
 
@@ -218,3 +258,9 @@ def nccl_traffic_class(roce, role_of=None):
     return value, ('the RDMA CM ToS of every RoCE port is %d (DSCP %d, ECN-capable), which maps to the PFC-enabled '
                    'priority %s: NCCL marks its own QPs with NCCL_IB_TC (default 0, a lossy class) unless told'
                    % (value, value >> 2, rdma_priority(dict(ports[0], trust='dscp'))))
+
+
+@rule(produces=(F.ROCE_QOS_UNKNOWN, F.ROCE_TRUST_PCP, F.ROCE_PFC_OFF, F.ROCE_TC_NOT_LOSSLESS, F.ROCE_DSCP_CONFLICT, F.ROCE_ECN_OFF,
+                F.ROCE_CNP_LOSSY, F.ROCE_MTU_MISMATCH, F.ROCE_CONGESTION), parts=('judged', 'roles'))
+def roce_lossless(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host])]

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _culprit_search
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._diagnose import LAYERS
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS
 
 LAYER_TITLES = {'ib': 'InfiniBand / RoCE links', 'ib_gpu': 'GPU <-> NIC (GPUDirect RDMA)', 'host': 'Host',
                 'benchmark': 'Pairwise benchmark', 'collective': 'Collective'}

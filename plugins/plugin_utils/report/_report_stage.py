@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ansible.module_utils.common.json import AnsibleJSONEncoder
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _printable, _rails
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _nccl_env
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 
@@ -36,7 +36,7 @@ INDENT_MAX_PAIRS = 100000
 # A baseline is a report.json of an earlier run; one larger than this is no report of ours.
 BASELINE_LIMIT = 1 << 30
 # Findings that say a node's checks did not all run: a task failed, it did not answer, it left the run.
-NOT_CHECKED = (F.HOST_TASK_FAILED, F.HOST_UNREACHABLE, F.HOST_LOST)
+NOT_CHECKED = F.codes_with('not_checked')
 FILES = ('report.json', 'report.html', 'report.md', 'junit.xml', 'gpu_fabric.prom')
 # How many ids a failure message names; report.md lists them all.
 MATCHED_SHOWN = 20
@@ -83,8 +83,7 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
     findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, staged, failures)
     # What NCCL should be told on each node, from the same facts (role nccl_conf writes it) and the
     # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
-    nccl = dict((host, _nccl_env.recommend(node.get('ib'), node.get('gdr'), node.get('roce'), role_of=_rails.node_roles(node)))
-                for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
+    nccl = _nccl_env.advice(nodes)
     report: dict[str, Any] = _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
     return report
 

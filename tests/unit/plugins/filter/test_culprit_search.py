@@ -83,6 +83,6 @@ def test_findings_of_the_search():
     # (A fleet run's symptom is explained only by a root on its path: the run's nodes.)
     collective = {'fleet': {'verdict': {'status': 'low', 'ratio': 0.3, 'reasons': ['low']}, 'hosts': list('abcdefxz')},
                   'search': search}
-    linked = _diagnose.link_causes(_diagnose.collective_findings(collective, dict((host, {}) for host in 'abcdefxz')))
+    linked = _diagnose.link_causes(_diagnose.collective_findings(collective, dict((host, {}) for host in 'abcdefxz')) + search_findings(search))
     fleet = [f for f in linked if f['code'] == 'COLLECTIVE_BUSBW_LOW'][0]
     assert fleet['explained_by'] is not None

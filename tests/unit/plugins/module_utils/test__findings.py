@@ -17,7 +17,10 @@ from tests import docs_table
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PLUGINS = os.path.join(REPO, 'plugins')
 # The files whose rules make findings.
-RULES = ('plugins/plugin_utils/diagnosis/_diagnose.py', 'plugins/plugin_utils/diagnosis/_fleet.py',
+RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/diagnosis/rules/_bench.py',
+         'plugins/plugin_utils/diagnosis/rules/_collective.py', 'plugins/plugin_utils/diagnosis/rules/_run.py',
+         # Pair symptoms no root explains, said once on their device.
+         'plugins/plugin_utils/diagnosis/_linker.py', 'plugins/plugin_utils/diagnosis/_fleet.py',
          'plugins/plugin_utils/diagnosis/_fabric.py',
          # Culprit search (group testing): culprits, bad pairs, unresolved nodes.
          'plugins/plugin_utils/diagnosis/_search_findings.py',

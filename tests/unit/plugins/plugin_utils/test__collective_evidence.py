@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _nccl
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _collective as collective_rules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPLIT = os.path.join(HERE, '..', '..', '..', 'fixtures', 'real', 'h200x4-split')
@@ -32,7 +33,7 @@ def result(name, env):
 
 def diagnose(results, expected=None):
     nodes = _collective.judge_nodes(results, expected)
-    findings = _diagnose.collective_findings({'launcher': 'local', 'nodes': nodes}, {})
+    findings = collective_rules.local_collective_findings(nodes)
     return nodes, dict(((f['code'], f['host']), f) for f in findings)
 
 
@@ -95,7 +96,7 @@ def test_without_variables_p2p_was_impossible_and_a_given_expectation_wins():
 ])
 def test_gpus_not_p2p_needs_the_evidence(intra, links, expect):
     transport = {'intra_by_host': {'h': intra}, 'topology': {'h': {'total_bw_gbs': 48.0, 'links': links}}}
-    root = _diagnose._gpus_not_p2p('h', _collective.intra_node(transport)['h'], _collective.gpu_interconnect(transport), ({},))
+    root = collective_rules._gpus_not_p2p('h', _collective.intra_node(transport)['h'], _collective.gpu_interconnect(transport), ({},))
     assert (root is not None) is expect
 
 
@@ -173,7 +174,7 @@ def test_the_runs_own_transport_wins_over_a_node_wide_setting():
     """With the variables set, the node's slow run is explained by how its GPUs talked, not by an IOMMU in
     translation mode on the same node (NVLink peer-to-peer does not cross the IOMMU)."""
     nodes = _collective.judge_nodes({'nodeA': result('nodeA.txt', ENV_A), 'nodeB': result('nodeB.txt', ENV_B)})
-    findings = _diagnose.collective_findings({'launcher': 'local', 'nodes': nodes}, {}) + [_iommu_root('nodeB')]
+    findings = collective_rules.local_collective_findings(nodes) + [_iommu_root('nodeB')]
     by = dict(((f['code'], f['host']), f) for f in _diagnose.link_causes(findings))
     for code in ('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW'):
         assert by[(code, 'nodeB')]['explained_by'] == 'COLLECTIVE_GPUS_NOT_P2P@nodeB/all_reduce_perf'
@@ -184,7 +185,7 @@ def test_without_variables_an_iommu_that_translates_explains_why_p2p_was_impossi
     plain = result('nodeB.txt', {})
     plain['transport']['env'] = {}
     nodes = _collective.judge_nodes({'solo': plain})
-    findings = _diagnose.collective_findings({'launcher': 'local', 'nodes': nodes}, {}) + [_iommu_root('solo')]
+    findings = collective_rules.local_collective_findings(nodes) + [_iommu_root('solo')]
     by = dict(((f['code'], f['host']), f) for f in _diagnose.link_causes(findings))
     assert by[('COLLECTIVE_GPUS_NOT_P2P', 'solo')]['explained_by'] == 'HOST_IOMMU_TRANSLATED@solo/iommu'
     assert by[('COLLECTIVE_BUSBW_LOW', 'solo')]['explained_by'] == 'HOST_IOMMU_TRANSLATED@solo/iommu'

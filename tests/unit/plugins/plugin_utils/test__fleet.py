@@ -5,17 +5,14 @@
 from __future__ import annotations
 
 import copy
-import inspect
-import re
 import subprocess
 import sys
 
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import roce_active_mtu
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fleet
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _fleet, _rule
 from tests.sim import node_facts
 
 
@@ -282,11 +279,10 @@ def test_the_fleet_reads_the_findings_so_far_and_runs_no_rule():
     nodes = {'a': node(), 'b': node(), 'c': down}
     assert [(f['code'], f['host'], f['subject']) for f in _fleet.fleet_findings(nodes)] == [('FLEET_DIFFERS', 'c', 'nccl')]
     assert fleet_codes(nodes) == []
-    # Every code those rules can give is one the fleet reads (PORT_CODES, GDR_CODES, MTU_CODES).
-    for rule, codes in ((_diagnose.ib_findings, _fleet.PORT_CODES), (_diagnose.mtu_findings, _fleet.MTU_CODES),
-                        (_diagnose.gdr_findings, _fleet.GDR_CODES)):
-        named = set(re.findall(r'\bF\.([A-Z][A-Z0-9_]+)\b', inspect.getsource(rule)))
-        if rule is _diagnose.gdr_findings:
-            named |= set(_findings.PEER_BLOCKER_CODES.values())     # _gdr.peer_verdict's blocker, named by the registry
-            named.discard('PEER_BLOCKER_CODES')
-        assert named and named <= set(codes), (rule.__name__, named - set(codes))
+    # Every code those rules can give (their declarations, which the engine enforces) is one the fleet reads
+    # (PORT_CODES, GDR_CODES, MTU_CODES), and the fleet rule declares that it reads them.
+    rules = dict((item.name, item) for item in _rule.RULES)
+    for name, codes in (('_node.port_states', _fleet.PORT_CODES), ('_node.fleet_mtu', _fleet.MTU_CODES),
+                        ('_node.gpudirect', _fleet.GDR_CODES)):
+        assert rules[name].produces and set(rules[name].produces) <= set(codes), name
+        assert set(codes) <= set(rules['_fleet.consistency'].reads)
