@@ -20,6 +20,7 @@ import re
 import zlib
 
 from collections import OrderedDict
+from typing import Any
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _pcie
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
@@ -288,7 +289,7 @@ def _digit_run_key(digits):
     return (len(stripped), stripped)
 
 
-def natural_key(name):
+def natural_key(name: object) -> list[Any]:
     """Sort key putting mlx5_2 before mlx5_10: text and numbers alternate (text at even places,
     ASCII digit runs at odd places, as _digit_run_key: same order as their numbers), so any two
     keys compare without a TypeError, whatever the length of a run."""

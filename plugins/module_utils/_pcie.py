@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci
 
@@ -223,7 +224,7 @@ def read_links(sysroot, pci, gpus, nics):
     return result
 
 
-def link_words(link):
+def link_words(link: dict[str, Any]) -> str:
     """'16.0 GT/s x8 (126.0 Gb/s) where both ends can do 32.0 GT/s x16 (504.1 Gb/s)'."""
     def one(speed, width, gbps):
         return '%s GT/s x%s%s' % (speed, width, ' (%.1f Gb/s)' % gbps if gbps else '')

@@ -489,7 +489,7 @@ def routes(nodes: Any) -> Dict[Any, Any]:
     owners = host_ports(nodes)
     spines = set(classify(topology)['spines'])
     active = [l for l in mappings(topology.get('links')) if l.get('state') == 'Active' and mapping(l.get('b'))]
-    uplinks = {}
+    uplinks: dict = {}
     for link in active:
         a, b = mapping(link['a']), mapping(link['b'])
         for leaf, spine in ((a, b), (b, a)):

@@ -74,8 +74,9 @@ def _not_tested(bench: Dict[str, Any]) -> List[Finding]:
 
 def _pair_code(pair: Dict[str, Any], bench: Dict[str, Any], host_ok: Set[Tuple[Any, ...]]) -> Tuple[str, bool]:
     """Which symptom a pair that is not ok shows, and whether its GPU memory was slow against host memory."""
-    gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and pair.get('gpu_vs_host') is not None \
-        and pair.get('gpu_vs_host') < _bench.thresholds(bench.get('thresholds'))['gpu_ratio']
+    ratio, gpu_vs_host = _bench.thresholds(bench.get('thresholds'))['gpu_ratio'], pair.get('gpu_vs_host')
+    gpu_low = pair.get('memory') == 'gpu' and pair.get('status') == 'ok' and gpu_vs_host is not None and ratio is not None \
+        and gpu_vs_host < ratio
     code = F.BENCH_PAIR_FAILED if pair.get('verdict') == 'failed' else (F.BENCH_GPU_MEMORY_LOW if gpu_low else F.BENCH_PAIR_LOW)
     if code == F.BENCH_PAIR_FAILED and pair.get('memory') == 'gpu' and (pair['server'], pair['client'], pair.get('rail')) in host_ok:
         # The link works (host memory passed on the same pair and rail): GPU memory itself could not be
