@@ -257,11 +257,14 @@ def test_architecture_md_names_every_plugin_file_and_only_files_that_exist():
     missing = sorted(os.path.relpath(path, REPO) for path in files if '`%s`' % os.path.basename(path) not in text
                      and not re.search(r'`[\w/]*/%s`' % re.escape(os.path.basename(path)), text))
     assert not missing, 'docs/architecture.md does not say what these files are: %s' % ', '.join(missing)
-    basenames = {os.path.basename(path) for path in glob.glob(os.path.join(REPO, 'plugins', '**', '*.py'), recursive=True)}
-    # A bare name is a file below plugins/; a path is relative to the repository or to plugins/.
+    sources = [os.path.relpath(path, REPO) for top in ('plugins', os.path.join('tests', 'sim'))
+               for path in glob.glob(os.path.join(REPO, top, '**', '*.py'), recursive=True)]
+    basenames = {os.path.basename(path) for path in sources}
+    # A bare name is a file below plugins/ or tests/sim/; a path is relative to the repository, or the end of the
+    # path of such a file (rules/_node.py in the diagnosis' row).
     gone = sorted(name for name in set(re.findall(r'`([\w/.]+\.py)`', text))
-                  if not (any(os.path.exists(os.path.join(REPO, prefix, name)) for prefix in ('', 'plugins')) if '/' in name
-                          else name in basenames))
+                  if not (os.path.exists(os.path.join(REPO, name)) or any(path.endswith(os.sep + name) for path in sources)
+                          if '/' in name else name in basenames))
     assert not gone, 'docs/architecture.md names files that do not exist: %s' % ', '.join(gone)
 
 

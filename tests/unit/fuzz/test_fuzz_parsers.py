@@ -50,7 +50,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _slurm, _sysroot
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.unit.fuzz import _mutate
@@ -155,6 +155,16 @@ _HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\n
 _GDR_LINES = (b'5.15.0-105-generic\nnv_peer_mem 16384 0 - Live 0x0\nMLNX_OFED_LINUX-23.10-1.1.9.0:\n'
               b'0x12345678\tmm_kobj\tvmlinux\tEXPORT_SYMBOL_GPL\n/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0\n10:00.0\n')
 
+def _slurm_all(text):
+    """scontrol's node records, whole output and each line alone (module_utils/_slurm.py): a SlurmOutputError is the
+    parser's answer to output without a node (or too much), anything else is a fault."""
+    try:
+        nodes = _slurm.parse_nodes(text)
+    except _slurm.SlurmOutputError:
+        nodes = None
+    return nodes, [_slurm.parse_record(line) for line in text.splitlines()[:50]]
+
+
 PARSERS = {
     'nccl_text': (lambda text: _nccl.outcome(_nccl.parse_text(text, text[:200]), 1),
                   ('public/nccl_tests', 'public/nccl_info', 'public/misc', 'seeds', 'real/h200x2'), ()),
@@ -177,6 +187,7 @@ PARSERS = {
                   b'dcb apptrust show dev eth0\norder dscp pcp\n')),
     'gdr_pci_values': (_gdr_pci, ('public/ofed_info', 'real/host/h100_vm_proc_modules.txt', 'real/h200x2/pci_sysfs.txt'),
                        (_GDR_LINES,)),
+    'slurm': (_slurm_all, ('public/scontrol', 'real/slurm-lab'), ()),
     'nccl_size': (_nccl.parse_size, (), (b'8', b'1K', b'64M', b'8G', b' 128 MB ', b'1T')),
     'offline_names': (_offline_names, (), (b'/logs/n1__n2__0__host.txt\n/logs/n1__n2__mlx5_1__gpu.log\n/logs/all_reduce.json\n'
                                            b'/logs/a_b__c_d__1__gpu.txt\n/logs/run.log\n/logs/notes.md\n',)),
@@ -205,6 +216,7 @@ COVERED = {
     '_process': {'parse_proc_net_tcp': 'proc_net_tcp'},
     '_roce': dict((name, 'roce_qos') for name in (
         'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')),
+    '_slurm': {'parse_nodes': 'slurm', 'parse_record': 'slurm'},
     '_sysroot': {'parse_int': 'sysfs_values', 'parse_hex': 'sysfs_values', 'parse_numa': 'sysfs_values'},
     '_offline': {'classify': 'offline_names'},
     '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
