@@ -499,6 +499,14 @@ COLLECTIVE_NCCL_PEERMEM_NAME = _register(
     'use NCCL 2.23.4 or newer (it accepts /sys/module/nvidia_peermem/version), or a peer-memory module that registers '
     'the memory_peers client nv_mem (MLNX OFED with nv_peer_mem)',
     explains=('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_GDR_NOT_USED', 'COLLECTIVE_CULPRIT'))
+# Each node's collective run loads its own NCCL: nodes of one job that load different releases run
+# different protocol and tuning code (NCCL's release notes change defaults between releases), and a
+# job across them can hang or slow down; the majority's release is the fleet's, the others are named.
+COLLECTIVE_NCCL_VERSION_SKEW = _register(
+    'COLLECTIVE_NCCL_VERSION_SKEW', 'collective', 'warning',
+    'launcher local: the NCCL library the node\'s run loaded differs from the release most nodes loaded',
+    'install the fleet\'s NCCL release on %(host)s (the library the collective loads: LD_LIBRARY_PATH, the '
+    'framework\'s bundled NCCL), then re-run the collective')
 COLLECTIVE_CULPRIT = _register(
     'COLLECTIVE_CULPRIT', 'collective', 'error', 'the culprit search named this node',
     'take %(host)s out of the job and fix its lower-layer findings',

@@ -7,6 +7,7 @@ RDMA, the NCCL release), the per-node runs, and GPUs of one node that did not ta
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
@@ -297,3 +298,33 @@ def fleet_run(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
                 F.COLLECTIVE_NODE_SLOW), parts=('collective',))
 def node_runs(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     return local_collective_findings(fleet.collective.get('nodes')) if fleet.collective else []
+
+
+def version_skew(local: Optional[Dict[str, Any]]) -> List[Finding]:
+    """COLLECTIVE_NCCL_VERSION_SKEW on each node whose own run loaded another NCCL release than most nodes' runs
+    (NCCL's 'NCCL version 2.21.5+cuda12.4' line, module_utils/_nccl.py). Without a release held by more nodes than
+    any other, every node is named with the releases seen: none of them is the fleet's."""
+    hosts = (local or {}).get('hosts') or {}
+    loaded = dict((host, str(((entry or {}).get('versions') or {}).get('library_version') or ''))
+                  for host, entry in hosts.items())
+    loaded = dict((host, version) for host, version in loaded.items() if version)
+    counts = Counter(loaded.values()).most_common()
+    if len(counts) < 2:
+        return []
+    fleet = counts[0][0] if counts[0][1] > counts[1][1] else None
+    seen = dict(sorted(counts))
+    found = []
+    for host in sorted(loaded):
+        if loaded[host] == fleet:
+            continue
+        cause = ('its run loaded NCCL %s, %d of %d nodes loaded %s' % (loaded[host], seen[fleet], len(loaded), fleet) if fleet
+                 else 'its run loaded NCCL %s; the nodes loaded %s, none by most' % (
+                     loaded[host], ', '.join('%s (%d)' % item for item in sorted(seen.items()))))
+        found.append(finding(F.COLLECTIVE_NCCL_VERSION_SKEW, host, 'nccl', {'loaded': loaded[host], 'fleet': fleet, 'seen': seen},
+                             cause, at=[('node', host)]))
+    return found
+
+
+@rule(produces=(F.COLLECTIVE_NCCL_VERSION_SKEW,), parts=('collective',))
+def nccl_versions(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
+    return version_skew(fleet.collective.get('nodes')) if fleet.collective else []

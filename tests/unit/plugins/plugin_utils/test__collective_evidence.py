@@ -204,3 +204,19 @@ def test_nvlink_verdict_is_an_error_only_far_below(busbw, status):
     res['max_busbw_gbs'] = busbw
     nodes = _collective.judge_nodes({'solo': res})
     assert nodes['hosts']['solo']['verdict']['status'] == status
+
+
+def test_a_node_whose_run_loaded_another_nccl_than_most_is_named_and_only_it():
+    def local(**versions):
+        return {'hosts': dict((host, {'versions': {'library_version': version} if version else None})
+                              for host, version in versions.items())}
+    assert collective_rules.version_skew(local(n1='2.21.5+cuda12.4', n2='2.21.5+cuda12.4', n3=None)) == []
+    found = collective_rules.version_skew(local(n1='2.21.5+cuda12.4', n2='2.21.5+cuda12.4', n3='2.18.1+cuda12.1'))
+    assert [(f['code'], f['host'], f['subject'], f['severity']) for f in found] == [('COLLECTIVE_NCCL_VERSION_SKEW', 'n3', 'nccl', 'warning')]
+    assert 'loaded NCCL 2.18.1+cuda12.1, 2 of 3 nodes loaded 2.21.5+cuda12.4' in found[0]['cause']
+    # No release held by most nodes: each node is named with what was seen, none is called the fleet's.
+    tie = collective_rules.version_skew(local(n1='2.21.5', n2='2.18.1'))
+    assert [f['host'] for f in tie] == ['n1', 'n2'] and all('none by most' in f['cause'] for f in tie)
+    # Through the engine: the rule is declared and ordered like the others.
+    findings = _diagnose.diagnose({}, None, {'nodes': local(n1='2.21.5', n2='2.21.5', n3='2.19.3')})
+    assert [(f['code'], f['host']) for f in findings if f['code'] == 'COLLECTIVE_NCCL_VERSION_SKEW'] == [('COLLECTIVE_NCCL_VERSION_SKEW', 'n3')]
