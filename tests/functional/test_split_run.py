@@ -65,6 +65,9 @@ def test_a_run_with_part_of_the_nodes_refuses_the_benchmark_and_says_why(tmp_pat
     findings = dict((f['code'], f) for f in report['findings'])
     assert why in findings['BENCH_NOT_RUN']['evidence']['skipped'] and findings['BENCH_NOT_RUN']['severity'] == 'error'
     assert why in findings['COLLECTIVE_NOT_RUN']['evidence']['skipped']
+    # The run's own doing: marked so, and explained by no node's finding.
+    for code in ('BENCH_NOT_RUN', 'COLLECTIVE_NOT_RUN'):
+        assert findings[code]['evidence'].get('split') is True and findings[code]['explained_by'] is None, findings[code]
     # The facts ran on the nodes of the run, and none of them is blamed for the refusal.
     nodes = ['n1', 'n2'] if split == 'limit' else ['n1', 'n2', 'n3']
     assert sorted(report['hosts']) == nodes, sorted(report['hosts'])

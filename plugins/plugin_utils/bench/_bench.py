@@ -930,6 +930,8 @@ def judge(nodes: Dict[str, Any], fleet: Any, options: Optional[Mapping[str, Any]
     fleet = mapping(fleet) or {'skipped': NOT_REACHED, 'excluded': {}}
     result = report(nodes, judged_with(fleet, options))
     result.update(skipped=fleet.get('skipped'), excluded=mapping(fleet.get('excluded')), test=fleet.get('test'))
+    if fleet.get('split') is True:
+        result['split'] = True    # refused in a run that holds part of the nodes (playbooks/benchmark.yml)
     return result
 
 

@@ -109,6 +109,13 @@ def _with_routes(path: Optional[List[Place]], routes: Dict[Any, Any]) -> List[Pl
     return [tuple(place) for place in path] + extra
 
 
+def _split(item: Finding) -> bool:
+    """A stage refused because the run holds part of the nodes (a job slice, a --limit): the run's own doing, on no
+    node's path, so no node's fault explains it."""
+    evidence = item.get('evidence')
+    return isinstance(evidence, dict) and evidence.get('split') is True
+
+
 def complete_paths(findings: List[Finding], nodes: Dict[str, Any], bench: Optional[Dict[str, Any]] = None,
                    collective: Optional[Dict[str, Any]] = None, roles: Optional[Dict[str, Any]] = None) -> List[Finding]:
     """What a rule alone could not know of a symptom's path: the fabric links a pair crosses, the
@@ -129,7 +136,7 @@ def complete_paths(findings: List[Finding], nodes: Dict[str, Any], bench: Option
             if transport.get('gdr') is False and isinstance(item.get('evidence'), dict):
                 # The run it was named in did not use GPUDirect RDMA (NCCL's INFO): a GDR root is preferred.
                 item['evidence'] = dict(item['evidence'], gdr=False)
-        elif code in (F.BENCH_NOT_RUN, F.COLLECTIVE_NOT_RUN) and not host:
+        elif code in (F.BENCH_NOT_RUN, F.COLLECTIVE_NOT_RUN) and not host and not _split(item):
             item['path'] = F.places([tuple(p) for p in item.get('path') or [('run',)]] + [('node', h) for h in sorted(nodes)])
     return findings
 

@@ -53,7 +53,8 @@ def _not_tested(bench: Dict[str, Any]) -> List[Finding]:
     if bench.get('skipped'):
         # The run, and every node it left out (the linker adds the nodes it knows).
         found.append(finding(F.BENCH_NOT_RUN, None, 'pairwise',
-                             {'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
+                             dict({'skipped': bench['skipped'], 'excluded': bench.get('excluded') or {}},
+                                  **({'split': True} if bench.get('split') is True else {})),
                              'the pairwise benchmark did not run: %s' % bench['skipped'], test=bench.get('test') or 'ib_write_bw',
                              path=[('run',)] + [('node', host) for host in sorted(bench.get('excluded') or {})]))
     for host, why in sorted((bench.get('excluded') or {}).items()):

@@ -263,7 +263,8 @@ def collective_findings(collective: Optional[Dict[str, Any]], nodes: Optional[Di
     skipped = (collective or {}).get('skipped')
     if skipped:
         # Not a fault, but what could not be checked must be said (a mixed fleet, one node).
-        found.append(finding(F.COLLECTIVE_NOT_RUN, None, 'collective', {'skipped': skipped},
+        found.append(finding(F.COLLECTIVE_NOT_RUN, None, 'collective',
+                             dict({'skipped': skipped}, **({'split': True} if (collective or {}).get('split') is True else {})),
                              'the collective benchmark did not run: %s' % skipped))
     fleet = (collective or {}).get('fleet') or {}
     transport = fleet.get('transport') or {}

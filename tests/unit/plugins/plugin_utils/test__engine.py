@@ -81,3 +81,17 @@ def test_a_new_code_with_a_role_is_in_its_list():
     finally:
         _findings.REGISTRY.pop(code, None)
     assert code not in _findings.codes_with('port')
+
+
+@pytest.mark.parametrize('split', [False, True])
+def test_a_stage_refused_for_a_split_run_is_no_nodes_doing(split):
+    """BENCH_NOT_RUN / COLLECTIVE_NOT_RUN of a run that holds part of the nodes (a job slice, a --limit) sit on the
+    run alone: a node without an RDMA device explains a benchmark that could not run, not one the run refused."""
+    root = _findings.finding(_findings.GDR_NO_RDMA_NIC, 'n1', 'node', {}, 'no RDMA device', at=[('node', 'n1')])
+    evidence = dict({'skipped': 'why', 'excluded': {}}, **({'split': True} if split else {}))
+    symptoms = [_findings.finding(_findings.BENCH_NOT_RUN, None, 'pairwise', evidence, 'not run', test='ib_write_bw', path=[('run',)]),
+                _findings.finding(_findings.COLLECTIVE_NOT_RUN, None, 'collective', dict(evidence), 'not run')]
+    findings = _linker.link_causes(_linker.complete_paths([root] + symptoms, {'n1': {}}))
+    explained = dict((f['code'], f['explained_by']) for f in findings if f['code'] != _findings.GDR_NO_RDMA_NIC)
+    assert explained[_findings.BENCH_NOT_RUN] == (None if split else root['id'])
+    assert explained[_findings.COLLECTIVE_NOT_RUN] is None or not split
