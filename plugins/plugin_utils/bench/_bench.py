@@ -649,8 +649,8 @@ def rail_nominal(nodes: Dict[str, Any]) -> Dict[Tuple[str, Optional[str]], float
     return dict((kind, max(counts.items(), key=lambda item: (item[1], item[0]))[0]) for kind, counts in seen.items())
 
 
-def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, hca: str, rail: Any, known: Dict[Any, Any]) -> Tuple[Optional[float],
-         Optional[float], Optional[float]]:
+def _end(nominal: Dict[Tuple[str, Optional[str]], float], host: str, plan: Any, hca: str, rail: Any,
+         known: Dict[Any, Any]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
     """(its port's rate, the nominal rate of its rail and model, the rate it runs at) of one end of
     a pair; ``known``: {(host, hca, rail): that}, filled as ends are met (a node's ports are the
     ends of thousands of pairs in a full mesh)."""

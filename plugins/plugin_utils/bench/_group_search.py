@@ -122,11 +122,12 @@ def search_start(nodes: Sequence[str], reference: Optional[str] = None, prior: O
     blamed_nodes = [n for n in nodes if n in named]
     rest = [n for n in nodes if n not in blamed_nodes]
     known = sorted(sorted(p) for p in (pairs or []) if len(set(p)) == 2 and set(p) <= set(nodes))
-    state: State = {'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {}, 'pairs': [],
-             'unresolved': [], 'notes': [], 'pool': [], 'tasks': [], 'runs': [], 'rounds': 0, 'known_pairs': known,
-             'verified': False, 'paired': False, 'done': False,
-             # The role's loop needs a fixed number of rounds: generous (every round makes progress).
-             'max_rounds': 10 * _log2(len(nodes)) + 16}
+    state: State = {
+        'nodes': nodes, 'reference': reference, 'cleared': [], 'culprits': [], 'basis': {}, 'pairs': [],
+        'unresolved': [], 'notes': [], 'pool': [], 'tasks': [], 'runs': [], 'rounds': 0, 'known_pairs': known,
+        'verified': False, 'paired': False, 'done': False,
+        # The role's loop needs a fixed number of rounds: generous (every round makes progress).
+        'max_rounds': 10 * _log2(len(nodes)) + 16}
     for node in blamed_nodes:
         state['culprits'].append(node)
         state['basis'][node] = 'facts'

@@ -392,8 +392,8 @@ def _summary(nodes: List[str], table: List[Rail], plan: _Plan, mode: str, direct
     }
 
 
-def expand_round(servers: Sequence[str], clients: Sequence[str], table: List[Rail], position: Mapping[str, int]) -> Tuple[List[Dict[str, Any]],
-                 List[Dict[str, Any]]]:
+def expand_round(servers: Sequence[str], clients: Sequence[str], table: List[Rail],
+                 position: Mapping[str, int]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """One round as tests: ([{server, client, rail, server_hca, client_hca, pair_id}],
     [{server, client, rail, missing}]), pair-major, a pair's rails in rail order.
     ``position`` maps node -> index in the input list (for pair_id)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._engine import diagnose
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._linker import PAIR_SYMPTOMS, collective_path, complete_paths, link_causes, unexplained_findings
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._linker import (
+    PAIR_SYMPTOMS, collective_path, complete_paths, link_causes, unexplained_findings)
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules._bench import bench_findings, pair_path, pair_subject
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules._collective import collective_findings, local_collective_findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules._node import (

@@ -606,7 +606,6 @@ for _scope, _codes in SCOPES.items():
         REGISTRY[_code] = REGISTRY[_code]._replace(scope=REGISTRY[_code].scope or _scope)
 
 
-
 def codes_with(role: str) -> Tuple[str, ...]:
     """The codes of a role (ROLES), in registry order."""
     if role not in ROLES:

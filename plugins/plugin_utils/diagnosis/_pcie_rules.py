@@ -14,7 +14,7 @@ other not); the IOMMU on the node.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, Place, finding

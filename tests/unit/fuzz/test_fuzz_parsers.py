@@ -155,6 +155,7 @@ _HOST_LINES = (b'* soft memlock 65536\n@rdma hard memlock unlimited\n[Manager]\n
 _GDR_LINES = (b'5.15.0-105-generic\nnv_peer_mem 16384 0 - Live 0x0\nMLNX_OFED_LINUX-23.10-1.1.9.0:\n'
               b'0x12345678\tmm_kobj\tvmlinux\tEXPORT_SYMBOL_GPL\n/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0\n10:00.0\n')
 
+
 def _slurm_all(text):
     """scontrol's node records, whole output and each line alone (module_utils/_slurm.py): a SlurmOutputError is the
     parser's answer to output without a node (or too much), anything else is a fault."""

@@ -105,8 +105,8 @@ def test_the_judging_arguments_win_over_the_plan():
 
 
 COLLECTIVE_READERS = {
-    'module_utils': lambda h, w: _collective.thresholds(h, w),
-    'collective_thresholds': lambda h, w: collective_thresholds(h, w),
+    'module_utils': _collective.thresholds,
+    'collective_thresholds': collective_thresholds,
     'collective_verdict': lambda h, w: collective_verdict({'status': 'ok', 'max_busbw_gbs': 40.0}, 50.0, h, w),
     'collective_local_verdict': lambda h, w: collective_local_verdict({}, [], None, h, w),
     'offline_collective': lambda h, w: offline_collective([], {}, [], h, w),

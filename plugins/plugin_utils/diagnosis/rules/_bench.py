@@ -168,8 +168,8 @@ def _run_broken(broken: List[Tuple[Dict[str, Any], Dict[str, Any]]]) -> Finding:
     causes: Dict[Tuple[Any, Any, str], Set[str]] = {}
     for pair, cause in broken:
         # Each end's own cause where both could not set up (both beacons' ports taken), not only the one that decided.
-        ends: List[Tuple[Any, Any]] = [(pair.get(side), failure) for side, failure in (('server', pair.get('server_failure')), ('client', pair.get('failure')))
-                if _bench.never_reached(failure)]
+        sides = (('server', pair.get('server_failure')), ('client', pair.get('failure')))
+        ends: List[Tuple[Any, Any]] = [(pair.get(side), failure) for side, failure in sides if _bench.never_reached(failure)]
         for host, failure in ends or [(cause['host'], cause)]:
             causes.setdefault((host, failure.get('kind'), failure.get('message') or ''), set()).add(pair_subject(pair))
     listed = sorted(causes.items(), key=lambda item: (natural_key(item[0][0] or ''), item[0][1], item[0][2]))

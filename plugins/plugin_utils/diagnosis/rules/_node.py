@@ -425,6 +425,7 @@ def host_findings(host, gdr):
 
 # ---------------------------------------------------------------------------- the rules the engine runs
 
+
 @rule(produces=(F.IB_PORT_DOWN, F.IB_RATE_DEGRADED, F.IB_ERROR_COUNTERS, F.ROCE_NO_V2_GID), parts=('judged', 'roles'))
 def port_states(fleet, _findings):
     return [item for host in sorted(fleet.judged) for item in ib_findings(host, fleet.judged[host].get('ib'), fleet.roles[host])]
