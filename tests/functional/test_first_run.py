@@ -139,13 +139,27 @@ def test_per_node_collective_names_the_node_below_its_peers(tmp_path):
     assert all(local['hosts'][h]['ranks'] == 8 for h in ('g1', 'g2', 'g3'))
 
 
+def _without(folder, names):
+    """A folder of links to the programs of /usr/bin and /bin, less ``names``: a PATH on which they are missing."""
+    os.makedirs(folder)
+    for top in ('/usr/bin', '/bin'):
+        for name in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+            if name not in names and not os.path.lexists(os.path.join(folder, name)):
+                os.symlink(os.path.join(top, name), os.path.join(folder, name))
+    return folder
+
+
 def test_missing_tools_leave_a_node_out_and_fail_the_collective_with_why(tmp_path):
     """Three nodes, one without perftest on its PATH, and a launcher (srun) that no node has: the
     mesh tests the other two and names the third with why; the collective is a failed result
     that says srun is missing; nothing crashes and no node is lost."""
     dest = str(tmp_path)
+    # No node has srun, though the machine may (the test command installs Slurm's client for the quarantine tests):
+    # the system's programs through a folder of links that leaves the launcher out, instead of /usr/bin and /bin.
+    system = _without(os.path.join(dest, 'system-bin'), ('srun', 'mpirun'))
     spec = {'nodes': [{'name': 'n%d' % i, 'profile': 'nvidia_h100_8x_ndr',
-                       'env': {'PATH': '/usr/sbin:/usr/bin:/sbin:/bin'} if i == 3 else {}} for i in range(1, 4)]}
+                       'env': {'PATH': (cluster.SIM_BIN + ':' if i != 3 else '') + system + ':/usr/local/sbin:/usr/sbin:/sbin'}}
+                      for i in range(1, 4)]}
     cluster.build(spec, dest, 'local', python=sys.executable)
     out = os.path.join(dest, 'out')
     result = run_playbook(os.path.join(dest, 'inventory.yml'), out, '-e', 'gpu_fabric_hosts=gpu_nodes',
