@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import stat
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _slurm
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _slurm
 
 SCHEMA = 'hpc.gpu_fabric/report'
 # A report.json of ours for 10,000 nodes is far below this; a larger file is no report.
@@ -36,20 +34,17 @@ class ReportError(ValueError):
 def load(path):
     """The report at ``path``: a regular file of ours, read bounded."""
     try:
-        # O_NONBLOCK: a FIFO given as the report would block the open itself; it is refused by its type below.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), 'rb') as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise ReportError('%s is not a regular file' % path)
-            if info.st_size > REPORT_LIMIT:
-                raise ReportError('%s is larger than %d bytes: no report of ours' % (path, REPORT_LIMIT))
-            data = handle.read(REPORT_LIMIT + 1)
-    except OSError as error:
-        raise ReportError('cannot read the report %s: %s' % (path, error.strerror or error))
+        data = _paths.read_regular(path, REPORT_LIMIT, follow=True)
+    except _paths.TooLarge:
+        raise ReportError('%s is larger than %d bytes: no report of ours' % (path, REPORT_LIMIT))
+    except (OSError, ValueError) as error:
+        raise ReportError('cannot read the report %s: %s' % (path, getattr(error, 'strerror', None) or error))
     try:
         report = json.loads(data.decode('utf-8'))
     except (UnicodeDecodeError, ValueError) as error:
         raise ReportError('%s is not JSON: %s' % (path, error))
+    except RecursionError:  # a few kB of '[' nest deeper than Python's parser recurses
+        raise ReportError('%s is not a report of hpc.gpu_fabric: JSON nested too deep to read' % path)
     if not isinstance(report, dict) or report.get('schema') != SCHEMA:
         raise ReportError('%s is not a report of hpc.gpu_fabric (schema %s)' % (path, SCHEMA))
     return report

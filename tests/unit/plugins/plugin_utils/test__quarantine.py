@@ -62,7 +62,7 @@ def test_refused_reports(tmp_path):
         handle.write('{')
     with pytest.raises(_quarantine.ReportError, match='not JSON'):
         _quarantine.read(path)
-    with pytest.raises(_quarantine.ReportError, match='Is a directory'):
+    with pytest.raises(_quarantine.ReportError, match='a directory, not a regular file'):
         _quarantine.read(str(tmp_path))
     os.mkfifo(str(tmp_path / 'fifo'))
     with pytest.raises(_quarantine.ReportError, match='not a regular file'):
@@ -79,3 +79,12 @@ def test_lines_say_the_cap():
         'n3: NOT drained (cap) - the quarantine cap (1 of 4 nodes) is reached',
         'quarantine cap: 1 of 4 slurm nodes may be drained at once; 1 node(s) with an error verdict NOT drained: n3']
     assert _quarantine.record(result, '/r/report.json', 'x')['nodes'][1]['outcome'] == 'capped'
+
+
+def test_a_report_nested_too_deep_or_not_a_file_is_refused_with_why(tmp_path):
+    deep = tmp_path / 'deep.json'
+    deep.write_text('[' * 100000)
+    with pytest.raises(_quarantine.ReportError, match='nested too deep'):
+        _quarantine.load(str(deep))
+    with pytest.raises(_quarantine.ReportError, match='cannot read the report'):
+        _quarantine.load(str(tmp_path))
