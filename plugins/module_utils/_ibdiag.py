@@ -638,3 +638,156 @@ def parse_perfquery(text, unread=None):
         for kind, number in dropped.items():
             unread.setdefault('dropped', {})[kind] = unread.get('dropped', {}).get(kind, 0) + number
     return [b for b in blocks if b['counters']]
+
+
+# ---------------------------------------------------------------------------- ibqueryerrors
+# rdma-core infiniband-diags/ibqueryerrors.c: print_results() prints, for each node with a counter
+# past its threshold (0 by default: every non-zero counter), a header - a switch
+# "Errors for 0x%" PRIx64 " \"%s\"" (the switch's port 0 GUID and node description), any other node
+# "Errors for \"%s\"" - then one line per port "   GUID 0x%" PRIx64 " port %d:%s" (the port's GUID; a
+# switch's aggregate "port ALL") whose tail is " [%s == %u]" per counter, or with the extended
+# counters " [%s == %" PRIu64 " (%5.3f%s)]" (a human-readable value after it); --data adds the data
+# counters the same way; -r adds a "       Link info: %6d%4d[%2s] ==...==>  ..." line (the port's
+# LID, its number, the link as iblinkinfo prints it); with --counters (print_data_cnts()) the header
+# is "Data Counters for 0x%" PRIx64 " \"%s\"". print_summary() ends with "## Summary: %d nodes checked,
+# %d bad nodes found", "##          %d ports checked, %d ports have errors beyond threshold",
+# "## Thresholds: ..." (the thresholds of --threshold-file, empty without one), "##          %d PMA query
+# failures" where some, and "## Suppressed: ..." (the counters of -s/-c, not read). Real output:
+# tests/fixtures/public/ibqueryerrors/.
+_IQE_HEADER_RE = re.compile(r'^(?:Errors|Data Counters) for\s+(?:(?P<guid>' + _GUID + r')\s+)?"(?P<desc>[^"]*)"\s*$', re.A)
+_IQE_PORT_RE = re.compile(r'^GUID\s+(?P<guid>' + _GUID + r')\s+port\s+(?P<port>\d{1,3}|ALL):(?P<rest>.*)$', re.A)
+# One counter: '[Name == 123]' or '[Name == 123 (1.230K)]'; the parenthesis holds a number and a unit.
+_IQE_ITEM_RE = re.compile(r'\s*\[(?P<name>[A-Za-z][A-Za-z0-9]{0,63}) == (?P<value>\d{1,20})(?:\s\(\s{0,8}[0-9.]{1,24}[A-Za-z]{0,4}\))?\]', re.A)
+_IQE_LINK_RE = re.compile(r'^Link info:\s*(?P<lid>\d{1,5})\s+(?P<port>\d{1,3})\[', re.A)
+_IQE_SUMMARY_RE = re.compile(r'^##\s*Summary:\s*(?P<nodes>\d{1,9}) nodes checked,\s*(?P<bad_nodes>\d{1,9}) bad nodes found\s*$', re.A)
+_IQE_PORTS_RE = re.compile(r'^##\s*(?P<ports>\d{1,9}) ports checked,\s*(?P<bad_ports>\d{1,9}) ports have errors beyond threshold\s*$', re.A)
+_IQE_PMA_RE = re.compile(r'^##\s*(?P<failures>\d{1,9}) PMA query failures\s*$', re.A)
+# A mail's quoting ('> ', '>> ') before every line of a pasted output.
+_QUOTE_RE = re.compile(r'^(?:>[ \t]?){1,8}', re.A)
+# The bits of each PortCounters field (IBTA Vol 1, 16.1.3.5 PortCounters, Table 247; libibmad
+# fields.c IB_PC_*_F): a value at its width's maximum has stopped counting (the counters saturate,
+# they do not wrap), so what it rose by is unknown. A larger value came from PortCountersExtended
+# (64 bit, ibqueryerrors prints it when the port has it) and is no saturated 16-bit counter.
+COUNTER_BITS = {
+    'SymbolErrorCounter': 16, 'LinkErrorRecoveryCounter': 8, 'LinkDownedCounter': 8, 'PortRcvErrors': 16,
+    'PortRcvRemotePhysicalErrors': 16, 'PortRcvSwitchRelayErrors': 16, 'PortXmitDiscards': 16,
+    'PortXmitConstraintErrors': 8, 'PortRcvConstraintErrors': 8, 'LocalLinkIntegrityErrors': 4,
+    'ExcessiveBufferOverrunErrors': 4, 'VL15Dropped': 16, 'PortXmitWait': 32,
+}
+# Counters ibqueryerrors may print beyond PERFQUERY_NAMES (details, data): kept per port up to this many.
+OTHER_COUNTERS_MAX = 32
+
+
+def _iqe_counters(rest):
+    """The '[Name == value]' items of a port line -> [(name, value)], or None when the tail holds
+    anything else (a line cut inside an item, another tool's text)."""
+    items, position = [], 0
+    while position < len(rest):
+        match = _IQE_ITEM_RE.match(rest, position)
+        if match is None:
+            return None if rest[position:].strip() else items
+        items.append((match.group('name'), int(match.group('value'))))
+        position = match.end()
+    return items
+
+
+def _iqe_summary(line, summary):
+    """A '## ...' line of print_summary() into ``summary``; False when it is none of them."""
+    stripped = line.strip()
+    for pattern in (_IQE_SUMMARY_RE, _IQE_PORTS_RE, _IQE_PMA_RE):
+        match = pattern.match(stripped)
+        if match:
+            summary.update((k, int(v)) for k, v in match.groupdict().items())
+            return True
+    for label in ('Thresholds:', 'Suppressed:'):
+        if stripped.startswith('## ' + label) or stripped == '## ' + label.rstrip(':') + ':':
+            value = stripped[len('## ' + label):].strip()
+            summary[label[:-1].lower()] = value.split()[:64] if label == 'Suppressed:' else value[:300]
+            return True
+    return False
+
+
+def parse_ibqueryerrors(text):
+    """ibqueryerrors output (any of -k/-K, --data, -s/-c, -r, --switch/--ca) ->
+    {'ports': [{'guid', 'port', 'node_guid', 'desc', 'switch', 'lid', 'counters': {sysfs names: int},
+                'other': {name: int}, 'saturated': [sysfs names]}],
+     'aggregates': [... the same for a switch's 'port ALL'], 'summary': {...} or None,
+     'errors', 'unparsed', 'unparsed_count', 'dropped'}.
+
+    A port not listed had no counter past its threshold; with an empty '## Thresholds:' (the default
+    threshold 0) that means every counter read 0, which ``summary['complete']`` says (the output whole,
+    to its summary, with no PMA query failure). Nothing here raises on odd input."""
+    ports, aggregates, errors, unparsed, dropped = [], [], [], [], {}
+    summary = {}
+    count, header, seen = 0, None, set()
+    current = None
+    for number, raw in enumerate((text or '').splitlines(), start=1):
+        line = _QUOTE_RE.sub('', raw, count=1) if raw.startswith('>') else raw
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith('##'):
+            if not _iqe_summary(stripped, summary):
+                count += 1
+                _unread(unparsed, number, raw, 'a "##" line that is not one of ibqueryerrors\' summary lines')
+            continue
+        if stripped.startswith('#') or stripped.startswith('$ '):
+            continue                                   # a shell prompt kept with the paste
+        match = _IQE_HEADER_RE.match(stripped)
+        if match:
+            header = {'guid': guid(match.group('guid')), 'desc': _desc(match.group('desc')), 'switch': match.group('guid') is not None}
+            continue
+        match = _IQE_PORT_RE.match(stripped)
+        if match:
+            items = _iqe_counters(match.group('rest'))
+            if items is None:
+                count += 1
+                _unread(unparsed, number, raw, 'a port line whose counters are not "[Name == value]" items')
+                current = None
+                continue
+            current = _iqe_port(match, items, header)
+            if current['port'] is None:
+                _keep(aggregates, current, NODES_MAX, dropped, 'ports')
+                current = None
+                continue
+            key = (current['guid'], current['port'])
+            if key in seen:
+                dropped['ports'] = dropped.get('ports', 0) + 1
+                current = None
+                continue
+            seen.add(key)
+            if not _keep(ports, current, LINKS_MAX, dropped, 'ports'):
+                current = None
+            continue
+        match = _IQE_LINK_RE.match(stripped)
+        if match:
+            if current is not None and int(match.group('port')) == current['port']:
+                current['lid'] = int(match.group('lid'))
+            continue
+        if _DIAG_ERROR_RE.match(stripped) or stripped.startswith('ibqueryerrors:'):
+            _keep(errors, stripped[:300], ERRORS_MAX, dropped, 'errors')
+            continue
+        count += 1
+        _unread(unparsed, number, raw, 'not a header ("Errors for ..."), port line ("GUID 0x... port N: [...]") or summary line')
+    if summary:
+        summary['complete'] = 'nodes' in summary and 'ports' in summary and not summary.get('failures') \
+            and not summary.get('thresholds')
+    return {'ports': ports, 'aggregates': aggregates, 'summary': summary or None, 'errors': errors,
+            'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
+
+
+def _iqe_port(match, items, header):
+    counters, other, saturated = {}, {}, []
+    for name, value in items:
+        if name in PERFQUERY_NAMES:
+            counters[PERFQUERY_NAMES[name]] = value
+            bits = COUNTER_BITS.get(name)
+            if bits and value == (1 << bits) - 1:
+                saturated.append(PERFQUERY_NAMES[name])
+        elif len(other) < OTHER_COUNTERS_MAX:
+            other[name] = value
+    port = match.group('port')
+    return {'guid': guid(match.group('guid')), 'port': int(port) if port != 'ALL' else None,
+            'node_guid': header['guid'] if header else None, 'desc': header['desc'] if header else None,
+            'switch': header['switch'] if header else None, 'lid': None,
+            'counters': counters, 'other': other, 'saturated': sorted(saturated)}
