@@ -16,6 +16,11 @@ description:
     SMInfoRecord of every subnet manager the master knows, standbys included, each then asked with C(sminfo)),
     and C(perfquery -x -l) of every switch twice, O(interval) seconds apart (the switch port counters, with
     the time of each read).
+  - C(ibqueryerrors) over the whole subnet with each counter read (every port of every switch and CA
+    with a non-zero error counter), so that the error counters of every port are judged over the window,
+    not only those of the links the pair tests crossed; with the node's time since boot and O(link_grace),
+    the bring-up window in which counter rises are information. Where C(ibqueryerrors) is not installed
+    (or not saved), the subnet is not read and the C(perfquery) sweep of the switches stands for it.
   - Every line of a tool's output that no pattern read is counted in RV(ansible_facts.gpu_fabric_ib_fabric.unread)
     and makes the status C(partial) - a fabric built from input that was not read is never C(ok).
   - Records past what a subnet holds (SM records past 64, port lines past 8 per unicast LID, nodes past the 0xBFFF
@@ -51,11 +56,25 @@ options:
       - Seconds each tool may run.
     type: int
     default: 120
+  link_grace:
+    description:
+      - Minutes after this node booted in which rises of the port error counters are bring-up (links
+        training), reported as information; after it they are judged at their steady-state rate
+        (module_utils/_rates.py, which says where the default comes from). From 0 to 1440.
+    type: float
+    default: 10
+  save_to:
+    description:
+      - An existing directory where each tool's output is saved under the names O(from_log) reads, so that
+        the same facts come back offline. Nothing is written in check mode.
+    type: path
   from_log:
     description:
       - A directory with saved outputs C(iblinkinfo.txt), C(ibnetdiscover.txt) (the topology file or the ports
         report of C(ibnetdiscover -p)), C(sminfo.txt) (one or more records), C(saquery_smir.txt) (C(saquery SMIR)),
-        C(perfquery.1.txt) and C(perfquery.2.txt) (the second read O(interval) seconds after the first).
+        C(perfquery.1.txt) and C(perfquery.2.txt) (the second read O(interval) seconds after the first),
+        C(ibqueryerrors.1.txt) and C(ibqueryerrors.2.txt) (read with them), C(uptime.txt) (the node's
+        C(/proc/uptime) when the first read was taken) and C(read_at.txt) (the epoch seconds of each read, one a line).
       - Only regular files are read (no symlink, FIFO or device), each up to 64 MiB.
     type: path
 notes:
@@ -123,6 +142,13 @@ ansible_facts:
           type: dict
           returned: always
           sample: {count: 0, lines: []}
+        subnet:
+          description: C(reads) of C(ibqueryerrors), each with C(read_at), C(ports) (guid, port, node_guid, desc, switch,
+            lid, counters, saturated), C(summary) and C(errors); C(uptime_s) (this node's time since boot at the
+            first read) and C(grace_min) (O(link_grace)).
+          type: dict
+          returned: always
+          sample: {reads: [], uptime_s: 86400.0, grace_min: 10}
         local:
           description: This node's InfiniBand ports (device, port, lid, sm_lid).
           type: list
@@ -143,9 +169,18 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
-TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'saquery', 'perfquery')
+TOOLS = ('iblinkinfo', 'ibnetdiscover', 'sminfo', 'saquery', 'perfquery', 'ibqueryerrors')
+# Tools whose absence leaves only their own part unread (ibqueryerrors: the perfquery sweep of the
+# switches stands for it), said in ``tools`` but no reason for a partial status.
+OPTIONAL = ('ibqueryerrors',)
+UNREAD_OPTIONAL = ('not installed', 'no saved output')
 # IB LIDs are 16 bit; unicast LIDs 0x0001-0xBFFF (IBTA Vol 1, 4.1.3): module_utils/_ibdiag.py.
 MAX_UNICAST_LID = _ibdiag.MAX_UNICAST_LID
+# The bring-up grace window's default and bound, minutes (module_utils/_rates.py owns them: modules may
+# not import it, tests/unit/plugins/test_import_graph.py, so the two numbers are repeated here and
+# tests/unit/plugins/module_utils/test__ibqueryerrors.py checks that they agree).
+_LINK_GRACE_MIN = 10
+_LINK_GRACE_MAX_MIN = 1440
 # A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
 # switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
 LOG_LIMIT = 64 << 20
@@ -166,8 +201,8 @@ def local_ports(sysroot):
 class Runner(object):
     """Runs the tools (or reads their saved outputs) and says how each went."""
 
-    def __init__(self, module, timeout, from_log):
-        self.module, self.timeout, self.from_log = module, timeout, from_log
+    def __init__(self, module, timeout, from_log, save_to=None):
+        self.module, self.timeout, self.from_log, self.save_to = module, timeout, from_log, save_to
         self.tools = {}
         self.paths = {}
 
@@ -200,6 +235,7 @@ class Runner(object):
         check_args(argv, tool)
         launched = _process.run(argv, self.timeout, name=tool)
         out, err = launched.output()
+        keep_output(self.save_to, log_name or tool + '.txt', out)
         if launched.timed_out:
             self.tools[tool] = 'timed out after %ds' % self.timeout
             return out, err
@@ -209,6 +245,19 @@ class Runner(object):
             return out, err
         self.tools.setdefault(tool, 'used')
         return out, err
+
+
+def keep_output(save_to, name, text):
+    """Append ``text`` to ``name`` in the directory ``save_to`` (None: nothing), created 0600 and never
+    through a link: a file from_log reads back."""
+    if not save_to or text is None:
+        return
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, 'O_NOFOLLOW', 0)
+    handle = os.open(os.path.join(save_to, os.path.basename(name)), flags, 0o600)
+    try:
+        os.write(handle, text.encode('utf-8', 'surrogateescape'))
+    finally:
+        os.close(handle)
 
 
 def _ask_sm(runner, args, asked, sms, errors, unread, log_name=None):
@@ -256,7 +305,50 @@ def _add_dropped(unread, tool, dropped):
         del unread['lines'][_ibdiag.UNREAD_KEPT:]
 
 
-def discover(module, runner, sm_lids, interval, ports):
+def uptime(runner, sysroot):
+    """Seconds since this node booted (/proc/uptime; from_log: uptime.txt), or None."""
+    if runner.from_log:
+        text = runner.run('uptime', log_name='uptime.txt')
+        text = text[0] if text else None
+        runner.tools.pop('uptime', None)
+    else:
+        text = sysroot.text('proc/uptime', quiet=True) if sysroot is not None else None
+        keep_output(runner.save_to, 'uptime.txt', text)
+    try:
+        value = float((text or '').split()[0])
+    except (ValueError, IndexError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _read_subnet(runner, number, unread):
+    """One ibqueryerrors read of the subnet -> {'ports', 'summary', 'errors'} or None (not installed, not saved)."""
+    text = runner.run('ibqueryerrors', log_name='ibqueryerrors.%d.txt' % number)
+    if text is None:
+        return None
+    parsed = _ibdiag.parse_ibqueryerrors(text[0])
+    if parsed['summary'] and runner.tools.get('ibqueryerrors', '').startswith('failed: rc='):
+        # ibqueryerrors exits with the number of ports past their thresholds (ibqueryerrors.c: main()
+        # returns print_summary(), which returns summary.bad_ports): a whole output with its summary.
+        runner.tools['ibqueryerrors'] = 'used'
+    elif runner.tools.get('ibqueryerrors') not in ('used', 'read from log'):
+        return None
+    _add_unread(unread, 'ibqueryerrors', parsed)
+    return {'ports': parsed['ports'], 'summary': parsed['summary'], 'errors': parsed['errors']}
+
+
+def _read_times(runner, count):
+    """The saved epoch seconds of each read (read_at.txt), else None."""
+    text = runner.run('read_at', log_name='read_at.txt') if runner.from_log else None
+    runner.tools.pop('read_at', None)
+    try:
+        times = [float(v) for v in (text[0] if text else '').split()[:count]]
+    except ValueError:
+        return None
+    return times if len(times) == count and all(math.isfinite(t) for t in times) else None
+
+
+def discover(module, runner, sm_lids, interval, ports, sysroot=None, grace_min=_LINK_GRACE_MIN):
     """The fabric facts from the tools' outputs."""
     unread = {'count': 0, 'lines': []}
     text = runner.run('iblinkinfo')
@@ -292,18 +384,21 @@ def discover(module, runner, sm_lids, interval, ports):
             break
 
     switch_lids = sorted(set(lid for node in topology['nodes'].values() if node['type'] == 'switch' for lid in node['lids']))
-    reads = []
+    reads, subnet = [], {'reads': [], 'uptime_s': uptime(runner, sysroot), 'grace_min': grace_min}
     for number in (1, 2) if interval > 0 else (1,):
         if number == 2 and not runner.from_log:
             time.sleep(interval)
         read_at, blocks = time.time(), []
         counted = {'count': 0, 'lines': []}
+        read = _read_subnet(runner, number, unread) if number == 1 or subnet['reads'] else None
+        if read is not None:
+            subnet['reads'].append(dict(read, read_at=read_at))
         if runner.from_log:
             text = runner.run('perfquery', log_name='perfquery.%d.txt' % number)
             blocks = _ibdiag.parse_perfquery(text[0], counted) if text else []
         else:
             for lid in switch_lids:
-                text = runner.run('perfquery', ['-x', '-l', lid])
+                text = runner.run('perfquery', ['-x', '-l', lid], log_name='perfquery.%d.txt' % number)
                 if text is None:
                     break
                 blocks.extend(_ibdiag.parse_perfquery(text[0], counted))
@@ -311,14 +406,20 @@ def discover(module, runner, sm_lids, interval, ports):
                                           'dropped': counted.get('dropped')})
         if blocks or not runner.from_log:
             reads.append({'read_at': read_at, 'ports': blocks})
-    return {'topology': topology, 'sm': {'sms': sms, 'errors': errors},
+        keep_output(runner.save_to, 'read_at.txt', '%.6f\n' % read_at)
+    times = _read_times(runner, len(subnet['reads']) or len(reads)) if runner.from_log else None
+    for part in (subnet['reads'], reads):
+        for read, when in zip(part, times or []):
+            read['read_at'] = when
+    return {'topology': topology, 'sm': {'sms': sms, 'errors': errors}, 'subnet': subnet,
             'counters': {'reads': reads, 'interval_s': reads[1]['read_at'] - reads[0]['read_at'] if len(reads) > 1 else None},
             'unread': unread}
 
 
 def judge_status(facts, tools):
     """status/reason of the facts from how each tool went and what was left unread."""
-    bad = sorted(tool for tool, how in tools.items() if how not in ('used', 'read from log'))
+    bad = sorted(tool for tool, how in tools.items() if how not in ('used', 'read from log')
+                 and not (tool in OPTIONAL and how.split(' (')[0] in UNREAD_OPTIONAL))
     reasons = ['%s: %s' % (tool, tools[tool]) for tool in bad]
     unread = facts.get('unread') or {}
     if unread.get('count'):
@@ -341,6 +442,9 @@ def params_problem(params):
     interval = params['interval']
     if not math.isfinite(interval) or not 0 <= interval <= MAX_INTERVAL_S:
         return 'interval must be a number of seconds from 0 (one read) to %d, got %s' % (MAX_INTERVAL_S, interval)
+    grace = params.get('link_grace', _LINK_GRACE_MIN)
+    if not isinstance(grace, (int, float)) or not math.isfinite(grace) or not 0 <= grace <= _LINK_GRACE_MAX_MIN:
+        return 'link_grace must be a number of minutes from 0 to %d, got %s' % (_LINK_GRACE_MAX_MIN, grace)
     if params['timeout'] < 1:
         return 'timeout must be 1 or more seconds, got %d' % params['timeout']
     return None
@@ -354,6 +458,8 @@ def main():
             interval=dict(type='float', default=5),
             timeout=dict(type='int', default=120),
             from_log=dict(type='path'),
+            link_grace=dict(type='float', default=_LINK_GRACE_MIN),
+            save_to=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -364,14 +470,17 @@ def main():
     problem = params_problem(params)
     if problem:
         module.fail_json(msg=problem)
+    if params['save_to'] is not None and not os.path.isdir(params['save_to']):
+        module.fail_json(msg='save_to %s is not an existing directory' % params['save_to'])
     if params['from_log'] is not None and not os.path.isdir(params['from_log']):
         module.fail_json(msg='from_log %s is not a directory of saved outputs' % params['from_log'])
     sysroot = SysRoot(root)
     ports = local_ports(sysroot)
     facts = {'status': 'ok', 'reason': '', 'tools': {}, 'topology': {'nodes': {}, 'links': [], 'unparsed': []},
              'sm': {'sms': [], 'errors': []}, 'counters': {'reads': [], 'interval_s': None}, 'unread': {'count': 0, 'lines': []},
+             'subnet': {'reads': [], 'uptime_s': None, 'grace_min': params['link_grace']},
              'local': ports}
-    runner = Runner(module, params['timeout'], params['from_log'])
+    runner = Runner(module, params['timeout'], params['from_log'], None if module.check_mode else params['save_to'])
     if not ports and not params['from_log']:
         facts.update(status='no_ib_port', reason='this node has no InfiniBand port: the fabric is discovered from a node that has one')
     elif not params['from_log'] and not any(runner.available(tool) for tool in TOOLS):
@@ -379,7 +488,7 @@ def main():
                      tools=dict(runner.tools))
     else:
         try:
-            facts.update(discover(module, runner, params['sm_lids'], params['interval'], ports))
+            facts.update(discover(module, runner, params['sm_lids'], params['interval'], ports, sysroot, params['link_grace']))
         except _process.Terminated as exc:
             module.fail_json(msg='stopped while the fabric tools ran (%s); all of them were reaped' % exc)
         facts['tools'] = dict(runner.tools)

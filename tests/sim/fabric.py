@@ -23,6 +23,17 @@ Faults (``model(faults=...)``):
                         failover the admin counts on is not there
   flapping_link         the leaf port of gpu-05's mlx5_3 goes down and retrains between
                         any two counter reads (LinkDownedCounter +1, SymbolErrorCounter +500)
+  subnet_port_errors    leaf-2's first up-link to spine-2, a port no pair test crosses (the pairs
+                        of a rail stay on its leaf), counts symbol errors in steady state
+                        (SymbolErrorCounter +2000 at the leaf port between any two reads)
+  bring_up_errors       the trap: the discovering node booted 3 minutes ago (inside the grace
+                        window) and the leaf port of gpu-03's mlx5_1 trains once while the
+                        counters are read (LinkDownedCounter +1, SymbolErrorCounter +300):
+                        bring-up, information only
+
+Every fault's counters are seen by both perfquery and ibqueryerrors (``port_errors`` and
+``flapping``, {'<switch>:<port>': {counter: step per read}}); ``uptime_s`` is the discovering
+node's time since boot.
 
 ``write(model, path)`` stores the model as JSON for the stand-ins (GF_SIM_FABRIC), with a
 state file next to it that counts perfquery reads (each read advances the flapping counters).
@@ -34,7 +45,9 @@ import json
 import os
 
 FAULTS = ('degraded_switch_link', 'missing_uplink', 'sm_absent', 'sm_duplicated', 'sm_standby_tie', 'sm_standby_not_active',
-          'flapping_link')
+          'flapping_link', 'subnet_port_errors', 'bring_up_errors')
+# A node that has been up three days: far past any bring-up window.
+UPTIME_S = 3 * 86400.0
 # NDR: 4 lanes at 106.25 Gb/s signalling (rdma-core libibmad/dump.c mad_dump_linkspeedext()).
 NDR_LANE_GBPS = 106.25
 MASTER_GUID = '0x0000000000500001'
@@ -113,8 +126,26 @@ def model(nodes=16, rails=8, leaves=4, spines=2, uplinks_per_spine=4, faults=())
         for link in links:
             if link['a'][:3] == ('host', hostname(5), 'mlx5_3'):
                 flapping['%s:%d' % (link['b'][1], link['b_port'])] = {'link_downed': 1, 'symbol_error': 500}
+    port_errors, uptime_s = {}, UPTIME_S
+    if 'subnet_port_errors' in faults and leaves >= 2 and spines >= 2:
+        link = [l for l in _uplinks(links, 'leaf-2') if l['b'] == ('switch', 'spine-2')][0]
+        port_errors['leaf-2:%d' % link['a_port']] = {'symbol_error': 2000}
+    if 'bring_up_errors' in faults and nodes >= 3 and rails >= 2:
+        uptime_s = 180.0
+        for link in links:
+            if link['a'][:3] == ('host', hostname(3), 'mlx5_1'):
+                port_errors['%s:%d' % (link['b'][1], link['b_port'])] = {'link_downed': 1, 'symbol_error': 300}
     return {'switches': switches, 'hosts': hosts, 'links': links, 'sms': sms, 'sm_lid_of': sm_lid_of,
-            'flapping': flapping, 'lane_gbps': NDR_LANE_GBPS, 'faults': sorted(faults)}
+            'flapping': flapping, 'port_errors': port_errors, 'uptime_s': uptime_s,
+            'lane_gbps': NDR_LANE_GBPS, 'faults': sorted(faults)}
+
+
+def counter_steps(fab, key):
+    """{counter: step per read} of the switch port ``key`` ('<switch>:<port>') under every fault."""
+    steps = dict(fab.get('flapping', {}).get(key, {}))
+    for counter, step in fab.get('port_errors', {}).get(key, {}).items():
+        steps[counter] = steps.get(counter, 0) + step
+    return steps
 
 
 def _link(a, a_port, b, b_port):
@@ -179,9 +210,17 @@ def patch_root(fabric, root, name):
             with open(os.path.join(dev, attr), 'w') as handle:
                 handle.write(value + '\n')
         port = os.path.join(dev, 'ports/1')
+        _write_uptime(root, fabric.get('uptime_s', UPTIME_S))
         for attr, value in (('lid', '0x%x' % hca['lid']), ('sm_lid', '0x%x' % fabric['sm_lid_of'][name])):
             with open(os.path.join(port, attr), 'w') as handle:
                 handle.write(value + '\n')
+
+
+def _write_uptime(root, seconds):
+    """/proc/uptime of a rendered node root: seconds since boot and idle seconds (proc(5))."""
+    os.makedirs(os.path.join(root, 'proc'), exist_ok=True)
+    with open(os.path.join(root, 'proc/uptime'), 'w') as handle:
+        handle.write('%.2f %.2f\n' % (seconds, seconds * 7))
 
 
 def build(dest, faults=(), node_faults=None, python=None, **shape):

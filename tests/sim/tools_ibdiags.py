@@ -19,6 +19,11 @@
                  get_any_records()) (tests/fixtures/public/saquery/)
   perfquery      -x [-l] LID [PORT]: "# Port extended counters: Lid %d port %d (CapMask: ...)"
                  blocks (tests/fixtures/public/perfquery/infiniband_diags_16_rhel75_x.txt)
+  ibqueryerrors  ibqueryerrors.c print_results()/print_summary(): 'Errors for 0x%x "%s"' per switch with a
+                 non-zero error counter, '   GUID 0x%x port %d: [%s == %u] ...' per such port, then
+                 '## Summary: ...' (tests/fixtures/public/ibqueryerrors/); every call is one more read
+                 (the counters of a faulted port step up by their fault's step per read); exits with the
+                 number of ports printed, as the real tool does
 
 Usage: tools_ibdiags.py TOOL [ARGS...] (the bin/ wrappers pass their own name).
 """
@@ -240,7 +245,7 @@ def perfquery(fab, args, path, reads=None):
             count = reads.get(key, 0)
             reads[key] = count + 1
         values = {}
-        for counter, step in fab['flapping'].get(key, {}).items():
+        for counter, step in _fabric.counter_steps(fab, key).items():
             values[counter] = step * count
         out.append('# Port extended counters: Lid %d port %d (CapMask: 0x5300 CapMask2: 0x0000002)' % (lid, number))
         out.append(_field('PortSelect', number))
@@ -251,6 +256,46 @@ def perfquery(fab, args, path, reads=None):
         for name, key_name in _PQ_ERRORS:
             out.append(_field(name, values.get(key_name, 0) if key_name else 0))
     return 0, '\n'.join(out) + '\n', ''
+
+
+_IQE_NAMES = dict((key, name) for name, key in _PQ_ERRORS if key)
+
+
+def _count_read(path, key, reads):
+    if reads is None:
+        return _reads(path, key)
+    count = reads.get(key, 0)
+    reads[key] = count + 1
+    return count
+
+
+def ibqueryerrors(fab, args, path, reads=None):
+    """The subnet's error counters: switches only carry faults here, CAs read 0 (not printed)."""
+    count = _count_read(path, 'ibqueryerrors', reads)
+    out, bad_nodes, bad_ports, ports_checked = [], 0, 0, 0
+    ends = _ends(fab)
+    for name in sorted(fab['switches']):
+        switch = fab['switches'][name]
+        ports = sorted(p for p, link, _o, _op in ends.get(('switch', name), []) if link['state'] != 'Down')
+        ports_checked += len(ports)
+        lines = []
+        for number in ports:
+            steps = _fabric.counter_steps(fab, '%s:%d' % (name, number))
+            items = ''.join(' [%s == %d]' % (_IQE_NAMES[c], min(step * count, 65535 if c == 'symbol_error' else 255))
+                            for c, step in sorted(steps.items(), key=lambda item: list(_IQE_NAMES).index(item[0])) if step * count)
+            if items:
+                lines.append('   GUID 0x%x port %d:%s' % (int(switch['guid'], 16), number, items))
+        if lines:
+            bad_nodes += 1
+            bad_ports += len(lines)
+            out.append('Errors for 0x%x "%s"' % (int(switch['guid'], 16), switch['desc']))
+            out.extend(lines)
+    nodes = len(fab['switches']) + sum(len(h['hcas']) for h in fab['hosts'].values())
+    ports_checked += sum(len(h['hcas']) for h in fab['hosts'].values())
+    out.extend(['', '## Summary: %d nodes checked, %d bad nodes found' % (nodes, bad_nodes),
+                '##          %d ports checked, %d ports have errors beyond threshold' % (ports_checked, bad_ports),
+                '## Thresholds: ', '## Suppressed:'])
+    return bad_ports & 0xFF, '\n'.join(out) + '\n', ''
 
 
 def main(argv=None):
@@ -273,6 +318,8 @@ def main(argv=None):
         rc, out, err = saquery(fab, argv)
     elif tool == 'perfquery':
         rc, out, err = perfquery(fab, argv, path)
+    elif tool == 'ibqueryerrors':
+        rc, out, err = ibqueryerrors(fab, argv, path)
     else:
         sys.stderr.write('tools_ibdiags: unknown tool %r\n' % tool)
         return 2
@@ -291,11 +338,16 @@ class InProcessRunner(object):
 
     from_log = None
 
-    def __init__(self, path):
+    def __init__(self, path, save_to=None):
         self.path = path
         self.fab = _fabric.load(path)
         self.tools = {}
         self.reads = {}
+        self.save_to = save_to
+
+    def text(self, rel, quiet=False):
+        """The discovering node's /proc/uptime, as SysRoot.text gives it."""
+        return '%.2f %.2f' % (self.fab.get('uptime_s', _fabric.UPTIME_S), 0) if rel == 'proc/uptime' else None
 
     def available(self, tool):
         return True
@@ -304,21 +356,27 @@ class InProcessRunner(object):
         args = [str(a) for a in args]
         if tool == 'perfquery':
             rc, out, err = perfquery(self.fab, args, self.path, self.reads)
+        elif tool == 'ibqueryerrors':
+            rc, out, err = ibqueryerrors(self.fab, args, self.path, self.reads)
         else:
             rc, out, err = {'iblinkinfo': iblinkinfo, 'ibnetdiscover': ibnetdiscover, 'sminfo': sminfo,
                             'saquery': saquery}[tool](self.fab, args)
+        from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts as module
+        module.keep_output(self.save_to, log_name or tool + '.txt', out)
         if rc != 0:
-            self.tools[tool] = 'failed: rc=%d %s' % (rc, err.strip().splitlines()[-1])
+            lines = (err or out).strip().splitlines()
+            self.tools[tool] = 'failed: rc=%d %s' % (rc, lines[-1] if lines else '')
         else:
             self.tools.setdefault(tool, 'used')
         return out, err
 
 
-def fabric_facts(path, sm_lids=(), interval=0.01, ports=()):
-    """gpu_fabric_ib_fabric as ib_fabric_facts returns it, from the simulated fabric at ``path``."""
+def fabric_facts(path, sm_lids=(), interval=0.01, ports=(), save_to=None, grace_min=10):
+    """gpu_fabric_ib_fabric as ib_fabric_facts returns it, from the simulated fabric at ``path``
+    (each tool's output saved in ``save_to`` as the module's save_to does)."""
     from ansible_collections.hpc.gpu_fabric.plugins.modules import ib_fabric_facts as module
-    runner = InProcessRunner(path)
+    runner = InProcessRunner(path, save_to)
     facts = {'status': 'ok', 'reason': '', 'local': list(ports)}
-    facts.update(module.discover(None, runner, list(sm_lids), interval, list(ports)))
+    facts.update(module.discover(None, runner, list(sm_lids), interval, list(ports), runner, grace_min))
     facts['tools'] = dict(runner.tools)
     return module.judge_status(facts, runner.tools)

@@ -305,11 +305,17 @@ def _port_speeds(topology):
     return speeds, ends
 
 
-def counter_findings(fabric, topology, owners):
+def counter_findings(fabric, topology, owners, covered=()):
+    """The perfquery sweep of the switches: ports the subnet's read (subnet_findings) judged already
+    (``covered``, {(node id, port)}) are left to it, and a window inside the bring-up grace is not judged
+    here (subnet_findings says it, or nothing where the subnet was not read: the sweep's rises in it are bring-up)."""
     found = []
     reads = mappings(mapping(fabric.get('counters')).get('reads'))
     if len(reads) < 2:
         return found
+    subnet = mapping(fabric.get('subnet'))
+    by_lid = dict((lid, node_id) for node_id, node in mapping(topology.get('nodes')).items()
+                  for lid in (node.get('lids') if isinstance(node, dict) and isinstance(node.get('lids'), list) else []))
     first, last = reads[0], reads[-1]
     seconds = (number(last.get('read_at')) or 0) - (number(first.get('read_at')) or 0)
     before = dict(((integer(p.get('lid')), integer(p.get('port'))), mapping(p.get('counters'))) for p in mappings(first.get('ports')))
@@ -318,8 +324,11 @@ def counter_findings(fabric, topology, owners):
         key = (integer(port.get('lid')), integer(port.get('port')))
         if key not in before:
             continue
-        result = _rates.compare(before[key], mapping(port.get('counters')), seconds, speeds.get(key))
-        if not result['verdicts']:
+        if (by_lid.get(key[0]), key[1]) in covered:
+            continue
+        result = _rates.window(before[key], mapping(port.get('counters')), seconds, speeds.get(key),
+                               number(subnet.get('uptime_s')), _grace(subnet))
+        if not result['verdicts'] or result['phase'] == 'bring_up':
             continue
         here, there = ends.get(key, ({'lid': key[0], 'port': key[1], 'node': 'lid-%s' % key[0]}, {}))
         owner = _owner(there, owners) if there else None
@@ -334,6 +343,106 @@ def counter_findings(fabric, topology, owners):
                 '%s rose by %d (%s)' % (v['counter'], v['increase'], v['rule']) for v in result['verdicts'])),
             port=subject, at=_link_places(here, there, owners) or [('link', _end_name(here), _end_name(here))]))
     return found
+
+
+def _grace(subnet):
+    """The grace window's minutes the facts were read with (ib_fabric_facts link_grace), else the default."""
+    grace = number(subnet.get('grace_min'))
+    return grace if grace is not None and 0 <= grace <= _rates.LINK_GRACE_MAX_MIN else _rates.LINK_GRACE_MIN
+
+
+def _subnet_ends(topology, owners):
+    """{(node id or GUID, port): (this end, the other end)} of every link end, and {(host, hca): the same} of the
+    ends that are a node's HCA (a CA port names its port GUID, which host_ports() maps)."""
+    by_port, by_owner = {}, {}
+    for link in mappings(topology.get('links')):
+        a, b = mapping(link.get('a')), mapping(link.get('b'))
+        for here, there in ((a, b), (b, a)):
+            if not here:
+                continue
+            by_port[(text(here.get('guid')) or text(here.get('node')), integer(here.get('port')))] = (here, there, link)
+            owner = _owner(here, owners)
+            if owner:
+                by_owner[owner] = (here, there, link)
+    return by_port, by_owner
+
+
+def _subnet_windows(subnet):
+    """(first read, last read, seconds) of the subnet's reads, or None where no window: one read, or the
+    first not whole (a port left out of an incomplete read is not known to have read 0)."""
+    reads = mappings(subnet.get('reads'))
+    if len(reads) < 2 or not mapping(reads[0].get('summary')).get('complete'):
+        return None
+    seconds = (number(reads[-1].get('read_at')) or 0) - (number(reads[0].get('read_at')) or 0)
+    return reads[0], reads[-1], seconds
+
+
+def _subnet_place(port, by_port, by_owner, owners):
+    key = (text(port.get('guid')), integer(port.get('port')))
+    ends = by_port.get(key) or by_owner.get(owners.get(text(port.get('guid')))) if key[0] else None
+    return ends or ({'node': key[0], 'guid': key[0], 'port': key[1], 'desc': text(port.get('desc'))}, {}, {})
+
+
+def _subnet_finding(topology, owners, port, result, seconds, places, grace=None):  # pylint: disable=too-many-arguments
+    here, there, link = places
+    owner = (_owner(there, owners) if there else None) or _owner(here, owners)
+    subject = _label(topology, here) + (' (to %s)' % _label(topology, there) if there else '')
+    verdicts = result['verdicts']
+    rules = set(v['rule'] for v in verdicts)
+    evidence = {'source': 'ibqueryerrors', 'verdicts': verdicts, 'increase': result['increase'], 'seconds': round(seconds, 3),
+                'phase': result['phase'], 'retrains': result['retrains'], 'retrains_per_min': result['retrains_per_min'],
+                'saturated': result['saturated'], 'cleared': result['cleared'], 'hca': owner[1] if owner else None,
+                'port_guid': text(port.get('guid')), 'port': integer(port.get('port')), 'uptime_s': (grace or {}).get('uptime_s'),
+                'grace_min': (grace or {}).get('grace_min')}
+    at = _link_places(here, there, owners) or [('link', _end_name(here), _end_name(here))]
+    said = '; '.join('%s rose by %d (%s)' % (v['counter'], v['increase'], v['rule']) for v in verdicts)
+    if result['phase'] == 'bring_up':
+        # Bring-up: said, on no benchmark path (it explains nothing).
+        return finding(F.IB_SUBNET_ERRORS, owner[0] if owner else None, subject, evidence,
+                       'over %.1f s the port %s, inside the bring-up grace window (the node up %s s, window %s min) with '
+                       'at most one retrain: links training, not yet a fault' % (
+                           seconds, said, evidence.get('uptime_s'), evidence.get('grace_min')),
+                       severity='info', port=subject, at=[('bring_up',) + tuple(p for p in at[0][1:])])
+    if 'flapping' in rules:
+        return finding(F.FABRIC_LINK_FLAPPING, owner[0] if owner else None, subject, evidence,
+                       'over %.1f s the port %s: the link retrained %d time(s) (%s a minute) - retraining, not a link '
+                       'trained lower' % (seconds, said, result['retrains'], result['retrains_per_min']), port=subject, at=at)
+    if verdicts:
+        return finding(F.IB_SUBNET_ERRORS, owner[0] if owner else None, subject, evidence,
+                       'over %.1f s the port %s, past the steady-state rate (module_utils/_rates.py)' % (seconds, said),
+                       port=subject, at=at)
+    return finding(F.IB_SUBNET_ERRORS, owner[0] if owner else None, subject, evidence,
+                   'the port\'s %s stopped counting at its maximum: how much it rose over %.1f s is unknown' % (
+                       ', '.join(result['saturated']), seconds), severity='warning', port=subject, at=at)
+
+
+def subnet_findings(fabric, topology, owners):
+    """Every port of the subnet judged over the window of its two ibqueryerrors reads (module_utils/_rates.py
+    window(): the one owner of when a rise is a fault, and of the bring-up grace). Returns (findings, the
+    (node id, port) of every port judged: the perfquery sweep leaves them alone)."""
+    subnet = mapping(fabric.get('subnet'))
+    window = _subnet_windows(subnet)
+    if window is None:
+        return [], set()
+    first, last, seconds = window
+    before = dict(((text(p.get('guid')), integer(p.get('port'))), mapping(p.get('counters'))) for p in mappings(first.get('ports')))
+    by_port, by_owner = _subnet_ends(topology, owners)
+    found, covered = [], set()
+    uptime, grace = number(subnet.get('uptime_s')), _grace(subnet)
+    for port in mappings(last.get('ports')):
+        key = (text(port.get('guid')), integer(port.get('port')))
+        after = mapping(port.get('counters'))
+        # Not listed in the first (whole) read: every counter read 0 then.
+        result = _rates.window(before.get(key) or dict((name, 0) for name in after), after, seconds,
+                               number(mapping(_subnet_place(port, by_port, by_owner, owners)[2]).get('gbps')), uptime, grace,
+                               port.get('saturated') if isinstance(port.get('saturated'), list) else ())
+        places = _subnet_place(port, by_port, by_owner, owners)
+        covered.add((text(places[0].get('node')) or key[0], key[1]))
+        if result['verdicts'] or result['saturated']:
+            found.append(_subnet_finding(topology, owners, port, result, seconds, places, {'uptime_s': uptime, 'grace_min': grace}))
+    # A port listed in neither read, in two whole reads, read 0 twice: judged too.
+    covered.update(by_port)
+    return found, covered
 
 
 def slow_pair_findings(bench, topology, owners):
@@ -392,6 +501,8 @@ def _tools_missing(host, fabric, no_umad):
     broken = dict((tool, how) for tool, how in tools.items()
                   if text(how) not in ('used', 'read from log')
                   and not (tool == 'sminfo' and text(how).startswith('failed') and not no_umad)
+                  # ibqueryerrors not installed (or not saved): the subnet is not read, the perfquery sweep stands for it.
+                  and not (tool == 'ibqueryerrors' and text(how).split(' (')[0] in ('not installed', 'no saved output'))
                   and not (tool == 'saquery' and text(how).startswith('failed') and no_master and not no_umad))
     if status not in ('no_tools', 'no_ib_port') and not broken:
         return []
@@ -426,7 +537,9 @@ def fabric_findings(nodes, bench=None):
     found.extend(unread_findings(fabric, host))
     if _sm_judged(fabric, no_umad):
         found.extend(sm_findings(fabric, nodes, host))
-    found.extend(counter_findings(fabric, topology, owners))
+    subnet, covered = subnet_findings(fabric, topology, owners)
+    found.extend(subnet)
+    found.extend(counter_findings(fabric, topology, owners, covered))
     if bench:
         found.extend(slow_pair_findings(bench, topology, owners))
     return found
@@ -508,6 +621,6 @@ def routes(nodes: Any) -> Dict[Any, Any]:
 
 @rule(produces=(F.FABRIC_ERROR_RATE, F.FABRIC_INPUT_UNREAD, F.FABRIC_LINK_DEGRADED, F.FABRIC_LINK_FLAPPING, F.FABRIC_SLOW_PAIR_PATH,
                 F.FABRIC_SM_ABSENT, F.FABRIC_SM_DISAGREE, F.FABRIC_SM_INACTIVE, F.FABRIC_SM_MULTIPLE_MASTERS, F.FABRIC_SM_PRIORITY_TIE,
-                F.FABRIC_TOOLS_MISSING, F.FABRIC_UPLINKS_ASYMMETRIC), parts=('judged', 'bench'))
+                F.FABRIC_TOOLS_MISSING, F.FABRIC_UPLINKS_ASYMMETRIC, F.IB_SUBNET_ERRORS), parts=('judged', 'bench'))
 def beyond_the_node(fleet, _findings):
     return fabric_findings(fleet.judged, fleet.bench)

@@ -590,6 +590,17 @@ FABRIC_TOOLS_MISSING = _register(
     'the fabric could not be (fully) discovered: infiniband-diags missing, a tool failed or timed out, or the node has no IB port',
     'install infiniband-diags on the node that discovers the fabric and give it access to umad (root)')
 # ---------------------------------------------------------------------------- end of fabric block
+# ---- h17-subnet
+IB_SUBNET_ERRORS = _register(
+    'IB_SUBNET_ERRORS', 'ib', 'error',
+    'a port of the subnet (ibqueryerrors over every switch and CA; the perfquery sweep where it is not installed) whose '
+    'error counters rose over the window: symbol errors past the 1e-12 BER or link_error_recovery rising (subject: the port '
+    'and its link), wherever it sits, on a tested route or not',
+    'replace the cable or transceiver of %(port)s and watch its counters (ibqueryerrors, perfquery -x) under load',
+    other={'warning': 'an error counter saturated at its maximum (the rise is unknown: clear it with perfquery -R and validate again)',
+           'info': 'the rise fell inside the bring-up grace window (gpu_fabric_link_grace minutes after boot) and the link did '
+                   'not retrain repeatedly, or only one read was taken (totals, no window)'},
+    explains=_FABRIC_PORT_SYMPTOMS)
 
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the
