@@ -406,7 +406,7 @@ def discover(module, runner, sm_lids, interval, ports, sysroot=None, grace_min=_
                                           'dropped': counted.get('dropped')})
         if blocks or not runner.from_log:
             reads.append({'read_at': read_at, 'ports': blocks})
-        keep_output(runner.save_to, 'read_at.txt', '%.6f\n' % read_at)
+        keep_output(runner.save_to, 'read_at.txt', repr(read_at) + '\n')
     times = _read_times(runner, len(subnet['reads']) or len(reads)) if runner.from_log else None
     for part in (subnet['reads'], reads):
         for read, when in zip(part, times or []):

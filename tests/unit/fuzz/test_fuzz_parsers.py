@@ -102,7 +102,7 @@ def _ibdiag_all(text):
     unread = {}
     linkinfo, netdiscover = _ibdiag.parse_iblinkinfo(text), _ibdiag.parse_ibnetdiscover(text)
     return (_ibdiag.topology(linkinfo, netdiscover), _ibdiag.parse_sminfo(text), _ibdiag.parse_saquery_sminfo(text),
-            _ibdiag.parse_perfquery(text, unread), unread, _ibdiag.guid(text[:40]))
+            _ibdiag.parse_perfquery(text, unread), unread, _ibdiag.guid(text[:40]), _ibdiag.parse_ibqueryerrors(text))
 
 
 def _roce_all(text):
@@ -179,7 +179,8 @@ PARSERS = {
     'sysfs_values': (_ib_values, ('public/sysfs_ib',),
                      (b'400 Gb/sec (4X NDR)', b'4: ACTIVE', b'fe80:0000:0000:0000:0000:ffff:0a07:6011', b'0x10de', b'-1')),
     'host_files': (_host_all, ('real/host',), (_HOST_LINES,)),
-    'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery'), ()),
+    'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery',
+                                    'public/ibqueryerrors'), ()),
     'pcie_values': (_pcie_all, ('public/sysfs_pci', 'public/lspci_link', 'real/h200x4-vm'),
                     (b'16.0 GT/s PCIe', b'8 GT/s', b'16', b'Unknown speed', b'ro intel_iommu=on iommu=pt iommu.passthrough=0 -- x')),
     'roce_qos': (_roce_all, ('public/mlnx_qos', 'public/dcb'),
@@ -208,7 +209,8 @@ COVERED = {
     '_ib': {'parse_rate': 'sysfs_values', 'parse_state': 'sysfs_values', 'parse_counters': 'sysfs_values',
             'parse_ibv_devinfo': 'ibv_devinfo'},
     '_ibdiag': dict((name, 'ibdiag') for name in (
-        'parse_iblinkinfo', 'parse_ibnetdiscover', 'parse_sminfo', 'parse_saquery_sminfo', 'parse_perfquery')),
+        'parse_iblinkinfo', 'parse_ibnetdiscover', 'parse_sminfo', 'parse_saquery_sminfo', 'parse_perfquery',
+        'parse_ibqueryerrors')),
     '_nccl': {'parse_size': 'nccl_size', 'parse_text': 'nccl_text', 'parse_json': 'nccl_json_bytes',
               'parse_any': 'nccl_json_bytes'},
     '_pci': {'parse_acs': 'gdr_pci_values'},
