@@ -593,13 +593,14 @@ FABRIC_TOOLS_MISSING = _register(
 # ---- h17-subnet
 IB_SUBNET_ERRORS = _register(
     'IB_SUBNET_ERRORS', 'ib', 'error',
-    'a port of the subnet (ibqueryerrors over every switch and CA; the perfquery sweep where it is not installed) whose '
-    'error counters rose over the window: symbol errors past the 1e-12 BER or link_error_recovery rising (subject: the port '
-    'and its link), wherever it sits, on a tested route or not',
+    'a port of the subnet (ibqueryerrors read twice over every switch and CA) whose error counters rose over the window: '
+    'symbol errors past the 1e-12 BER or link_error_recovery rising (subject: the port and its link), wherever it sits, on a '
+    'tested route or not; a retrain is FABRIC_LINK_FLAPPING, and without ibqueryerrors the switch sweep\'s FABRIC_ERROR_RATE '
+    'stands for it',
     'replace the cable or transceiver of %(port)s and watch its counters (ibqueryerrors, perfquery -x) under load',
     other={'warning': 'an error counter saturated at its maximum (the rise is unknown: clear it with perfquery -R and validate again)',
            'info': 'the rise fell inside the bring-up grace window (gpu_fabric_link_grace minutes after boot) and the link did '
-                   'not retrain repeatedly, or only one read was taken (totals, no window)'},
+                   'not retrain repeatedly: explains nothing'},
     explains=_FABRIC_PORT_SYMPTOMS)
 
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole

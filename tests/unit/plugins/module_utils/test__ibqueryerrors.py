@@ -178,3 +178,17 @@ def test_offline_on_the_saved_outputs_judges_as_the_live_run(faults):
     assert [r['read_at'] for r in offline['subnet']['reads']] == [r['read_at'] for r in live['subnet']['reads']]
     found_live, found_offline = _findings_of(live, model, base), _findings_of(offline, model, base)
     assert found_live == found_offline and any(code == 'IB_SUBNET_ERRORS' for code, *_rest in found_live)
+
+
+def test_the_port_explains_only_symptoms_whose_route_crosses_it():
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric, _findings, _linker
+    base = accuracy.node_facts('nvidia_h100_8x_ndr')
+    nodes = accuracy.fabric_nodes(('subnet_port_errors',), base)
+    root = [f for f in _diagnose.diagnose(nodes) if f['code'] == 'IB_SUBNET_ERRORS'][0]
+    routes = _fabric.routes(nodes)
+    # mlx5_2 sits on leaf-2 (the faulted up-link's leaf), mlx5_0 on leaf-1: a pair between them crosses
+    # both leaves' up-links; the pairs of one rail stay on their leaf and cross none.
+    across = _linker._with_routes([('hca', 'gpu-01', 'mlx5_2'), ('hca', 'gpu-02', 'mlx5_0')], routes)
+    same_leaf = _linker._with_routes([('hca', 'gpu-01', 'mlx5_2'), ('hca', 'gpu-02', 'mlx5_2')], routes)
+    assert _findings.on_path(root['at'], across) and not _findings.on_path(root['at'], same_leaf)
+    assert _findings.explains('IB_SUBNET_ERRORS', {'code': 'BENCH_PAIR_LOW', 'evidence': {}})
