@@ -348,6 +348,40 @@ def _read_times(runner, count):
     return times if len(times) == count and all(math.isfinite(t) for t in times) else None
 
 
+def _counter_reads(runner, topology, interval, unread, subnet):
+    """The counter reads, ``interval`` seconds apart: perfquery of every switch (returned) and ibqueryerrors
+    of the subnet (into ``subnet['reads']``), each with the time it was taken (from_log: read_at.txt)."""
+    switch_lids = sorted(set(lid for node in topology['nodes'].values() if node['type'] == 'switch' for lid in node['lids']))
+    reads = []
+    for number in (1, 2) if interval > 0 else (1,):
+        if number == 2 and not runner.from_log:
+            time.sleep(interval)
+        read_at, blocks = time.time(), []
+        counted = {'count': 0, 'lines': []}
+        read = _read_subnet(runner, number, unread) if number == 1 or subnet['reads'] else None
+        if read is not None:
+            subnet['reads'].append(dict(read, read_at=read_at))
+        if runner.from_log:
+            text = runner.run('perfquery', log_name='perfquery.%d.txt' % number)
+            blocks = _ibdiag.parse_perfquery(text[0], counted) if text else []
+        else:
+            for lid in switch_lids:
+                text = runner.run('perfquery', ['-x', '-l', lid], log_name='perfquery.%d.txt' % number)
+                if text is None:
+                    break
+                blocks.extend(_ibdiag.parse_perfquery(text[0], counted))
+        _add_unread(unread, 'perfquery', {'unparsed': counted['lines'], 'unparsed_count': counted['count'],
+                                          'dropped': counted.get('dropped')})
+        if blocks or not runner.from_log:
+            reads.append({'read_at': read_at, 'ports': blocks})
+        keep_output(runner.save_to, 'read_at.txt', repr(read_at) + '\n')
+    times = _read_times(runner, len(subnet['reads']) or len(reads)) if runner.from_log else None
+    for part in (subnet['reads'], reads):
+        for read, when in zip(part, times or []):
+            read['read_at'] = when
+    return reads
+
+
 def discover(module, runner, sm_lids, interval, ports, sysroot=None, grace_min=_LINK_GRACE_MIN):
     """The fabric facts from the tools' outputs."""
     unread = {'count': 0, 'lines': []}
@@ -383,34 +417,8 @@ def discover(module, runner, sm_lids, interval, ports, sysroot=None, grace_min=_
         if not _ask_sm(runner, [lid], 'lid %d' % lid, sms, errors, unread):
             break
 
-    switch_lids = sorted(set(lid for node in topology['nodes'].values() if node['type'] == 'switch' for lid in node['lids']))
-    reads, subnet = [], {'reads': [], 'uptime_s': uptime(runner, sysroot), 'grace_min': grace_min}
-    for number in (1, 2) if interval > 0 else (1,):
-        if number == 2 and not runner.from_log:
-            time.sleep(interval)
-        read_at, blocks = time.time(), []
-        counted = {'count': 0, 'lines': []}
-        read = _read_subnet(runner, number, unread) if number == 1 or subnet['reads'] else None
-        if read is not None:
-            subnet['reads'].append(dict(read, read_at=read_at))
-        if runner.from_log:
-            text = runner.run('perfquery', log_name='perfquery.%d.txt' % number)
-            blocks = _ibdiag.parse_perfquery(text[0], counted) if text else []
-        else:
-            for lid in switch_lids:
-                text = runner.run('perfquery', ['-x', '-l', lid], log_name='perfquery.%d.txt' % number)
-                if text is None:
-                    break
-                blocks.extend(_ibdiag.parse_perfquery(text[0], counted))
-        _add_unread(unread, 'perfquery', {'unparsed': counted['lines'], 'unparsed_count': counted['count'],
-                                          'dropped': counted.get('dropped')})
-        if blocks or not runner.from_log:
-            reads.append({'read_at': read_at, 'ports': blocks})
-        keep_output(runner.save_to, 'read_at.txt', repr(read_at) + '\n')
-    times = _read_times(runner, len(subnet['reads']) or len(reads)) if runner.from_log else None
-    for part in (subnet['reads'], reads):
-        for read, when in zip(part, times or []):
-            read['read_at'] = when
+    subnet = {'reads': [], 'uptime_s': uptime(runner, sysroot), 'grace_min': grace_min}
+    reads = _counter_reads(runner, topology, interval, unread, subnet)
     return {'topology': topology, 'sm': {'sms': sms, 'errors': errors}, 'subnet': subnet,
             'counters': {'reads': reads, 'interval_s': reads[1]['read_at'] - reads[0]['read_at'] if len(reads) > 1 else None},
             'unread': unread}

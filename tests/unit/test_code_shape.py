@@ -63,7 +63,6 @@ EXEMPT = {
     'plugins/module_utils/_roce.py:parse_mlnx_qos': (33, 63),
     'plugins/module_utils/_roce.py:read_roce': (27, 45),
     'plugins/module_utils/_sequence.py:_step_tick': (31, 58),
-    'plugins/modules/ib_fabric_facts.py:discover': (38, 58),
     'plugins/modules/perftest_run.py:validate': (43, 58),
     'plugins/modules/roce_qos.py:main': (33, 58),
 }
