@@ -128,7 +128,7 @@ def model(nodes=16, rails=8, leaves=4, spines=2, uplinks_per_spine=4, faults=())
                 flapping['%s:%d' % (link['b'][1], link['b_port'])] = {'link_downed': 1, 'symbol_error': 500}
     port_errors, uptime_s = {}, UPTIME_S
     if 'subnet_port_errors' in faults and leaves >= 2 and spines >= 2:
-        link = [l for l in _uplinks(links, 'leaf-2') if l['b'] == ('switch', 'spine-2')][0]
+        link = [up for up in _uplinks(links, 'leaf-2') if up['b'] == ('switch', 'spine-2')][0]
         port_errors['leaf-2:%d' % link['a_port']] = {'symbol_error': 2000}
     if 'bring_up_errors' in faults and nodes >= 3 and rails >= 2:
         uptime_s = 180.0

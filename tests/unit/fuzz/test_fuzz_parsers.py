@@ -180,7 +180,7 @@ PARSERS = {
                      (b'400 Gb/sec (4X NDR)', b'4: ACTIVE', b'fe80:0000:0000:0000:0000:ffff:0a07:6011', b'0x10de', b'-1')),
     'host_files': (_host_all, ('real/host',), (_HOST_LINES,)),
     'ibdiag': (_ibdiag_all, ('public/iblinkinfo', 'public/ibnetdiscover', 'public/sminfo', 'public/saquery', 'public/perfquery',
-                                    'public/ibqueryerrors'), ()),
+                             'public/ibqueryerrors'), ()),
     'pcie_values': (_pcie_all, ('public/sysfs_pci', 'public/lspci_link', 'real/h200x4-vm'),
                     (b'16.0 GT/s PCIe', b'8 GT/s', b'16', b'Unknown speed', b'ro intel_iommu=on iommu=pt iommu.passthrough=0 -- x')),
     'roce_qos': (_roce_all, ('public/mlnx_qos', 'public/dcb'),
