@@ -328,9 +328,15 @@ def counter_findings(fabric, topology, owners, covered=()):
             continue
         result = _rates.window(before[key], mapping(port.get('counters')), seconds, speeds.get(key),
                                number(subnet.get('uptime_s')), _grace(subnet))
-        if not result['verdicts'] or result['phase'] == 'bring_up':
+        if not result['verdicts']:
             continue
         here, there = ends.get(key, ({'lid': key[0], 'port': key[1], 'node': 'lid-%s' % key[0]}, {}))
+        if result['phase'] == 'bring_up':
+            # Inside the grace window: said as information, as the subnet's read says it (subnet_findings).
+            found.append(_subnet_finding(topology, owners, {'guid': here.get('guid') or here.get('node'), 'port': key[1]}, result,
+                                         seconds, (here, there, {}), {'uptime_s': number(subnet.get('uptime_s')),
+                                                                      'grace_min': _grace(subnet), 'source': 'perfquery'}))
+            continue
         owner = _owner(there, owners) if there else None
         subject = _label(topology, here) + (' (to %s)' % _label(topology, there) if there else '')
         rules = set(v['rule'] for v in result['verdicts'])
@@ -389,7 +395,7 @@ def _subnet_finding(topology, owners, port, result, seconds, places, grace=None)
     subject = _label(topology, here) + (' (to %s)' % _label(topology, there) if there else '')
     verdicts = result['verdicts']
     rules = set(v['rule'] for v in verdicts)
-    evidence = {'source': 'ibqueryerrors', 'verdicts': verdicts, 'increase': result['increase'], 'seconds': round(seconds, 3),
+    evidence = {'source': (grace or {}).get('source', 'ibqueryerrors'), 'verdicts': verdicts, 'increase': result['increase'], 'seconds': round(seconds, 3),
                 'phase': result['phase'], 'retrains': result['retrains'], 'retrains_per_min': result['retrains_per_min'],
                 'saturated': result['saturated'], 'cleared': result['cleared'], 'hca': owner[1] if owner else None,
                 'port_guid': text(port.get('guid')), 'port': integer(port.get('port')), 'uptime_s': (grace or {}).get('uptime_s'),
@@ -567,6 +573,11 @@ def _not_discovered(nodes):
             'ib_hosts': len(ib_hosts)} if ib_hosts else None
 
 
+def _drawn(item):
+    """A finding the fabric's view draws: the fabric's own, and a subnet port's (IB_SUBNET_ERRORS)."""
+    return text(item.get('code')).startswith('FABRIC_') or item.get('code') == F.IB_SUBNET_ERRORS
+
+
 def summary(nodes, findings):
     """What the HTML view draws: leaves, spines and links with a health each."""
     host, fabric = fabric_of(nodes)
@@ -576,13 +587,13 @@ def summary(nodes, findings):
     roles = classify(topology)
     bad = {}
     for item in findings or []:
-        if text(item.get('code')).startswith('FABRIC_') and item.get('subject'):
+        if _drawn(item) and item.get('subject'):
             bad.setdefault(text(item['subject']), item['severity'])
     links = _switch_links(topology, bad)
     drawn = set(link['label'] for link in links)
     for item in findings or []:
         subject = text(item.get('subject'))
-        if text(item.get('code')).startswith('FABRIC_') and item.get('severity') != 'info' and subject not in drawn:
+        if _drawn(item) and item.get('severity') != 'info' and subject not in drawn:
             links.append({'a': None, 'b': None, 'label': '%s: %s' % (item['code'], subject), 'state': None,
                           'health': item['severity']})
     names = dict((n, text(_node(topology, n).get('desc')) or n) for n in roles['leaves'] + roles['spines'])

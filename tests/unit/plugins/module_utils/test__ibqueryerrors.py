@@ -192,3 +192,26 @@ def test_the_port_explains_only_symptoms_whose_route_crosses_it():
     same_leaf = _linker._with_routes([('hca', 'gpu-01', 'mlx5_2'), ('hca', 'gpu-02', 'mlx5_2')], routes)
     assert _findings.on_path(root['at'], across) and not _findings.on_path(root['at'], same_leaf)
     assert _findings.explains('IB_SUBNET_ERRORS', {'code': 'BENCH_PAIR_LOW', 'evidence': {}})
+
+
+def test_without_ibqueryerrors_the_sweep_keeps_the_grace_too(monkeypatch):
+    real = tools_ibdiags.InProcessRunner.run
+
+    def run(self, tool, args=(), log_name=None):
+        if tool == 'ibqueryerrors':
+            self.tools[tool] = 'not installed'
+            return None
+        return real(self, tool, args, log_name)
+    monkeypatch.setattr(tools_ibdiags.InProcessRunner, 'run', run)
+    found = _diagnosed(('bring_up_errors',))
+    assert [(f['code'], f['severity'], f['evidence']['source']) for f in found] == [('IB_SUBNET_ERRORS', 'info', 'perfquery')]
+
+
+def test_the_fabric_view_draws_the_subnet_port():
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric
+    base = accuracy.node_facts('nvidia_h100_8x_ndr')
+    nodes = accuracy.fabric_nodes(('subnet_port_errors',), base)
+    found = _diagnose.diagnose(nodes)
+    links = _fabric.summary(nodes, found)['links']
+    # As FABRIC_ERROR_RATE's port: a line of its own beside the switch links, with the finding's severity.
+    assert [link['health'] for link in links if link['label'].startswith('IB_SUBNET_ERRORS: MF0;leaf-2:MQM9700/U1 port 37')] == ['error']
