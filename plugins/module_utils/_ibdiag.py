@@ -715,8 +715,8 @@ def parse_ibqueryerrors(text):
      'errors', 'unparsed', 'unparsed_count', 'dropped'}.
 
     A port not listed had no counter past its threshold; with an empty '## Thresholds:' (the default
-    threshold 0) that means every counter read 0, which ``summary['complete']`` says (the output whole,
-    to its summary, with no PMA query failure). Nothing here raises on odd input."""
+    threshold 0) and nothing suppressed that means every counter read 0, which ``summary['complete']``
+    says (the output whole, to its summary, with no PMA query failure). Nothing here raises on odd input."""
     ports, aggregates, errors, unparsed, dropped = [], [], [], [], {}
     summary = {}
     count, header, seen = 0, None, set()
@@ -770,8 +770,10 @@ def parse_ibqueryerrors(text):
         count += 1
         _unread(unparsed, number, raw, 'not a header ("Errors for ..."), port line ("GUID 0x... port N: [...]") or summary line')
     if summary:
+        # Whole: to its summary, no PMA query failed, no threshold file (a port not listed read 0) and no
+        # counter suppressed (-s/-c: not read at all).
         summary['complete'] = 'nodes' in summary and 'ports' in summary and not summary.get('failures') \
-            and not summary.get('thresholds')
+            and not summary.get('thresholds') and not summary.get('suppressed')
     return {'ports': ports, 'aggregates': aggregates, 'summary': summary or None, 'errors': errors,
             'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
 

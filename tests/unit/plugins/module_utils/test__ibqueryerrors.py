@@ -215,3 +215,10 @@ def test_the_fabric_view_draws_the_subnet_port():
     links = _fabric.summary(nodes, found)['links']
     # As FABRIC_ERROR_RATE's port: a line of its own beside the switch links, with the finding's severity.
     assert [link['health'] for link in links if link['label'].startswith('IB_SUBNET_ERRORS: MF0;leaf-2:MQM9700/U1 port 37')] == ['error']
+
+
+def test_suppressed_counters_leave_the_read_incomplete():
+    text = '## Summary: 1 nodes checked, 0 bad nodes found\n##          8 ports checked, 0 ports have errors beyond threshold\n' \
+           '## Thresholds: \n## Suppressed: SymbolErrorCounter\n'
+    assert _ibdiag.parse_ibqueryerrors(text)['summary']['complete'] is False
+    assert _ibdiag.parse_ibqueryerrors(text.replace(' SymbolErrorCounter', ''))['summary']['complete'] is True
