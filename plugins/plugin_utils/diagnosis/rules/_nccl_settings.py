@@ -146,6 +146,40 @@ def _describe(name: str, item: Dict[str, Any]) -> str:
     return '%s=%s from %s (%s): %s; %s' % (name, item['value'], item['source'], peers, effect, advice)
 
 
+def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str, str]]], skip: List[str]) -> Dict[str, Dict[str, Any]]:
+    """{NAME: {value, peers, differs, source, effect, docs}} of the tuning variables a node's run differs in from
+    its peers' (the value most of them had), and the discouraged ones it sets."""
+    variables: Dict[str, Dict[str, Any]] = {}
+    for name in sorted(set(settings) | set(n for s in peers for n in s)):
+        if name not in TUNING or name in skip:
+            continue
+        mine = settings.get(name)
+        decided, reference = _reference([_mapping(s.get(name)).get('value') for s in peers]) if peers else (True, None)
+        value = mine['value'] if mine else None
+        differs = bool(decided and peers and value != reference)
+        if differs or (mine and TUNING[name][2]):
+            variables[name] = {'value': value, 'peers': reference, 'differs': differs,
+                               'source': mine['source'] if mine else 'not set here', 'effect': TUNING[name][0], 'docs': TUNING[name][1]}
+    return variables
+
+
+def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], basis: str, symptoms: List[str]) -> Finding:
+    """COLLECTIVE_NCCL_TUNING of one node: an error where its run was slow (``symptoms``), else a warning."""
+    sources = sorted(set(v['source'] for v in named.values() if v['value'] is not None)) or ['the node\'s settings']
+    text = '; '.join(_describe(n, v) if v['value'] is not None else
+                     '%s is not set here, its peers set %s: %s' % (n, v['peers'], TUNING[n][0]) for n, v in sorted(named.items()))
+    if symptoms:
+        cause = ('the run over the GPUs of %s (busbw %s GB/s, its peers\' median %s GB/s) used NCCL settings its peers\' '
+                 'did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), entry.get('peer_median_gbs'), basis, text, DOCS))
+    else:
+        cause = 'NCCL used on %s, read from %s: %s (%s)' % (host, basis, text, DOCS)
+    return finding(F.COLLECTIVE_NCCL_TUNING, host, 'nccl settings',
+                   {'variables': named, 'read_from': basis, 'busbw_gbs': entry.get('busbw_gbs'),
+                    'peer_median_gbs': entry.get('peer_median_gbs'), 'symptoms': symptoms},
+                   cause, severity='error' if symptoms else 'warning', variables=', '.join(sorted(named)),
+                   sources=' and '.join(sources), at=[('gpus', host)])
+
+
 def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings: List[Finding]) -> List[Finding]:
     """COLLECTIVE_NCCL_TUNING per node of the per-node runs (launcher local)."""
     hosts = _mapping(_mapping(local).get('hosts'))
@@ -156,41 +190,12 @@ def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], find
     found = []
     for host in sorted(ran):
         settings, basis = ran[host]
-        peers = [ran[other][0] for other in ran if other != host]
-        variables: Dict[str, Dict[str, Any]] = {}
-        for name in sorted(set(settings) | set(n for s in peers for n in s)):
-            if name not in TUNING or name in p2p.get(host, []):
-                continue
-            mine = settings.get(name)
-            decided, reference = _reference([(_mapping(s.get(name)).get('value')) for s in peers]) if peers else (True, None)
-            value = mine['value'] if mine else None
-            differs = decided and peers and value != reference
-            if differs or (mine and TUNING[name][2]):
-                variables[name] = {'value': value, 'peers': reference, 'differs': bool(differs),
-                                   'source': mine['source'] if mine else 'not set here',
-                                   'effect': TUNING[name][0], 'docs': TUNING[name][1]}
-        is_slow = host in slow
+        variables = _compare(settings, [ran[other][0] for other in ran if other != host], p2p.get(host, []))
         # A discouraged variable only where the node sets it itself; any difference only on a slow node.
         named = dict((n, v) for n, v in variables.items()
-                     if (is_slow and v['differs']) or (TUNING[n][2] and v['value'] is not None))
-        if not named:
-            continue
-        entry = _mapping(hosts[host])
-        sources = sorted(set(v['source'] for v in named.values() if v['value'] is not None)) or ['the node\'s settings']
-        text = '; '.join(_describe(n, v) if v['value'] is not None else
-                         '%s is not set here, its peers set %s: %s' % (n, v['peers'], TUNING[n][0]) for n, v in sorted(named.items()))
-        if is_slow:
-            cause = ('the run over the GPUs of %s (busbw %s GB/s, its peers\' median %s GB/s) used NCCL settings its peers\' '
-                     'did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), entry.get('peer_median_gbs'), basis, text, DOCS))
-            severity = 'error'
-        else:
-            cause = 'NCCL used on %s, read from %s: %s (%s)' % (host, basis, text, DOCS)
-            severity = 'warning'
-        found.append(finding(F.COLLECTIVE_NCCL_TUNING, host, 'nccl settings',
-                             {'variables': named, 'read_from': basis, 'busbw_gbs': entry.get('busbw_gbs'),
-                              'peer_median_gbs': entry.get('peer_median_gbs'), 'symptoms': slow.get(host, [])},
-                             cause, severity=severity, variables=', '.join(sorted(named)), sources=' and '.join(sources),
-                             at=[('gpus', host)]))
+                     if (host in slow and v['differs']) or (TUNING[n][2] and v['value'] is not None))
+        if named:
+            found.append(_tuning(host, _mapping(hosts[host]), named, basis, slow.get(host, [])))
     return found
 
 
