@@ -283,8 +283,8 @@ def read_nccl(root: SysRoot, env: dict[str, Any] | None = None, user: str | None
         if entry['state'] not in ('read', 'absent'):
             not_read[entry['path']] = entry['state']
     home = nccl_home or env.get('NCCL_HOME') or None
-    dirs = list(library_dirs) if library_dirs else (_dirs(env.get('LD_LIBRARY_PATH')) + ([home.rstrip('/') + '/lib'] if home else [])
-                                                   + list(LIBRARY_DIRS))
+    own = [home.rstrip('/') + '/lib'] if home else []
+    dirs = list(library_dirs) if library_dirs else _dirs(env.get('LD_LIBRARY_PATH')) + own + list(LIBRARY_DIRS)
     lib, why = library(root, dirs)
     if why:
         not_read['library'] = why

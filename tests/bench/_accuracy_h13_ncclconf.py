@@ -30,6 +30,7 @@ from tests.sim import render, tools_nccl
 PROFILE = 'h200x2_no_rdma'
 HOSTS = ('nodeA', 'nodeB', 'nodeC')
 BASE_ENV = {'NCCL_NVLS_ENABLE': '0'}
+FLEET_CONF = {'NCCL_IB_QPS_PER_CONNECTION': '4', 'NCCL_CROSS_NIC': '1', 'NCCL_BUFFSIZE': '8388608'}
 # name: ({host: (env added, nccl_conf of the profile)}, expected {variable: source} on nodeB, or None: a trap).
 CASES = {
     'etc_buffsize': ({'nodeB': ({}, {'/etc/nccl.conf': {'NCCL_BUFFSIZE': '65536'}})}, {'NCCL_BUFFSIZE': '/etc/nccl.conf'}),
@@ -44,8 +45,7 @@ CASES = {
     'env_over_etc': ({'nodeB': ({'NCCL_BUFFSIZE': '65536'}, {'/etc/nccl.conf': {'NCCL_BUFFSIZE': '262144'}})},
                      {'NCCL_BUFFSIZE': 'environment'}),
     # Traps: documented tuning variables set alike on every node.
-    'trap_fleet_etc_conf': (dict((host, ({}, {'/etc/nccl.conf': {'NCCL_IB_QPS_PER_CONNECTION': '4', 'NCCL_CROSS_NIC': '1',
-                                                                  'NCCL_BUFFSIZE': '8388608'}})) for host in HOSTS), None),
+    'trap_fleet_etc_conf': (dict((host, ({}, {'/etc/nccl.conf': FLEET_CONF})) for host in HOSTS), None),
     'trap_fleet_env_buffsize': (dict((host, ({'NCCL_BUFFSIZE': '8388608', 'NCCL_MIN_NCHANNELS': '4'}, {})) for host in HOSTS), None),
 }
 SLOW_CODES = ('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW')

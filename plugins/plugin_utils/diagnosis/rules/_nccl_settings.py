@@ -206,6 +206,10 @@ def nccl_tuning(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
     return tuning_findings(local, fleet.nodes, findings) if local else []
 
 
+def _shown(value: Any) -> str:
+    return 'not set' if value is None else str(value)
+
+
 def conf_differs(nodes: Dict[str, Any]) -> List[Finding]:
     """NCCL_CONF_DIFFERS on each node whose configuration file of a kind sets other variables than most nodes'."""
     facts = dict((host, _mapping(_mapping(node).get('nccl'))) for host, node in nodes.items() if _mapping(_mapping(node).get('nccl')))
@@ -231,9 +235,7 @@ def conf_differs(nodes: Dict[str, Any]) -> List[Finding]:
                 if decided and value != reference:
                     differing.setdefault(str(mine.get('path')), {})[name] = {'value': value, 'peers': reference, 'file': kind}
         for path, variables in sorted(differing.items()):
-            text = ', '.join('%s=%s (most nodes: %s)' % (n, v['value'] if v['value'] is not None else 'not set',
-                                                          v['peers'] if v['peers'] is not None else 'not set')
-                             for n, v in sorted(variables.items()))
+            text = ', '.join('%s=%s (most nodes: %s)' % (n, _shown(v['value']), _shown(v['peers'])) for n, v in sorted(variables.items()))
             kind = next(iter(variables.values()))['file']
             found.append(finding(F.NCCL_CONF_DIFFERS, host, path, {'path': path, 'variables': variables},
                                  '%s (%s) on %s differs from the other nodes\': %s; a job there gets it without saying so'
