@@ -59,7 +59,9 @@ _LIB_FILE_RE = re.compile(r'^libnccl\.so\.(?P<version>\d+\.\d+\.\d+)$')
 # src/init.cc: #define VERSION_STRING "NCCL version " STR(NCCL_MAJOR) "." ... "+cuda" ..., a literal in
 # the library's read-only data (the 'NCCL version 2.28.9+cuda13.0' line of every INFO log).
 _LIB_STRING_RE = re.compile(rb'NCCL version (?P<version>\d{1,3}\.\d{1,3}\.\d{1,3})')
-# A library is some hundred MiB (fat binaries for every GPU architecture); the scan stops here.
+# A library is some hundred MiB (fat binaries for every GPU architecture); the string was in the first 4 MiB of
+# PyTorch's 207 MiB libnccl.so.2 (2.28.9) and of the system's 2.28.3, 3 ms each
+# (tests/fixtures/real/h200x2/state/nccl_libraries.txt). The scan stops here.
 LIBRARY_SCAN_LIMIT = 2 << 30
 _CHUNK = 4 << 20
 # nccl.h: '#define NCCL_MAJOR 2' (tests/fixtures/real/h200x2/state/nccl_h_version.txt).

@@ -62,6 +62,14 @@ def test_parse_conf_as_nccl_reads_it(data, settings, ignored):
     assert [item['line'] for item in parsed['ignored']] == ignored
 
 
+def test_the_real_nodes_etc_nccl_conf():
+    # A blank line first; every line a setting (names NCCL never reads among them: setenv sets them all the same).
+    with open(os.path.join(STATE, 'etc_nccl.conf'), 'rb') as handle:
+        parsed = _nccl_conf.parse_conf(handle.read())
+    assert parsed == {'settings': {'NCCL_NVLS_ENABLE': '0', 'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1', 'NVSHMEM_DISABLE_NVLS': '1'},
+                      'ignored': [], 'ignored_more': 0}
+
+
 def test_many_ignored_lines_are_counted_not_listed():
     parsed = _nccl_conf.parse_conf(b'junk\n' * 1000)
     assert len(parsed['ignored']) == _nccl_conf.IGNORED_SHOWN and parsed['ignored_more'] == 1000 - _nccl_conf.IGNORED_SHOWN
