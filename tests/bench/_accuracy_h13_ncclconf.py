@@ -108,7 +108,7 @@ def _source_right(named, want):
     return source == want
 
 
-def check(name, spec):
+def check(spec):
     found, collective = case(spec)
     expected = spec[1]
     above_info = [f for f in found if f['severity'] != 'info' and f['code'] in COUNTED]
@@ -134,7 +134,7 @@ def run():
     """Every case: {'right', 'total', 'false_positives', 'misattributed', 'cases': {name: {...}}}."""
     total = {'right': 0, 'total': 0, 'false_positives': 0, 'misattributed': 0, 'cases': {}}
     for name, spec in sorted(CASES.items()):
-        result, found, collective = check(name, spec)
+        result, found, collective = check(spec)
         for key in ('right', 'total', 'false_positives', 'misattributed'):
             total[key] += result[key]
         busbw = dict((host, entry.get('busbw_gbs')) for host, entry in collective['nodes']['hosts'].items())
