@@ -176,7 +176,7 @@ def env_lines(settings):
             yield '%s set by environment to %s%s' % (name, value, '' if name in _STRING_PARAMS else '.')
 
 
-TUNING_NAMES = ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_PROTO', 'NCCL_ALGO', 'NCCL_BUFFSIZE', 'NCCL_NTHREADS')
+TUNING_NAMES = ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_PROTO', 'NCCL_ALGO', 'NCCL_BUFFSIZE', 'NCCL_NTHREADS', 'NCCL_NVLS_ENABLE')
 
 
 def intra_transport(env):
