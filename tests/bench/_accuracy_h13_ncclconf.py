@@ -46,6 +46,8 @@ CASES = {
                      {'NCCL_BUFFSIZE': 'environment'}),
     # Traps: documented tuning variables set alike on every node.
     'trap_fleet_etc_conf': (dict((host, ({}, {'/etc/nccl.conf': FLEET_CONF})) for host in HOSTS), None),
+    # A node that sets a variable of its own and is not slow: not named (only a slow node's difference is a root).
+    'trap_one_node_differs_not_slow': ({'nodeC': ({'NCCL_BUFFSIZE': '8388608', 'NCCL_ALGO': 'Ring'}, {})}, None),
     'trap_fleet_env_buffsize': (dict((host, ({'NCCL_BUFFSIZE': '8388608', 'NCCL_MIN_NCHANNELS': '4'}, {})) for host in HOSTS), None),
 }
 SLOW_CODES = ('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW')

@@ -49,3 +49,10 @@ def test_the_env_lines_are_the_real_ones():
     assert all(line in real for line in lines)
     parsed = _nccl.parse_text(real)
     assert parsed['transport']['env']['NCCL_ALGO'] == 'Ring'
+
+
+def test_the_accuracy_cases_of_the_nccl_settings():
+    # tests/bench/diagnosis_accuracy.py reports the same under 'h13_ncclconf'.
+    result = acc.run()
+    assert (result['right'], result['false_positives'], result['misattributed']) == (result['total'], 0, 0), result['cases']
+    assert result['total'] == len(acc.CASES) >= 9
