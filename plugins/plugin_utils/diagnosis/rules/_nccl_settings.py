@@ -110,15 +110,15 @@ def _source(name: str, value: str, passed: Dict[str, str], known: Dict[str, Any]
     return UNKNOWN_SOURCE
 
 
-def _reference(values: List[Optional[str]]) -> Tuple[bool, Optional[str]]:
-    """(decided, the value most peers have): unset (None) wins a tie it is part of; other ties decide nothing."""
+def _reference(values: List[Optional[str]], unset_wins: bool = True) -> Tuple[bool, Optional[str]]:
+    """(decided, the value most peers have): unset (None) wins a tie it is part of (``unset_wins``); other ties decide nothing."""
     counts = Counter(values).most_common()
     if not counts:
         return False, None
     top = [value for value, count in counts if count == counts[0][1]]
     if len(top) == 1:
         return True, top[0]
-    return (True, None) if None in top else (False, None)
+    return (True, None) if unset_wins and None in top else (False, None)
 
 
 def _slow_hosts(findings: List[Finding]) -> Dict[str, List[str]]:
@@ -146,7 +146,8 @@ def _describe(name: str, item: Dict[str, Any]) -> str:
     return '%s=%s from %s (%s): %s; %s' % (name, item['value'], item['source'], peers, effect, advice)
 
 
-def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str, str]]], skip: List[str]) -> Dict[str, Dict[str, Any]]:
+def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str, str]]], skip: List[str],
+             unset_wins: bool = True) -> Dict[str, Dict[str, Any]]:
     """{NAME: {value, peers, differs, source, effect, docs}} of the tuning variables a node's run differs in from
     its peers' (the value most of them had), and the discouraged ones it sets."""
     variables: Dict[str, Dict[str, Any]] = {}
@@ -154,7 +155,7 @@ def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str
         if name not in TUNING or name in skip:
             continue
         mine = settings.get(name)
-        decided, reference = _reference([_mapping(s.get(name)).get('value') for s in peers]) if peers else (True, None)
+        decided, reference = _reference([_mapping(s.get(name)).get('value') for s in peers], unset_wins) if peers else (True, None)
         value = mine['value'] if mine else None
         differs = bool(decided and peers and value != reference)
         if differs or (mine and TUNING[name][2]):
@@ -163,12 +164,17 @@ def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str
     return variables
 
 
-def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], basis: str, symptoms: List[str]) -> Finding:
-    """COLLECTIVE_NCCL_TUNING of one node: an error where its run was slow (``symptoms``), else a warning."""
+def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], basis: str, symptoms: List[str],  # pylint: disable=too-many-arguments
+            fleet: bool = False) -> Finding:
+    """COLLECTIVE_NCCL_TUNING of one node: an error where its run was slow (``symptoms``), else a warning;
+    ``fleet``: the slow run was the one over every node."""
     sources = sorted(set(v['source'] for v in named.values() if v['value'] is not None)) or ['the node\'s settings']
     text = '; '.join(_describe(n, v) if v['value'] is not None else
                      '%s is not set here, its peers set %s: %s' % (n, v['peers'], TUNING[n][0]) for n, v in sorted(named.items()))
-    if symptoms:
+    if fleet:
+        cause = ('the run over every node was slow (busbw %s GB/s) and NCCL on %s used settings most other nodes\' did not '
+                 '(read from %s): %s (%s)' % (entry.get('busbw_gbs'), host, basis, text, DOCS))
+    elif symptoms:
         cause = ('the run over the GPUs of %s (busbw %s GB/s, its peers\' median %s GB/s) used NCCL settings its peers\' '
                  'did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), entry.get('peer_median_gbs'), basis, text, DOCS))
     else:
@@ -199,11 +205,49 @@ def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], find
     return found
 
 
+def fleet_tuning(run: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings: List[Finding]) -> List[Finding]:
+    """COLLECTIVE_NCCL_TUNING on each node of a slow run over several nodes that set tuning variables most of the
+    others did not (NCCL's ENV lines of each host, module_utils/_nccl.py env_by_host). Only a setting a node's own
+    lines show counts: a line missing is no proof that the node did not set it."""
+    run = _mapping(run)
+    slow = [f for f in findings if f['code'] == F.COLLECTIVE_BUSBW_LOW and not f.get('host')]
+    by_host = _mapping(_mapping(run.get('transport')).get('env_by_host'))
+    if not slow or len(by_host) < 3:   # of two nodes, neither is the odd one
+        return []
+    hosts = dict((name, _run_host(name, nodes)) for name in by_host)
+    p2p = _p2p_named(findings)
+    found = []
+    for name in sorted(by_host):
+        host = hosts[name]
+        if host is None:
+            continue
+        known = _mapping(_mapping(nodes.get(host)).get('nccl')).get('settings')
+        passed = dict((str(k), str(v)) for k, v in _mapping(run.get('env')).items())
+        mine = dict((n, {'value': str(v), 'source': _source(n, str(v), passed, _mapping(known))}) for n, v in _mapping(by_host[name]).items())
+        peers = [dict((n, {'value': str(v)}) for n, v in _mapping(by_host[other]).items()) for other in by_host if other != name]
+        # A tie decides nothing here: a peer without the line may have printed it in a process of another node.
+        named = dict((n, v) for n, v in _compare(mine, peers, p2p.get(host, []), False).items() if v['differs'] and v['value'] is not None)
+        if named:
+            found.append(_tuning(host, {'busbw_gbs': _mapping(run.get('verdict')).get('busbw_gbs')}, named,
+                                 'its ENV lines in the run over every node', [F.COLLECTIVE_BUSBW_LOW], fleet=True))
+    return found
+
+
+def _run_host(name: str, nodes: Dict[str, Any]) -> Optional[str]:
+    """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
+    if name in nodes:
+        return name
+    matches = [host for host in nodes if host.split('.')[0] == name]
+    return matches[0] if len(matches) == 1 else None
+
+
 @rule(produces=(F.COLLECTIVE_NCCL_TUNING,), reads=(F.COLLECTIVE_NODE_SLOW, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_GPUS_NOT_P2P),
       parts=('collective', 'nodes'))
 def nccl_tuning(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
     local = (fleet.collective or {}).get('nodes')
-    return tuning_findings(local, fleet.nodes, findings) if local else []
+    found = tuning_findings(local, fleet.nodes, findings) if local else []
+    named = set(f['host'] for f in found)
+    return found + [f for f in fleet_tuning((fleet.collective or {}).get('fleet'), fleet.nodes, findings) if f['host'] not in named]
 
 
 def _shown(value: Any) -> str:

@@ -125,3 +125,32 @@ def test_the_library_version_skew_where_no_run_said_which_it_loaded():
     assert '2.21.5' in found[0]['cause'] and '2 of 3 nodes have 2.28.9' in found[0]['cause']
     ran = {'hosts': {'a': {'versions': {'library_version': '2.28.9+cuda13.0'}}}}
     assert _nccl_settings.library_skew(nodes, ran) == []
+
+
+def _fleet_log(settings_by_host):
+    lines = ['# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809', '# Collective test starting: all_reduce_perf']
+    for rank, (host, settings) in enumerate(sorted(settings_by_host.items())):
+        lines.append('#  Rank %2d Group  0 Pid   1000 on %10s device  0 [0000:18:00] NVIDIA H200' % (rank, host))
+        for name, value in sorted(settings.items()):
+            lines.append('%s:1000:1010 [%d] NCCL INFO %s set by environment to %s.' % (host, rank, name, value))
+    return '\n'.join(lines)
+
+
+def test_a_slow_run_over_every_node_names_the_node_whose_own_lines_differ():
+    transport = _nccl.parse_text(_fleet_log({'n1': {'NCCL_NVLS_ENABLE': '0'}, 'n2': {'NCCL_NVLS_ENABLE': '0', 'NCCL_MAX_NCHANNELS': '1'},
+                                             'n3': {'NCCL_NVLS_ENABLE': '0'}}))['transport']
+    assert transport['env_by_host'] == {'n1': {'NCCL_NVLS_ENABLE': '0'}, 'n2': {'NCCL_NVLS_ENABLE': '0', 'NCCL_MAX_NCHANNELS': '1'},
+                                        'n3': {'NCCL_NVLS_ENABLE': '0'}}
+    nodes = dict((host, {'nccl': facts([('/etc/nccl.conf', 'etc', {'NCCL_MAX_NCHANNELS': '1'} if host == 'n2' else None)])})
+                 for host in ('n1', 'n2', 'n3'))
+    run = {'transport': transport, 'env': {}, 'verdict': {'busbw_gbs': 10.0}}
+    slow = [{'code': 'COLLECTIVE_BUSBW_LOW', 'host': None}]
+    found = _nccl_settings.fleet_tuning(run, nodes, slow)
+    assert [(f['host'], f['severity']) for f in found] == [('n2', 'error')]
+    assert found[0]['evidence']['variables']['NCCL_MAX_NCHANNELS']['source'] == '/etc/nccl.conf'
+    assert 'the run over every node was slow' in found[0]['cause']
+    # Not slow, or a node whose line is missing (NCCL printed it elsewhere): nothing.
+    assert _nccl_settings.fleet_tuning(run, nodes, []) == []
+    both = {'NCCL_ALGO': 'Ring', 'NCCL_NVLS_ENABLE': '0'}
+    missing = _nccl.parse_text(_fleet_log({'n1': both, 'n2': {'NCCL_NVLS_ENABLE': '0'}, 'n3': both}))['transport']
+    assert _nccl_settings.fleet_tuning(dict(run, transport=missing), nodes, slow) == []
