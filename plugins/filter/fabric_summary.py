@@ -94,10 +94,7 @@ def fabric_facts_files(hostvars: Any, hosts: Any) -> dict[str, str]:
     files: dict[str, str] = {}
     for host in model['hosts']:
         facts = model['nodes'][host]['facts']
-        data = {'ib': facts.get('ib'), 'gdr': facts.get('gdr')}
-        if 'nccl' in facts:   # NCCL's configuration files and release (nccl_facts)
-            data['nccl'] = facts['nccl']
-        files['%s.json' % host] = to_nice_json(data) + '\n'
+        files['%s.json' % host] = to_nice_json({'ib': facts.get('ib'), 'gdr': facts.get('gdr')}) + '\n'
     return files
 
 
