@@ -94,6 +94,8 @@ _NO_VERBS_RE = re.compile(r'Failed to open libibverbs')
 # init.cc: 'DMA-BUF is available on GPU device 0' - NCCL registers GPU buffers with dma-buf where the NIC can.
 _DMABUF_RE = re.compile(r'^DMA-BUF is available on GPU device')
 HOSTS_MAX = 4096
+# The settings NCCL printed that a run keeps (per host too): NCCL has some 200 parameters, a job sets a few.
+ENV_MAX = 128
 # Caps on records (the readers cap bytes, _paths.LOG_LIMIT, which is no cap on records): what is
 # past a cap is not kept, counted in the parse's ``dropped`` ({'results': n, ...}) and named in
 # ``problems`` (the run is then judged on what was kept, and says so).
@@ -207,7 +209,7 @@ def _empty():
         'versions': {'tool': None, 'tests': None, 'headers': None, 'library': None, 'library_version': None},
         'results': [], 'avg_busbw_gbs': None, 'max_busbw_gbs': None, 'out_of_bounds': None, 'wrong_total': None,
         'transport': {'net': None, 'net_name': None, 'hcas': [], 'gdr': None, 'intra': [], 'evidence': [],
-                      'env': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None,
+                      'env': {}, 'env_by_host': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None,
                       'dmabuf_available': None},
         'format': None, 'columns': None, 'complete': False, 'failure': None, 'problems': [],
     }
@@ -448,9 +450,21 @@ def _number(token):
     return value if value is not None and 0 <= value < 1e7 else None
 
 
+def _keep_env(evidence, host, name, value):
+    """A setting NCCL printed: in every rank's lines merged (the first value of a name wins), and per host: NCCL
+    prints a setting once per process (a cached parameter, src/misc/param.cc), so each node of a run over several
+    says what it used."""
+    if len(evidence['env']) < ENV_MAX:
+        evidence['env'].setdefault(name, value)
+    if host is not None and (host in evidence['env_by_host'] or len(evidence['env_by_host']) < HOSTS_MAX):
+        own = evidence['env_by_host'].setdefault(host, {})
+        if len(own) < ENV_MAX:
+            own.setdefault(name, value)
+
+
 def gpu_evidence(info_lines, ranks=None):
     """What NCCL says about the GPUs of each node and the run's settings, from INFO lines:
-    {env, nnodes, intra_by_host: {host: {P2P|SHM|NVLS|COLLNET|NET: connections between two ranks of that
+    {env, env_by_host: {host: {NAME: value}}, nnodes, intra_by_host: {host: {P2P|SHM|NVLS|COLLNET|NET: connections between two ranks of that
     host, via: [first transports seen]}}, topology: {host: {total_bw_gbs, max_bw_gbs, links, nvlink_gbs}},
     ib_unavailable, dmabuf_available}.
 
@@ -460,14 +474,14 @@ def gpu_evidence(info_lines, ranks=None):
     for rank in ranks or []:
         if isinstance(rank, dict) and isinstance(rank.get('rank'), int) and rank.get('host'):
             host_of[rank['rank']] = rank['host']
-    evidence = {'env': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None, 'dmabuf_available': None}
+    evidence = {'env': {}, 'env_by_host': {}, 'nnodes': None, 'intra_by_host': {}, 'topology': {}, 'ib_unavailable': None,
+                'dmabuf_available': None}
     for line, text in info_lines:
         match = _LINE_HOST_RE.search(line)
         host = match.group('host') if match else None
         match = _ENV_SET_RE.match(text)
         if match:
-            if len(evidence['env']) < 64:
-                evidence['env'].setdefault(match.group('name'), match.group('value').strip())
+            _keep_env(evidence, host, match.group('name'), match.group('value').strip())
             continue
         match = _NNODES_RE.search(text)
         if match and text.startswith('comm '):

@@ -38,6 +38,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _d
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 from tests.bench import _accuracy_h17_subnet
+from tests.bench import _accuracy_h13_ncclconf
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -519,6 +520,7 @@ def main(argv=None):
     if not args.quick and not args.fault:
         result['fabric'] = fabric_run()
         result['subnet_h17'] = _accuracy_h17_subnet.run()
+    result['h13_ncclconf'] = _accuracy_h13_ncclconf.run()
     print(json.dumps(result, indent=1))
     return 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import pwd
 import shutil
 import struct
 import sys
@@ -565,6 +566,24 @@ echo "mlnx-ofa_kernel:"
 '''
 
 
+def sim_home():
+    """The home directory of the simulated node's user (the one who runs the tests and the stand-ins)."""
+    return '/home/' + pwd.getpwuid(os.geteuid()).pw_name
+
+
+def render_nccl_conf(root, profile):
+    """/etc/passwd with the user who runs the stand-ins, and NCCL's configuration files of the profile's
+    ``nccl_conf``: {path: {NAME: value}}, '~/.nccl.conf' in that user's home (module_utils/_nccl_conf.py reads them)."""
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    home = sim_home()
+    entries = [] if os.geteuid() == 0 else ['root:x:0:0:root:/root:/bin/bash']
+    entries.append('%s:x:%d:%d::%s:/bin/bash' % (user, os.geteuid(), os.getegid(), home))
+    _write(root, '/etc/passwd', '\n'.join(entries))
+    for path, settings in sorted((profile.get('nccl_conf') or {}).items()):
+        rel = home + path[1:] if path.startswith('~/') else path
+        _write(root, rel, ''.join('%s=%s\n' % item for item in sorted((settings or {}).items())))
+
+
 def render(profile, dest):
     """Render ``profile`` (a dict, faults already applied) into ``dest``."""
     if os.path.exists(dest):
@@ -579,6 +598,7 @@ def render(profile, dest):
     render_host(dest, profile)
     # RoCE QoS: ECN/CNP sysfs, RDMA CM ToS in configfs, the DCB state of the stand-ins.
     tools_qos.render_qos(dest, profile)
+    render_nccl_conf(dest, profile)
     _write(dest, '/etc/hostname', profile.get('hostname', profile.get('name', 'node')))
 
 

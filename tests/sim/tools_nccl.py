@@ -28,7 +28,10 @@ nodes that includes the node by F; GF_SIM_NCCL_SLOW_WITH=host[,host] does so (by
 GF_SIM_NCCL_SLOW, default 0.3) only when one of those hosts is in the run too (a bad pair).
 GF_SIM_NCCL_LOG=file and GF_SIM_NCCL_DELAY=seconds log when each run started and ended.
 GF_SIM_NCCL_REPLAY=file prints a real run's captured output instead. Runs over one node's GPUs print NCCL's
-ENV, GRAPH and connection lines of the real 4 x H200 runs, and follow NCCL_P2P_DISABLE / NCCL_SHM_DISABLE.
+ENV, GRAPH and connection lines of the real 4 x H200 runs, and follow NCCL_P2P_DISABLE / NCCL_SHM_DISABLE and the
+tuning variables NCCL_MAX_NCHANNELS, NCCL_PROTO, NCCL_NTHREADS, NCCL_BUFFSIZE (NCCL_ALGO printed, no cost) from the
+environment and the node's configuration files (/etc/nccl.conf, ~/.nccl.conf, $NCCL_CONF_FILE below its root),
+slowed as the real 2 x H200 runs were (tuning_factor).
 
 mpirun: -np/-n, --host/-H host[:slots],..., -x NAME[=VALUE], --mca K V and the usual
 switches; hosts are looked up in $GF_SIM_HOSTS (JSON written by tests/sim/cluster.py);
@@ -45,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from tests.sim.tools_perftest import SysRoot, _gdr, _ib  # noqa: E402  (imports the collection the same way)
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _nccl_conf  # noqa: E402
 
 NVLINK_GBS = {'nvidia': 327.0, 'amd': 300.0, 'metax': 150.0}
 GPU_NAME = {'nvidia': 'NVIDIA H100 80GB HBM3', 'amd': 'AMD Instinct MI300X', 'metax': 'MetaX C500'}
@@ -112,6 +116,69 @@ INTRA_FACTOR = {'P2P': 1.0, 'SHM': 27.83 / 328.62, 'NET': 3.67 / 328.62}
 TOPOLOGY_GBS = {'nvidia': 370.8, 'amd': 336.0, 'metax': 165.0}
 
 
+# NCCL's settings on one node: the environment wins, then $NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf
+# (NCCL src/misc/param.cc; read below the node's root by the collection's own reader).
+def node_settings(node):
+    env = dict(node.get('env') or {})
+    root = node.get('root') or '/'
+    if root == '/':
+        return env
+    sysroot = SysRoot(root)
+    facts = _nccl_conf.read_nccl(sysroot, env)
+    return dict(env, **dict((name, item['value']) for name, item in facts['settings'].items() if name not in env))
+
+
+# The tuning variables' cost on 2 x H200 (all_reduce_perf, NCCL 2.28.9, Avg bus bandwidth against the healthy
+# 79.36 GB/s; tests/fixtures/real/h200x2/state/README.md): NCCL_MAX_NCHANNELS=1 8.21, =2 (with NCCL_ALGO=Ring,
+# which two GPUs use anyway) 15.53; NCCL_PROTO=LL 43.55; NCCL_NTHREADS=64 (with NCCL_PROTO=Simple) 39.18;
+# NCCL_BUFFSIZE=262144 66.12, =65536 34.33. Values between are interpolated, others cost nothing.
+HEALTHY_AVG = 79.36
+TUNED_AVG = {('NCCL_MAX_NCHANNELS', 1): 8.21, ('NCCL_MAX_NCHANNELS', 2): 15.53, ('NCCL_PROTO', 'LL'): 43.55,
+             ('NCCL_NTHREADS', 64): 39.18, ('NCCL_BUFFSIZE', 65536): 34.33, ('NCCL_BUFFSIZE', 262144): 66.12}
+_STRING_PARAMS = ('NCCL_PROTO', 'NCCL_ALGO')
+
+
+def _int(value):
+    try:
+        return int(str(value).strip(), 0)
+    except ValueError:
+        return None
+
+
+def tuning_factor(settings):
+    factor = 1.0
+    channels = _int(settings.get('NCCL_MAX_NCHANNELS', ''))
+    if channels is not None and channels >= 1:
+        factor *= min(1.0, TUNED_AVG.get(('NCCL_MAX_NCHANNELS', channels), 15.53 * channels / 2) / HEALTHY_AVG)
+    if str(settings.get('NCCL_PROTO', '')).strip().upper() == 'LL':
+        factor *= TUNED_AVG[('NCCL_PROTO', 'LL')] / HEALTHY_AVG
+    threads = _int(settings.get('NCCL_NTHREADS', ''))
+    if threads is not None and 0 < threads < 512:
+        factor *= min(1.0, TUNED_AVG[('NCCL_NTHREADS', 64)] / HEALTHY_AVG * (threads / 64.0) ** 0.34)
+    size = _int(settings.get('NCCL_BUFFSIZE', ''))
+    if size is not None and 0 < size < 4194304:
+        low, high = TUNED_AVG[('NCCL_BUFFSIZE', 65536)] / HEALTHY_AVG, TUNED_AVG[('NCCL_BUFFSIZE', 262144)] / HEALTHY_AVG
+        if size <= 65536:
+            factor *= low * (size / 65536.0) ** 0.5
+        elif size <= 262144:
+            factor *= low + (high - low) * (size - 65536) / (262144 - 65536.0)
+        else:
+            factor *= high + (1 - high) * (size - 262144) / (4194304 - 262144.0)
+    return factor
+
+
+def env_lines(settings):
+    """NCCL's ENV lines for the settings NCCL reads (src/misc/param.cc: '%s set by environment to %lld.' for a number,
+    the string parameters without the period), whatever file they came from."""
+    for name in sorted(settings):
+        if name in ('NCCL_P2P_DISABLE', 'NCCL_P2P_LEVEL', 'NCCL_SHM_DISABLE') or name in TUNING_NAMES:
+            value = str(settings[name])
+            yield '%s set by environment to %s%s' % (name, value, '' if name in _STRING_PARAMS else '.')
+
+
+TUNING_NAMES = ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_PROTO', 'NCCL_ALGO', 'NCCL_BUFFSIZE', 'NCCL_NTHREADS', 'NCCL_NVLS_ENABLE')
+
+
 def intra_transport(env):
     p2p_off = str(env.get('NCCL_P2P_DISABLE', '')) == '1' or str(env.get('NCCL_P2P_LEVEL', '')).upper() in ('LOC', '0')
     if not p2p_off:
@@ -123,15 +190,14 @@ def local_info(node, vendor, ranks):
     """The INFO lines of a run over one node's GPUs that say how they talked, in the real run's texts
     (tests/fixtures/real/h200x4-split/nodeA.txt, nodeB.txt): the settings NCCL saw (ENV), its topology
     (GRAPH), the communicator and one connection per pair of neighbours."""
-    env = node.get('env') or {}
+    env = node_settings(node)
     host = node['host']
     kind = intra_transport(env)
     total = float(env.get('GF_SIM_NVLINK_GBS') or TOPOLOGY_GBS.get(vendor, 100.0))
     for rank in range(ranks):
         tag = '%s:1000:%d [%d] NCCL INFO ' % (host, 1010 + rank, rank)
-        for name in ('NCCL_P2P_DISABLE', 'NCCL_P2P_LEVEL', 'NCCL_SHM_DISABLE'):
-            if name in env:
-                print(tag + '%s set by environment to %s.' % (name, env[name]))
+        for line in env_lines(env):
+            print(tag + line)
         print(tag + '=== System : maxBw %.1f totalBw %.1f ===' % (total if kind == 'P2P' else (48.0 if kind == 'SHM' else 1.2), total))
         print(tag + 'CPU/0-0 (1/1/1)')
         for gpu in range(ranks):
@@ -236,7 +302,8 @@ def main_perf(bench, argv):
         # GF_SIM_NVLINK_GBS: a node whose GPU links are slower than its peers' (an NVLink down,
         # GPUs on PCIe), seen only by comparing per-node runs.
         peak = float(nodes[0].get('env', {}).get('GF_SIM_NVLINK_GBS') or NVLINK_GBS.get(info[0][2], 100.0))
-        peak *= INTRA_FACTOR[intra_transport(nodes[0].get('env') or {})]
+        settings = node_settings(nodes[0])
+        peak *= INTRA_FACTOR[intra_transport(settings)] * tuning_factor(settings)
     wrong = sum(int(n.get('env', {}).get('GF_SIM_NCCL_WRONG') or 0) for n in nodes)
     factor = BUS_FACTOR.get(bench, BUS_FACTOR['all_reduce_perf'])(max(total_ranks, 2))
     redop = REDOP.get(bench, 'none')

@@ -504,7 +504,8 @@ COLLECTIVE_NCCL_PEERMEM_NAME = _register(
 # job across them can hang or slow down; the majority's release is the fleet's, the others are named.
 COLLECTIVE_NCCL_VERSION_SKEW = _register(
     'COLLECTIVE_NCCL_VERSION_SKEW', 'collective', 'warning',
-    'launcher local: the NCCL library the node\'s run loaded differs from the release most nodes loaded',
+    'launcher local: the NCCL library the node\'s run loaded differs from the release most nodes loaded (without such '
+    'runs: the library nccl_facts found installed)',
     'install the fleet\'s NCCL release on %(host)s (the library the collective loads: LD_LIBRARY_PATH, the '
     'framework\'s bundled NCCL), then re-run the collective')
 COLLECTIVE_CULPRIT = _register(
@@ -602,6 +603,26 @@ IB_SUBNET_ERRORS = _register(
            'info': 'the rise fell inside the bring-up grace window (gpu_fabric_link_grace minutes after boot) and the link did '
                    'not retrain repeatedly: explains nothing'},
     explains=_FABRIC_PORT_SYMPTOMS)
+
+# ---- h13-ncclconf
+# NCCL's settings (plugin_utils/diagnosis/rules/_nccl_settings.py): what each run's own log says NCCL used (its ENV
+# lines, module_utils/_nccl.py), attributed to the file that holds it (nccl_facts, module_utils/_nccl_conf.py).
+# Root on the node's GPUs (its own run's path): it explains only that node's slow run, never a peer's.
+COLLECTIVE_NCCL_TUNING = _register(
+    'COLLECTIVE_NCCL_TUNING', 'collective', 'error',
+    'the node\'s own run was slow and NCCL used tuning variables there that its peers did not (NCCL_MAX_NCHANNELS, '
+    'NCCL_PROTO, NCCL_ALGO, NCCL_BUFFSIZE, NCCL_NTHREADS, ...), each named with its value, the peers\', its source '
+    '(the environment or the configuration file) and what NCCL\'s documentation says it does',
+    'remove %(variables)s from %(sources)s on %(host)s (NCCL chooses them itself: its documentation lists them under '
+    '"Debugging", not to be set in production), or set the same on every node, then re-run the collective',
+    other={'warning': 'a variable NCCL\'s documentation discourages (NCCL_PROTO) set on a node whose run was not slow'},
+    explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW'))
+NCCL_CONF_DIFFERS = _register(
+    'NCCL_CONF_DIFFERS', 'collective', 'warning',
+    'validate time: a node\'s NCCL configuration file (/etc/nccl.conf, ~/.nccl.conf or $NCCL_CONF_FILE) sets variables '
+    'other than most nodes\' (nccl_facts), each named with the file',
+    'make %(file)s on %(host)s the same as on the other nodes (or remove %(variables)s from it): a job reads it '
+    'without saying so, and NCCL prints its settings as "set by environment"')
 
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the

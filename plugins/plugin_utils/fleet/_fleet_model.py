@@ -50,7 +50,8 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 PARTS = ('facts', 'run', 'bench', 'collective', 'capture')
 # Where each fact module puts its result (under ansible_facts: their copies as top-level variables,
 # INJECT_FACTS_AS_VARS, are deprecated from ansible-core 2.21 on and go in 2.24), and its name here.
-FACT_KEYS = (('gpu_fabric_ib', 'ib'), ('gpu_fabric_gdr', 'gdr'), ('gpu_fabric_ib_fabric', 'fabric'), ('gpu_fabric_roce', 'roce'))
+FACT_KEYS = (('gpu_fabric_ib', 'ib'), ('gpu_fabric_gdr', 'gdr'), ('gpu_fabric_ib_fabric', 'fabric'), ('gpu_fabric_roce', 'roce'),
+             ('gpu_fabric_nccl', 'nccl'))
 # The node's NCCL settings, in the order they win: the collective's environment, then what role
 # nccl_conf writes (module_utils/_rails.py settings_ib_hca; role fabric_bench passes the same two).
 SETTINGS = ('fabric_collective_env', 'nccl_conf_overrides')
