@@ -739,24 +739,10 @@ def parse_ibqueryerrors(text):
             continue
         match = _IQE_PORT_RE.match(stripped)
         if match:
-            items = _iqe_counters(match.group('rest'))
-            if items is None:
+            current = _iqe_port_line(match, header, (ports, aggregates, seen, dropped))
+            if current is False:
                 count += 1
                 _unread(unparsed, number, raw, 'a port line whose counters are not "[Name == value]" items')
-                current = None
-                continue
-            current = _iqe_port(match, items, header)
-            if current['port'] is None:
-                _keep(aggregates, current, NODES_MAX, dropped, 'ports')
-                current = None
-                continue
-            key = (current['guid'], current['port'])
-            if key in seen:
-                dropped['ports'] = dropped.get('ports', 0) + 1
-                current = None
-                continue
-            seen.add(key)
-            if not _keep(ports, current, LINKS_MAX, dropped, 'ports'):
                 current = None
             continue
         match = _IQE_LINK_RE.match(stripped)
@@ -776,6 +762,26 @@ def parse_ibqueryerrors(text):
             and not summary.get('thresholds') and not summary.get('suppressed')
     return {'ports': ports, 'aggregates': aggregates, 'summary': summary or None, 'errors': errors,
             'unparsed': unparsed, 'unparsed_count': count, 'dropped': dropped}
+
+
+def _iqe_port_line(match, header, kept):
+    """One port line kept in ``kept`` (ports, aggregates, seen, dropped): the port, to which a later
+    'Link info:' line adds its LID, or None (an aggregate 'port ALL', a repeat, over the cap); False
+    when its counters are not '[Name == value]' items."""
+    ports, aggregates, seen, dropped = kept
+    items = _iqe_counters(match.group('rest'))
+    if items is None:
+        return False
+    current = _iqe_port(match, items, header)
+    if current['port'] is None:
+        _keep(aggregates, current, NODES_MAX, dropped, 'ports')
+        return None
+    key = (current['guid'], current['port'])
+    if key in seen:
+        dropped['ports'] = dropped.get('ports', 0) + 1
+        return None
+    seen.add(key)
+    return current if _keep(ports, current, LINKS_MAX, dropped, 'ports') else None
 
 
 def _iqe_port(match, items, header):
