@@ -10,7 +10,7 @@ from typing import Any, Callable
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _gpu_state
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
@@ -43,12 +43,24 @@ def collective_verdict(result: Any, expected_gbs: Any, healthy: Any = None, warn
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
+def _gated(result: Any, gate: Any) -> Any:
+    """A node's own run with its idle gate's foreign compute processes (module_utils/_gpu_state.py
+    foreign_processes: monitoring agents left out), where the gate read them."""
+    state = gate.get('gpu_fabric_gpu') if isinstance(gate, dict) else None
+    if not isinstance(result, dict) or not isinstance(state, dict):
+        return result
+    processes = [p for p in state.get('processes') or [] if isinstance(p, dict)]
+    agents = [str(name) for name in state.get('monitoring_agents') or []]
+    return dict(result, gpu_gate={'processes': _gpu_state.foreign_processes(processes, (), agents)[:20],
+                                  'not_read': state.get('not_read') or {}})
+
+
 def collective_local_verdict(hostvars: Any, hosts: Any, expected_gbs: Any = None, healthy: Any = None, warn: Any = None,
                              metric: str = 'max') -> dict[str, Any]:
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
     healthy, warn = _ratios('collective_local_verdict', healthy, warn)
     model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
-    results = dict((host, node['collective_local']) for host, node in model['nodes'].items())
+    results = dict((host, _gated(node['collective_local'], node.get('collective_gate'))) for host, node in model['nodes'].items())
     return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
 
 
