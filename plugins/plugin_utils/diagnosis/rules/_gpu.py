@@ -54,7 +54,7 @@ def _at(host: str, bdf: Optional[str], names: Dict[str, str]) -> List[Tuple[str,
 
 
 def _label(bdf: Optional[str], names: Dict[str, str]) -> str:
-    return '%s (%s)' % (names[bdf], bdf) if bdf in names else (bdf or 'an unknown GPU')
+    return '%s (%s)' % (names[bdf], bdf) if bdf in names else 'the GPU at %s' % bdf if bdf else 'a GPU nvidia-smi did not name'
 
 
 def _process_words(process: Dict[str, Any]) -> str:
@@ -83,7 +83,7 @@ def _busy(host: str, node: Dict[str, Any], gate: Optional[Dict[str, Any]], names
                 if entry['contaminated'] else 'when the facts were read: a benchmark over it now would measure a shared GPU')
         found.append(finding(F.GPU_BUSY, host, bdf or 'gpu', {'processes': entry['processes'][:20], 'contaminated': entry['contaminated'],
                                                                 'gpu': names.get(bdf or '')},
-                             'another compute process holds GPU %s (%s) %s' % (_label(bdf, names), words, when),
+                             'another compute process holds %s (%s) %s' % (_label(bdf, names), words, when),
                              at=_at(host, bdf, names), process=words))
     return found
 
@@ -97,7 +97,7 @@ def _throttled(host: str, gpu: Dict[str, Any], names: Dict[str, str]) -> Optiona
                    {'reasons': reasons, 'all_reasons': gpu.get('clock_reasons'), 'sm_clock_mhz': gpu.get('sm_clock_mhz'),
                     'sm_clock_max_mhz': gpu.get('sm_clock_max_mhz'), 'temperature_c': gpu.get('temperature_c'),
                     'power_w': gpu.get('power_w'), 'power_limit_w': gpu.get('power_limit_w')},
-                   'GPU %s runs its SM clock at %s of %s MHz, held down by %s (%s C, %s W)' % (
+                   '%s runs its SM clock at %s of %s MHz, held down by %s (%s C, %s W)' % (
                        _label(gpu.get('bdf'), names), gpu.get('sm_clock_mhz'), gpu.get('sm_clock_max_mhz'), ', '.join(reasons),
                        gpu.get('temperature_c'), gpu.get('power_w')),
                    severity=severity, at=_at(host, gpu.get('bdf'), names))
@@ -124,7 +124,7 @@ def _nvlink(host: str, gpu: Dict[str, Any], best: Dict[Any, int], names: Dict[st
         found.append(finding(F.GPU_NVLINK_DOWN, host, gpu.get('bdf') or 'gpu',
                              {'active': active, 'links': link.get('links'), 'inactive': link.get('inactive'),
                               'peers_active': peers, 'model': gpu.get('name')},
-                             'GPU %s has %d of %s NVLinks active (inactive: %s) where other %s GPUs have %d: its traffic to '
+                             '%s has %d of %s NVLinks active (inactive: %s) where other %s GPUs have %d: its traffic to '
                              'the other GPUs shares fewer links' % (
                                  _label(gpu.get('bdf'), names), active, link.get('links'),
                                  ', '.join(str(n) for n in _list(link.get('inactive'))[:18]) or 'all', gpu.get('name'), peers),
@@ -132,7 +132,7 @@ def _nvlink(host: str, gpu: Dict[str, Any], best: Dict[Any, int], names: Dict[st
     errors = dict((k, v) for k, v in _mapping(link.get('errors')).items() if isinstance(v, int) and v >= NVLINK_ERRORS_MIN)
     if errors:
         found.append(finding(F.GPU_NVLINK_ERRORS, host, gpu.get('bdf') or 'gpu', {'errors': errors},
-                             'GPU %s\'s NVLinks counted %s since the driver loaded' % (
+                             'the NVLinks of %s counted %s since the driver loaded' % (
                                  _label(gpu.get('bdf'), names), ', '.join('%d %s' % (v, k) for k, v in sorted(errors.items()))),
                              at=_at(host, gpu.get('bdf'), names)))
     return found
@@ -145,7 +145,7 @@ def _remap(host: str, gpu: Dict[str, Any], names: Dict[str, str]) -> Optional[Fi
         return None
     return finding(F.GPU_MEMORY_REMAP_PENDING, host, gpu.get('bdf') or 'gpu',
                    {'remapped_rows_failure': failed, 'pending': pending, 'ecc_uncorrected': gpu.get('ecc_uncorrected')},
-                   'GPU %s: %s' % (_label(gpu.get('bdf'), names),
+                   '%s: %s' % (_label(gpu.get('bdf'), names),
                                    'the row remapper failed (no spare row left)' if failed else
                                    '%s: the memory with errors is still in use until the GPU is reset' % ' and '.join(pending)),
                    severity='error' if failed else None, at=_at(host, gpu.get('bdf'), names))
@@ -163,7 +163,7 @@ def _xid(host: str, events: Sequence[Any], names: Dict[str, str]) -> List[Findin
         found.append(finding(F.GPU_XID, host, '%s/xid%d' % (bdf or 'gpu', event['xid']),
                              {'xid': event['xid'], 'kind': event.get('kind'), 'count': event.get('count'), 'text': event.get('text'),
                               'meaning': event.get('meaning')},
-                             'XID %d on GPU %s (%s, seen %s time(s)): %s - NVIDIA\'s XID catalog: %s' % (
+                             'XID %d on %s (%s, seen %s time(s)): %s - NVIDIA\'s XID catalog: %s' % (
                                  event['xid'], _label(bdf, names), event.get('kind'), event.get('count'),
                                  str(event.get('text') or '')[:200], event.get('meaning')),
                              severity=None if severity == 'error' else severity, at=at, xid=event['xid']))
