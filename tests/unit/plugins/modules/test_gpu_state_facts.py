@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpu_state_facts in-process: over the simulator's nvidia-smi stand-in (real processes with a
+timeout), without the tool (every part not read, never ok), the idle gate's form, and /dev/kmsg
+read without blocking."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from ansible_collections.hpc.gpu_fabric.plugins.modules import gpu_state_facts
+from tests.sim import faults, render
+from tests.unit.plugins.modules.utils import run_module
+
+SIM_BIN = os.path.join(os.path.dirname(render.__file__), 'bin')
+
+
+@pytest.fixture(scope='module')
+def node_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('node'))
+    profile = render.load_profile('h200x2_no_rdma')
+    for name in ('gpu_busy', 'gpu_xid79'):
+        faults.apply(profile, name)
+    render.render(profile, root)
+    return root
+
+
+def test_reads_the_simulated_node_through_the_stand_in(monkeypatch, node_root):
+    monkeypatch.setenv('PATH', SIM_BIN + os.pathsep + os.environ['PATH'])
+    monkeypatch.setenv('GF_SIM_ROOT', node_root)
+    result, failed = run_module(gpu_state_facts.main, {'root': node_root, 'monitoring_agents': ['my-agent']}, monkeypatch)
+    assert not failed, result
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert facts['not_read'] == {} and facts['tool'] == 'nvidia-smi' and facts['driver_version'] == '580.159.04'
+    assert [(g['bdf'], g['clock_reasons']) for g in facts['gpus']] == [('0000:00:06.0', ['gpu_idle']), ('0000:00:07.0', [])]
+    assert [(p['pid'], p['name'], p['user']) for p in facts['processes']] == [(3294, 'python3', 'alice')]
+    assert [(x['bdf'], x['xid'], x['severity']) for x in facts['xid']] == [('0000:00:07.0', 79, 'error')]
+    # One call each: query-gpu, compute-apps, nvlink -s, nvlink -e.
+    assert [t['argv'][1].split('=')[0] for t in facts['timings']] == ['--query-gpu', '--query-compute-apps', 'nvlink', 'nvlink']
+    assert facts['monitoring_agents'] == ['my-agent'] and result['changed'] is False
+
+
+def test_the_idle_gate_leaves_the_facts_alone(monkeypatch, node_root):
+    monkeypatch.setenv('PATH', SIM_BIN + os.pathsep + os.environ['PATH'])
+    monkeypatch.setenv('GF_SIM_ROOT', node_root)
+    result, failed = run_module(gpu_state_facts.main, {'root': node_root, 'parts': ['processes'], 'as_facts': False}, monkeypatch)
+    assert not failed and 'ansible_facts' not in result
+    assert [p['pid'] for p in result['gpu_fabric_gpu']['processes']] == [3294]
+    assert [t['argv'][1].split('=')[0] for t in result['gpu_fabric_gpu']['timings']] == ['--query-compute-apps']
+
+
+def test_without_the_tool_every_part_is_not_read(monkeypatch, tmp_path, node_root):
+    monkeypatch.setenv('PATH', str(tmp_path))
+    result, failed = run_module(gpu_state_facts.main, {'root': node_root}, monkeypatch)
+    assert not failed
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert facts['tool'] is None and facts['gpus'] == [] and facts['processes'] == []
+    assert sorted(facts['not_read']) == ['gpus', 'nvlink', 'processes']
+    assert facts['not_read']['gpus'] == 'nvidia-smi not found on the PATH'
+    # The kernel log below the root is still read.
+    assert [x['xid'] for x in facts['xid']] == [79]
+
+
+def test_another_vendor_tool_is_said_not_read(monkeypatch, tmp_path):
+    tool = tmp_path / 'rocm-smi'
+    tool.write_text('#!/bin/sh\nexit 0\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv('PATH', str(tmp_path))
+    result, failed = run_module(gpu_state_facts.main, {'root': str(tmp_path)}, monkeypatch)
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert not failed and facts['tool'] == 'rocm-smi'
+    assert facts['not_read']['gpus'] == 'not read: parser for rocm-smi not available'
+    assert facts['not_read']['xid'].startswith('no kernel log below')
+
+
+def test_a_tool_that_hangs_is_killed_at_the_timeout(monkeypatch, tmp_path):
+    tool = tmp_path / 'nvidia-smi'
+    tool.write_text('#!/bin/sh\nexec %s 30\n' % shutil.which('sleep'))
+    tool.chmod(0o755)
+    monkeypatch.setenv('PATH', str(tmp_path))
+    result, failed = run_module(gpu_state_facts.main, {'root': str(tmp_path), 'timeout': 1, 'parts': ['gpus']}, monkeypatch)
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert not failed and facts['not_read']['gpus'] == 'nvidia-smi --query-gpu: timed out after 1s'
+    assert facts['elapsed_ms'] < 10000
+
+
+def test_bad_arguments_fail(monkeypatch, tmp_path):
+    result, failed = run_module(gpu_state_facts.main, {'root': str(tmp_path / 'nope')}, monkeypatch)
+    assert failed and 'is not a directory' in result['msg']
+    result, failed = run_module(gpu_state_facts.main, {'root': str(tmp_path), 'timeout': 0}, monkeypatch)
+    assert failed and 'at least 1 second' in result['msg']
+
+
+def test_read_kmsg_without_blocking_and_bounded(tmp_path):
+    log = tmp_path / 'kmsg'
+    log.write_text('6,1,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n' * 1000)
+    assert gpu_state_facts.read_kmsg(str(log), limit=8192).count('\n') <= 8192 // 60 + 1
+    with pytest.raises(OSError):
+        gpu_state_facts.read_kmsg(str(tmp_path / 'absent'))
