@@ -615,7 +615,7 @@ GPU_CLOCKS_THROTTLED = _register(
     explains=_GPU_SLOW)
 GPU_NVLINK_DOWN = _register(
     'GPU_NVLINK_DOWN', 'host', 'error',
-    'NVLinks of a GPU inactive (or at 0 GB/s) where the node\'s other GPUs of its model have them active',
+    'NVLinks of a GPU inactive (or at 0 GB/s) where other GPUs of its model (on the node or its peers) have them active',
     'reset the GPU (nvidia-smi -r) or reboot; a link that stays down needs the baseboard or NVSwitch checked '
     '(nvidia-smi nvlink -s, field diagnostics)',
     explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_GPUS_NOT_P2P'))
@@ -630,14 +630,14 @@ GPU_XID = _register(
     'XID events of a GPU in the kernel log, with the severity of NVIDIA\'s XID catalog: a reset or hardware XID',
     'follow NVIDIA\'s XID catalog for XID %(xid)s (docs.nvidia.com/deploy/xid-errors): reset the GPU or drain the node '
     'for field diagnostics',
-    other={'warning': 'an XID the catalog asks to watch (no reset by itself)',
-           'info': 'an application\'s own error (13, 31, 43, 45, ...): the GPU is fine'},
+    other={'warning': 'an XID the catalog asks to watch, no reset by itself',
+           'info': 'an application\'s own error, such as XID 13, 31, 43 or 45: the GPU is fine'},
     explains=_GPU_SLOW + ('BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_DATA_CORRUPTION'))
 GPU_MEMORY_REMAP_PENDING = _register(
     'GPU_MEMORY_REMAP_PENDING', 'host', 'warning',
     'a GPU has a row remap or a page retirement pending (applied at the next GPU reset)',
     'reset the GPU (nvidia-smi -r, with no process on it) or reboot so that the remap takes effect',
-    other={'error': 'the row remapper failed (no spare row left): the GPU needs field diagnostics'},
+    other={'error': 'the row remapper failed, no spare row left: the GPU needs field diagnostics'},
     explains=('BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_DATA_CORRUPTION'))
 GPU_STATE_NOT_READ = _register(
     'GPU_STATE_NOT_READ', 'host', 'info',
