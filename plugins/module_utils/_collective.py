@@ -259,9 +259,6 @@ def judge_nodes(results: Mapping[str, object] | None, expected_gbs: Any = None, 
                  'results': sequence(result.get('results')), 'benchmark': result.get('benchmark'),
                  'versions': result.get('versions'), 'interconnect': interconnect,
                  'intra': intra_node(result.get('transport')), 'env': mapping(result.get('env'))}
-        if isinstance(result.get('gpu_gate'), dict):
-            # The compute processes on the node's GPUs just before the run (role fabric_collective's idle gate).
-            entry['gpu_gate'] = result['gpu_gate']
         if entry['ranks'] == 1 and result.get('status') == 'ok':
             # busbw = algbw x 2(n-1)/n for all-reduce (nccl-tests doc/PERFORMANCE.md): 0 for one
             # rank, which moves no data between GPUs. Measured, not comparable with peers.

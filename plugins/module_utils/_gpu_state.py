@@ -16,6 +16,10 @@ only, never a finding code (the rules are plugins/plugin_utils/diagnosis/rules/_
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+
+# run(argv) -> (stdout, stderr, why it did not succeed or None): module gpu_state_facts' Runner.
+Runner = Callable[[List[str]], Tuple[str, str, Optional[str]]]
 
 # Every field of the one --query-gpu call, in this order (nvidia-smi --help-query-gpu of driver
 # 580: tests/fixtures/real/h200x2/state/nvsmi_help_query_gpu.txt). Key: the facts' name.
@@ -85,15 +89,15 @@ MONITORING_AGENTS = ('nv-hostengine', 'dcgm-exporter', 'dcgmi', 'nvidia-persiste
 MONITORING_MIB_MAX = 1024
 
 
-def _cut(text):
+def _cut(text: str) -> str:
     return text if len(text) <= LINE_MAX else text[:LINE_MAX]
 
 
-def _lines(text):
+def _lines(text: str | None) -> list[str]:
     return [_cut(line) for line in (text or '').splitlines()]
 
 
-def bdf(bus_id):
+def bdf(bus_id: str | None) -> str | None:
     """nvidia-smi's bus id ('00000000:00:06.0', 'PCI:0000:3b:00', '0000:3B:00.0') in sysfs form
     ('0000:00:06.0': lowercase, 4-digit domain, function 0 where none is given), or None."""
     match = re.match(r'^(?:PCI:)?([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?$', (bus_id or '').strip())
@@ -105,12 +109,12 @@ def bdf(bus_id):
     return '%04x:%s:%s.%s' % (domain, match.group(2).lower(), match.group(3).lower(), match.group(4) or '0')
 
 
-def _value(raw):
+def _value(raw: str) -> str | None:
     raw = raw.strip()
     return None if not raw or _NO_VALUE.match(raw) else raw
 
 
-def _number(raw, kind):
+def _number(raw: str | None, kind: type) -> Any:
     raw = _value(raw or '')
     if raw is None:
         return None
@@ -123,24 +127,24 @@ def _number(raw, kind):
         return None
 
 
-def _flag(raw):
+def _flag(raw: str | None) -> bool | None:
     raw = (_value(raw or '') or '').lower()
     return {'yes': True, 'no': False, 'active': True, 'not active': False, 'enabled': True, 'disabled': False}.get(raw)
 
 
-def field_name(header):
+def field_name(header: str) -> str:
     """A header cell ('power.draw [W]', 'clocks_throttle_reasons.hw_slowdown') -> the field name as requested."""
     name = _UNIT.sub('', header.strip())
     return NEW_PREFIX + name[len(OLD_PREFIX):] if name.startswith(OLD_PREFIX) else name
 
 
-def _split(line):
+def _split(line: str) -> list[str]:
     return [cell.strip() for cell in line.split(',')]
 
 
-def _gpu_record(cells):
+def _gpu_record(cells: dict[str, str]) -> dict[str, Any]:
     """One GPU's facts from {field: raw value}."""
-    gpu = {'bdf': bdf(cells.get('pci.bus_id') or ''), 'clock_reasons': None}
+    gpu: dict[str, Any] = {'bdf': bdf(cells.get('pci.bus_id') or ''), 'clock_reasons': None}
     for field, raw in cells.items():
         key = _KEY_OF.get(field)
         if key is None or key.startswith('reason:') or key in ('bus_id', 'clock_reasons_mask'):
@@ -169,14 +173,15 @@ def _gpu_record(cells):
     return gpu
 
 
-def parse_query_gpu(text, fields=None):
+def parse_query_gpu(text: str | None, fields: Sequence[str] | None = None) -> dict[str, Any]:
     """``nvidia-smi --query-gpu=... --format=csv`` (header and units) or ``csv,noheader,nounits``
     (``fields``: the requested list, which names the columns). Returns {'gpus': [...],
     'driver_version', 'unread': [lines not read], 'bad_field': a field the tool refused, or None}."""
     lines = [line for line in _lines(text) if line.strip()]
-    result = {'gpus': [], 'driver_version': None, 'unread': [], 'bad_field': None}
-    if lines and _BAD_FIELD.search(lines[0]):
-        result['bad_field'] = _BAD_FIELD.search(lines[0]).group(1)
+    result: dict[str, Any] = {'gpus': [], 'driver_version': None, 'unread': [], 'bad_field': None}
+    refused = _BAD_FIELD.search(lines[0]) if lines else None
+    if refused:
+        result['bad_field'] = refused.group(1)
         return result
     names = list(fields or ())
     if lines and (lines[0].split(',')[0].strip() in ('index', 'pci.bus_id', 'uuid', 'name') or '[' in lines[0]
@@ -198,7 +203,7 @@ def parse_query_gpu(text, fields=None):
     return result
 
 
-def parse_compute_apps(text, fields=APPS_FIELDS):
+def parse_compute_apps(text: str | None, fields: Sequence[str] = APPS_FIELDS) -> dict[str, Any]:
     """``nvidia-smi --query-compute-apps=gpu_bus_id,gpu_uuid,pid,process_name,used_memory --format=csv``
     (or noheader,nounits with ``fields``): [{'bdf', 'uuid', 'pid', 'name', 'used_mib'}], unread lines."""
     lines = [line for line in _lines(text) if line.strip()]
@@ -235,11 +240,13 @@ _LINK_SPEED = re.compile(r'^\s*Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>|(.
 _LINK_ERROR = re.compile(r'^\s*Link (\d+): ([A-Za-z ]+?) Errors?: (\d+|N/A)\s*$')
 
 
-def parse_nvlink_status(text):
+def parse_nvlink_status(text: str | None) -> dict[str, Any]:
     """``nvidia-smi nvlink -s``: {uuid: {'index', 'name', 'links', 'active', 'inactive': [n],
     'speed_gbs'}}, a GPU with no link line has links 0. "Link 3: <inactive>" as in
     Azure/azhpc-diagnostics#73; "all links are inactive" as NVML says it for a GPU whose links are all down."""
-    gpus, current, unread = {}, None, []
+    gpus: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    unread: list[str] = []
     for line in _lines(text):
         head = _GPU_HEAD.match(line)
         if head:
@@ -270,10 +277,11 @@ def parse_nvlink_status(text):
     return {'gpus': gpus, 'unread': unread[:20]}
 
 
-def parse_nvlink_errors(text):
+def parse_nvlink_errors(text: str | None) -> dict[str, dict[str, int]]:
     """``nvidia-smi nvlink -e``: {uuid: {'replay', 'recovery', 'crc'}} summed over the GPU's links
     (CRC FLIT and CRC Data counts of older drivers add to crc)."""
-    gpus, current = {}, None
+    gpus: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
     for line in _lines(text):
         head = _GPU_HEAD.match(line)
         if head:
@@ -333,21 +341,21 @@ _XID = re.compile(r'NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-
 _FALLEN_HEAD = re.compile(r'NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])')
 
 
-def xid_severity(code):
+def xid_severity(code: int) -> tuple[str, str]:
     return (XID_CATALOG.get(code) or ('warning', 'not in this catalog: see NVIDIA\'s XID catalog'))
 
 
-def _kmsg_text(line):
+def _kmsg_text(line: str) -> str:
     """The message of a /dev/kmsg record ('6,1234,5678,-;NVRM: ...'); other lines as they are."""
     match = re.match(r'^\d+,\d+,\d+,[^;]*;(.*)$', line)
     return match.group(1) if match else line
 
 
-def parse_xid(text):
+def parse_xid(text: str | None) -> list[dict[str, Any]]:
     """XID events of a kernel log (dmesg, journalctl -k, /dev/kmsg records): [{'bdf', 'xid',
     'severity', 'kind', 'meaning', 'text', 'count'}], one entry per (GPU, XID) with the last
     text and how often it was seen; at most XID_MAX, the newest kept."""
-    events = {}
+    events: dict[tuple[str | None, int], dict[str, Any]] = {}
     pending_fallen = None
     for raw in _lines(text):
         line = _kmsg_text(raw)
@@ -376,7 +384,7 @@ def parse_xid(text):
     return list(events.values())
 
 
-def is_monitoring(process, extra_names=()):
+def is_monitoring(process: dict[str, Any], extra_names: Iterable[str] = ()) -> bool:
     """Is a compute process a monitoring agent (MONITORING_AGENTS or ``extra_names``, holding at most
     MONITORING_MIB_MAX), not another job on the GPU?"""
     name = (process.get('name') or '').rsplit('/', 1)[-1]
@@ -385,13 +393,14 @@ def is_monitoring(process, extra_names=()):
     return known and (used is None or used <= MONITORING_MIB_MAX)
 
 
-def foreign_processes(processes, own_pids=(), extra_names=()):
+def foreign_processes(processes: Iterable[dict[str, Any]] | None, own_pids: Iterable[Any] | None = (),
+                      extra_names: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The compute processes that are neither the benchmark's own (``own_pids``) nor a monitoring agent."""
     own = set(own_pids or ())
     return [p for p in processes or [] if p.get('pid') not in own and not is_monitoring(p, extra_names)]
 
 
-def _uid_user(sysroot, pid):
+def _uid_user(sysroot: Any, pid: Any) -> str | None:
     """The owner of a process (Uid of /proc/<pid>/status, named from /etc/passwd), or None."""
     if not isinstance(pid, int) or pid <= 0:
         return None
@@ -407,7 +416,7 @@ def _uid_user(sysroot, pid):
     return 'uid %s' % uid
 
 
-def _query_gpus(run, tool):
+def _query_gpus(run: Runner, tool: str) -> tuple[dict[str, Any], str | None, list[str]]:
     """The one --query-gpu call (fewer fields when the driver refuses one): (parsed, why not read or None, calls)."""
     fields = [name for name, _key in QUERY_FIELDS]
     calls = []
@@ -428,7 +437,7 @@ def _query_gpus(run, tool):
     return {'gpus': [], 'driver_version': None, 'unread': []}, 'the driver refused field after field', calls
 
 
-def _merge_nvlink(gpus, status, errors):
+def _merge_nvlink(gpus: list[dict[str, Any]], status: dict[str, Any], errors: dict[str, Any]) -> None:
     by_uuid = dict((gpu.get('uuid'), gpu) for gpu in gpus)
     for uuid, link in status['gpus'].items():
         gpu = by_uuid.get(uuid)
@@ -441,11 +450,12 @@ def _merge_nvlink(gpus, status, errors):
                          'all_inactive': link['all_inactive'], 'speed_gbs': link['speed_gbs'], 'errors': errors.get(uuid)}
 
 
-def read_gpu_state(run, tool, sysroot, kernel_log, parts=('gpus', 'processes', 'nvlink', 'xid')):
+def read_gpu_state(run: Runner, tool: str | None, sysroot: Any, kernel_log: Callable[[], tuple[str, str | None]],  # pylint: disable=too-many-branches
+                   parts: Sequence[str] = ('gpus', 'processes', 'nvlink', 'xid')) -> dict[str, Any]:
     """The facts gpu_fabric_gpu. ``run(argv)`` -> (stdout, stderr, why not ok or None); ``tool`` the
     path of nvidia-smi or None (not installed: every part not read); ``kernel_log()`` -> (text, why
     not read or None); ``parts`` what to read (the idle gate reads only the processes)."""
-    facts = {'tool': 'nvidia-smi' if tool else None, 'driver_version': None, 'gpus': [], 'processes': [], 'xid': [],
+    facts: dict[str, Any] = {'tool': 'nvidia-smi' if tool else None, 'driver_version': None, 'gpus': [], 'processes': [], 'xid': [],
              'not_read': {}, 'calls': {}}
     if not tool:
         for part in parts:
@@ -483,7 +493,7 @@ def read_gpu_state(run, tool, sysroot, kernel_log, parts=('gpus', 'processes', '
     return facts
 
 
-def _read_nvlink(run, tool, facts):
+def _read_nvlink(run: Runner, tool: str, facts: dict[str, Any]) -> None:
     if 'gpus' in facts['not_read']:
         facts['not_read']['nvlink'] = 'the GPUs were not read'
         return

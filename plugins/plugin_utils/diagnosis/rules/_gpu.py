@@ -119,7 +119,7 @@ def _nvlink(host: str, gpu: Dict[str, Any], best: Dict[Any, int], names: Dict[st
         return []
     found = []
     peers = best.get(gpu.get('name'), 0)
-    active = link.get('active') if isinstance(link.get('active'), int) else 0
+    active: int = link['active'] if isinstance(link.get('active'), int) else 0
     if peers and active < peers:
         found.append(finding(F.GPU_NVLINK_DOWN, host, gpu.get('bdf') or 'gpu',
                              {'active': active, 'links': link.get('links'), 'inactive': link.get('inactive'),

@@ -148,4 +148,4 @@ def test_a_gate_that_read_nothing_changes_nothing():
     local = collective_filter.collective_local_verdict(vars_, ['a', 'b', 'c'])
     assert 'gpu_gate' not in local['hosts']['b']
     plain = _collective.judge_nodes({'a': local_run(330.0), 'b': copy.deepcopy(local_run(149.0))})
-    assert 'gpu_gate' not in plain['hosts']['b']
+    assert 'gpu_gate' not in plain['hosts']['b'] and plain['slow'] == ['b']
