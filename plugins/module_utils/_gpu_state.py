@@ -456,7 +456,7 @@ def read_gpu_state(run: Runner, tool: str | None, sysroot: Any, kernel_log: Call
     path of nvidia-smi or None (not installed: every part not read); ``kernel_log()`` -> (text, why
     not read or None); ``parts`` what to read (the idle gate reads only the processes)."""
     facts: dict[str, Any] = {'tool': 'nvidia-smi' if tool else None, 'driver_version': None, 'gpus': [], 'processes': [], 'xid': [],
-             'not_read': {}, 'calls': {}}
+                             'not_read': {}, 'calls': {}}
     if not tool:
         for part in parts:
             if part != 'xid':

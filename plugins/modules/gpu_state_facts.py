@@ -16,7 +16,7 @@ description:
   - Reads the XID events of the kernel log (C(/dev/kmsg) without blocking, a bounded number of bytes; else
     C(dmesg) with a timeout) with the severity of NVIDIA's XID catalog.
   - Names the owner of each compute process from C(/proc/<pid>/status) below O(root).
-  - A missing tool, a refused call or an unreadable kernel log puts the part in C(not_read) with why: never
+  - A missing tool, a refused call or an unreadable kernel log puts the part in C(not_read) with why, never
     read as healthy. AMD (C(amd-smi), C(rocm-smi)) and MetaX (C(mx-smi)) tools are detected and said not read
     (no parser for their output yet).
 author:
@@ -40,14 +40,14 @@ options:
   monitoring_agents:
     description:
       - Process names of monitoring agents of your own, beside those C(plugins/module_utils/_gpu_state.py) knows
-        (DCGM's C(nv-hostengine), C(dcgm-exporter), ...): a compute process of such a name holding at most 1024 MiB is
+        (DCGM's C(nv-hostengine), C(dcgm-exporter), ...); a compute process of such a name holding at most 1024 MiB is
         not another job on the GPU.
     type: list
     elements: str
     default: []
   as_facts:
     description: Return the state as C(ansible_facts.gpu_fabric_gpu) (true) or as C(gpu_fabric_gpu) of the result only (false,
-      the idle gate: the facts of validate stay as they were).
+      for the idle gate, which leaves the facts of validate as they were).
     type: bool
     default: true
 '''

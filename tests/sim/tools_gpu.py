@@ -76,8 +76,8 @@ def render_gpu(root, profile):
     lines = ['6,%d,%d,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (nixbld@)' % (1000, 664940, driver)]
     for number, event in enumerate(state.get('xid') or []):
         bus = event['bdf'].rsplit('.', 1)[0]
-        lines.append('3,%d,%d,-;NVRM: Xid (PCI:%s): %d, %s' % (2000 + number, 1843308145 + number, bus, int(event['xid']),
-                                                              event.get('text') or 'pid=4242, name=python3'))
+        text = event.get('text') or 'pid=4242, name=python3'
+        lines.append('3,%d,%d,-;NVRM: Xid (PCI:%s): %d, %s' % (2000 + number, 1843308145 + number, bus, int(event['xid']), text))
     _write(root, 'dev/kmsg', '\n'.join(lines) + '\n')
     for process in state.get('processes') or []:
         _write(root, 'proc/%d/status' % int(process['pid']), 'Name:\t%s\nState:\tR (running)\nPid:\t%d\nUid:\t%d\t%d\t%d\t%d\n' % (

@@ -58,8 +58,8 @@ def _label(bdf: Optional[str], names: Dict[str, str]) -> str:
 
 
 def _process_words(process: Dict[str, Any]) -> str:
-    return 'pid %s %s of %s, %s MiB' % (process.get('pid'), process.get('name') or '?', process.get('user') or 'an unknown user',
-                                         process.get('used_mib') if process.get('used_mib') is not None else '?')
+    used = process.get('used_mib') if process.get('used_mib') is not None else '?'
+    return 'pid %s %s of %s, %s MiB' % (process.get('pid'), process.get('name') or '?', process.get('user') or 'an unknown user', used)
 
 
 def _busy(host: str, node: Dict[str, Any], gate: Optional[Dict[str, Any]], names: Dict[str, str]) -> List[Finding]:
@@ -81,8 +81,8 @@ def _busy(host: str, node: Dict[str, Any], gate: Optional[Dict[str, Any]], names
         words = '; '.join(_process_words(p) for p in entry['processes'][:5])
         when = ('while the node\'s benchmark ran over it: its results on this GPU are contaminated, not a hardware verdict'
                 if entry['contaminated'] else 'when the facts were read: a benchmark over it now would measure a shared GPU')
-        found.append(finding(F.GPU_BUSY, host, bdf or 'gpu', {'processes': entry['processes'][:20], 'contaminated': entry['contaminated'],
-                                                                'gpu': names.get(bdf or '')},
+        evidence = {'processes': entry['processes'][:20], 'contaminated': entry['contaminated'], 'gpu': names.get(bdf or '')}
+        found.append(finding(F.GPU_BUSY, host, bdf or 'gpu', evidence,
                              'another compute process holds %s (%s) %s' % (_label(bdf, names), words, when),
                              at=_at(host, bdf, names), process=words))
     return found
@@ -146,8 +146,8 @@ def _remap(host: str, gpu: Dict[str, Any], names: Dict[str, str]) -> Optional[Fi
     return finding(F.GPU_MEMORY_REMAP_PENDING, host, gpu.get('bdf') or 'gpu',
                    {'remapped_rows_failure': failed, 'pending': pending, 'ecc_uncorrected': gpu.get('ecc_uncorrected')},
                    '%s: %s' % (_label(gpu.get('bdf'), names),
-                                   'the row remapper failed (no spare row left)' if failed else
-                                   '%s: the memory with errors is still in use until the GPU is reset' % ' and '.join(pending)),
+                               'the row remapper failed (no spare row left)' if failed else
+                               '%s: the memory with errors is still in use until the GPU is reset' % ' and '.join(pending)),
                    severity='error' if failed else None, at=_at(host, gpu.get('bdf'), names))
 
 
