@@ -35,6 +35,7 @@ import time
 
 # Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from tests.bench import _accuracy_h12_gpustate
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 
@@ -517,6 +518,7 @@ def main(argv=None):
     result = run(pairs=not args.quick, faults=args.fault, jobs=max(1, args.jobs))
     if not args.quick and not args.fault:
         result['fabric'] = fabric_run()
+    result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
     print(json.dumps(result, indent=1))
     return 0
 

@@ -28,7 +28,7 @@ def read(root, profile_name, fault_names=(), changes=None, targets=None, host=Tr
     """
     profile = copy.deepcopy(render.load_profile(profile_name))
     for section, values in (changes or {}).items():
-        profile[section].update(values)
+        profile.setdefault(section, {}).update(values)
     for index, name in enumerate(fault_names):
         faults.apply(profile, name, (targets or [None] * len(fault_names))[index])
     render.render(profile, str(root))
