@@ -184,8 +184,9 @@ def parse_query_gpu(text: str | None, fields: Sequence[str] | None = None) -> di
         result['bad_field'] = refused.group(1)
         return result
     names = list(fields or ())
-    if lines and (lines[0].split(',')[0].strip() in ('index', 'pci.bus_id', 'uuid', 'name') or '[' in lines[0]
-                  and not re.match(r'^\s*\d', lines[0])):
+    # A header: it names a field first, or carries units; a row starts with a number (the index).
+    header = bool(lines) and not re.match(r'^\s*\d', lines[0])
+    if header and (lines[0].split(',')[0].strip() in ('index', 'pci.bus_id', 'uuid', 'name') or '[' in lines[0]):
         names = [field_name(cell) for cell in lines[0].split(',')]
         lines = lines[1:]
     for line in lines:
@@ -511,3 +512,33 @@ def _read_nvlink(run: Runner, tool: str, facts: dict[str, Any]) -> None:
         else:
             errors = parse_nvlink_errors(out)
     _merge_nvlink(facts['gpus'], status, errors)
+
+
+# ---------------------------------------------------------------------------- saved outputs
+# Where a snapshot keeps the tool's outputs (below its root, beside roce_qos's: module_utils/_roce.py
+# SAVED_DIR), one file per call: the tool's stdout as it printed it. gpu_state_facts ``from_log``
+# reads them instead of running a tool on a machine that is not the node (offline.yml).
+SAVED_DIR = '.gpu_fabric_commands/gpu_state'
+SAVED_BYTES = 4 << 20
+_SAVED_NAMES = (('--query-gpu=', 'query_gpu.txt'), ('--query-compute-apps=', 'compute_apps.txt'), ('nvlink -s', 'nvlink_s.txt'),
+                ('nvlink -e', 'nvlink_e.txt'))
+
+
+def saved_name(argv: Sequence[str]) -> str | None:
+    """The file a call's output is saved as (``argv`` without the tool), or None."""
+    words = ' '.join(argv)
+    return next((name for start, name in _SAVED_NAMES if words.startswith(start)), None)
+
+
+def saved_runner(directory: str, read: Callable[[str, int], bytes]) -> Runner:
+    """A runner answering from the saved outputs in ``directory`` (``read(path, limit)``: the bounded
+    read of module_utils/_paths.py read_regular); a call with no saved output is not read, with why."""
+    def run(argv: List[str]) -> Tuple[str, str, Optional[str]]:
+        name = saved_name(argv[1:])
+        if name is None:
+            return '', '', 'no saved output of %s' % ' '.join(argv[1:])[:100]
+        try:
+            return read('%s/%s' % (directory, name), SAVED_BYTES).decode('utf-8', 'replace'), '', None
+        except (OSError, ValueError) as exc:
+            return '', '', 'saved output %s not read (%s)' % (name, getattr(exc, 'strerror', None) or exc)
+    return run

@@ -45,6 +45,14 @@ options:
     type: list
     elements: str
     default: []
+  from_log:
+    description:
+      - A directory of the tool's saved outputs (C(query_gpu.txt), C(compute_apps.txt), C(nvlink_s.txt), C(nvlink_e.txt), each call's
+        stdout, and the kernel log as C(kmsg.txt)) to read instead of running it; C(playbooks/offline.yml) gives the snapshot's
+        C(.gpu_fabric_commands/gpu_state).
+      - A directory that is not there leaves the tool's parts not read (a snapshot is never judged by the GPUs of the machine that
+        reads it).
+    type: path
   as_facts:
     description: Return the state as C(ansible_facts.gpu_fabric_gpu) (true) or as C(gpu_fabric_gpu) of the result only (false,
       for the idle gate, which leaves the facts of validate as they were).
@@ -100,7 +108,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gpu_state, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gpu_state, _paths, _process
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import without_surrogates
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -153,9 +161,16 @@ def read_kmsg(path='/dev/kmsg', limit=_gpu_state.KMSG_BYTES):
     return b''.join(chunks).decode('utf-8', 'replace')
 
 
-def kernel_log(module, sysroot, root, runner):
-    """(text, why not read or None). Below a root other than / (a snapshot, a simulated node) its
-    dev/kmsg as a file; on the node /dev/kmsg, else dmesg with a timeout."""
+def kernel_log(module, sysroot, root, runner, from_log=None):
+    """(text, why not read or None). Saved outputs (``from_log``): their kmsg.txt. Below a root other
+    than / (a snapshot, a simulated node) its dev/kmsg as a file; on the node /dev/kmsg, else dmesg
+    with a timeout."""
+    if from_log is not None:
+        try:
+            return _paths.read_regular(os.path.join(from_log, 'kmsg.txt'), _gpu_state.KMSG_BYTES).decode('utf-8', 'replace'), None
+        except (OSError, ValueError) as exc:
+            if root == '/':
+                return '', 'no saved kernel log in %s (%s)' % (from_log, getattr(exc, 'strerror', None) or exc)
     if root != '/':
         text = sysroot.text('dev/kmsg', quiet=True)
         return (text, None) if text is not None else ('', 'no kernel log below %s (dev/kmsg)' % root)
@@ -177,6 +192,7 @@ def main():
                                       default=['gpus', 'processes', 'nvlink', 'xid']),
                            timeout=dict(type='int', default=20),
                            monitoring_agents=dict(type='list', elements='str', default=[]),
+                           from_log=dict(type='path'),
                            as_facts=dict(type='bool', default=True)),
         supports_check_mode=True,
     )
@@ -188,13 +204,23 @@ def main():
     sysroot = SysRoot(root)
     runner = Runner(module.params['timeout'])
     tool = module.get_bin_path('nvidia-smi', required=False)
+    from_log = module.params['from_log']
+    run = runner
+    if from_log is not None:
+        # Saved outputs, never the tool of this machine; none there: not read (read_gpu_state with no tool).
+        tool = 'nvidia-smi' if os.path.isdir(from_log) else None
+        run = _gpu_state.saved_runner(from_log, _paths.read_regular)
     started = time.time()
     try:
-        facts = _gpu_state.read_gpu_state(runner, tool, sysroot, lambda: kernel_log(module, sysroot, root, runner),
+        facts = _gpu_state.read_gpu_state(run, tool, sysroot, lambda: kernel_log(module, sysroot, root, runner, from_log),
                                           tuple(module.params['parts']))
     except _process.Terminated as exc:
         module.fail_json(msg='stopped while reading the GPUs\' state (%s); every tool it ran was reaped' % exc)
-    if not tool:
+    if from_log is not None and tool is None:
+        for part in module.params['parts']:
+            if part != 'xid':
+                facts['not_read'][part] = 'no saved outputs of nvidia-smi in %s' % from_log
+    elif not tool:
         others = [name for name in OTHER_TOOLS if module.get_bin_path(name, required=False)]
         if others:
             facts['tool'] = others[0]

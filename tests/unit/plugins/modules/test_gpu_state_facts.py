@@ -15,6 +15,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.modules import gpu_state_facts
 from tests.sim import faults, render
+from tests.unit.conftest import fixture_text
 from tests.unit.plugins.modules.utils import run_module
 
 SIM_BIN = os.path.join(os.path.dirname(render.__file__), 'bin')
@@ -102,3 +103,24 @@ def test_read_kmsg_without_blocking_and_bounded(tmp_path):
     assert gpu_state_facts.read_kmsg(str(log), limit=8192).count('\n') <= 8192 // 60 + 1
     with pytest.raises(OSError):
         gpu_state_facts.read_kmsg(str(tmp_path / 'absent'))
+
+
+def test_saved_outputs_are_read_instead_of_a_tool(monkeypatch, tmp_path, node_root):
+    """offline.yml: the snapshot's saved outputs, never the tool of the machine that reads it."""
+    saved = tmp_path / 'saved'
+    saved.mkdir()
+    for name, fixture in (('query_gpu.txt', 'nvsmi_query_gpu_busy.txt'), ('compute_apps.txt', 'nvsmi_apps_busy.txt'),
+                          ('nvlink_s.txt', 'nvsmi_nvlink_s.txt'), ('nvlink_e.txt', 'nvsmi_nvlink_e.txt')):
+        (saved / name).write_text(fixture_text('real', 'h200x2', 'state', fixture))
+    monkeypatch.setenv('PATH', SIM_BIN + os.pathsep + os.environ['PATH'])   # a tool that must not be asked
+    monkeypatch.delenv('GF_SIM_ROOT', raising=False)
+    result, failed = run_module(gpu_state_facts.main, {'root': node_root, 'from_log': str(saved)}, monkeypatch)
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert not failed and facts['not_read'] == {} and facts['timings'] == []
+    assert [(p['pid'], p['used_mib']) for p in facts['processes']] == [(3294, 1644)]
+    assert [g['power_w'] for g in facts['gpus']] == [80.22, 683.51]
+    # No saved outputs in the snapshot: not read, with why.
+    result, failed = run_module(gpu_state_facts.main, {'root': node_root, 'from_log': str(tmp_path / 'none')}, monkeypatch)
+    facts = result['ansible_facts']['gpu_fabric_gpu']
+    assert facts['gpus'] == [] and sorted(facts['not_read']) == ['gpus', 'nvlink', 'processes']
+    assert facts['not_read']['gpus'].startswith('no saved outputs of nvidia-smi in ')
