@@ -53,6 +53,12 @@ options:
       - A directory that is not there leaves the tool's parts not read (a snapshot is never judged by the GPUs of the machine that
         reads it).
     type: path
+  before_benchmark:
+    description:
+      - The state is read just before a benchmark over the GPUs (role C(fabric_bench)); the facts say so (C(before_benchmark)),
+        and another process found on a GPU makes that benchmark's tests through it contaminated.
+    type: bool
+    default: false
   as_facts:
     description: Return the state as C(ansible_facts.gpu_fabric_gpu) (true) or as C(gpu_fabric_gpu) of the result only (false,
       for the idle gate, which leaves the facts of validate as they were).
@@ -193,6 +199,7 @@ def main():
                            timeout=dict(type='int', default=20),
                            monitoring_agents=dict(type='list', elements='str', default=[]),
                            from_log=dict(type='path'),
+                           before_benchmark=dict(type='bool', default=False),
                            as_facts=dict(type='bool', default=True)),
         supports_check_mode=True,
     )
@@ -230,6 +237,7 @@ def main():
     facts['elapsed_ms'] = int(round((time.time() - started) * 1000))
     facts['timings'] = runner.timings
     facts['root'] = root
+    facts['before_benchmark'] = module.params['before_benchmark']
     facts['monitoring_agents'] = [name[:64] for name in module.params['monitoring_agents'][:64]]
     facts = without_surrogates(facts, sysroot.warn, 'gpu_fabric_gpu')
     for warning in sysroot.warnings:

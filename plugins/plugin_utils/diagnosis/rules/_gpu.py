@@ -67,7 +67,8 @@ def _busy(host: str, node: Dict[str, Any], gate: Optional[Dict[str, Any]], names
     facts = _mapping(node.get('gpu'))
     extra = tuple(str(name) for name in _list(facts.get('monitoring_agents')))
     seen: Dict[Any, Dict[str, Any]] = {}
-    sources = [(False, _list(facts.get('processes')))]
+    # Facts read just before the pairwise benchmark (role fabric_bench): its GPU-memory tests shared the GPU.
+    sources = [(facts.get('before_benchmark') is True, _list(facts.get('processes')))]
     if gate:
         sources.append((True, _list(gate.get('processes'))))
     for contaminated, processes in sources:
@@ -79,7 +80,7 @@ def _busy(host: str, node: Dict[str, Any], gate: Optional[Dict[str, Any]], names
     found = []
     for bdf, entry in sorted(seen.items(), key=lambda item: str(item[0])):
         words = '; '.join(_process_words(p) for p in entry['processes'][:5])
-        when = ('while the node\'s benchmark ran over it: its results on this GPU are contaminated, not a hardware verdict'
+        when = ('when the node\'s benchmark ran over it: its results on this GPU are contaminated, not a hardware verdict'
                 if entry['contaminated'] else 'when the facts were read: a benchmark over it now would measure a shared GPU')
         evidence = {'processes': entry['processes'][:20], 'contaminated': entry['contaminated'], 'gpu': names.get(bdf or '')}
         found.append(finding(F.GPU_BUSY, host, bdf or 'gpu', evidence,

@@ -12,7 +12,8 @@ import copy
 
 from ansible_collections.hpc.gpu_fabric.plugins.filter import collective as collective_filter
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _findings
+from tests.bench import _accuracy_h12_gpustate
 
 BDFS = ('0000:00:06.0', '0000:00:07.0')
 
@@ -149,3 +150,19 @@ def test_a_gate_that_read_nothing_changes_nothing():
     assert 'gpu_gate' not in local['hosts']['b']
     plain = _collective.judge_nodes({'a': local_run(330.0), 'b': copy.deepcopy(local_run(149.0))})
     assert 'gpu_gate' not in plain['hosts']['b'] and plain['slow'] == ['b']
+
+
+def test_facts_read_before_the_pairwise_benchmark_make_it_contaminated():
+    facts = node(processes=[PYTHON])
+    facts['gpu']['before_benchmark'] = True
+    busy = [f for f in _diagnose.diagnose({'b': facts}) if f['code'] == 'GPU_BUSY']
+    assert busy[0]['evidence']['contaminated'] is True and 'contaminated' in busy[0]['cause']
+    # The symptom that names its own contamination names GPU_BUSY before any other root on its path.
+    assert _findings.named('GPU_BUSY', {'code': 'COLLECTIVE_NODE_SLOW', 'evidence': {'contaminated': [PYTHON]}})
+    assert not _findings.named('GPU_BUSY', {'code': 'COLLECTIVE_NODE_SLOW', 'evidence': {}})
+
+
+def test_accuracy_on_the_simulator():
+    """tests/bench/_accuracy_h12_gpustate.py: each class on its own GPU, the traps clean (about 90 s)."""
+    result = _accuracy_h12_gpustate.run()
+    assert (result['right'], result['total'], result['false_positives'], result['misattributed']) == (5, 5, 0, 0), result
