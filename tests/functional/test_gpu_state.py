@@ -57,3 +57,31 @@ def test_validate_names_the_busy_gpu_and_the_xid_not_the_monitoring_agent(tmp_pa
     assert gpu == [('GPU_BUSY', 'n2', 'warning'), ('GPU_XID', 'n2', 'error')]
     busy = next(f for f in report['findings'] if f['code'] == 'GPU_BUSY')
     assert busy['at'] == [['gpu', 'n2', 'GPU1'], ['gpus', 'n2']] and 'pid 3294 python3 of alice, 1644 MiB' in busy['cause']
+
+
+def test_a_busy_gpu_makes_the_slow_node_contaminated_not_a_hardware_culprit(tmp_path):
+    """Launcher local on three nodes: g2 runs slower (the nccl-tests stand-in at 120 instead of 327 GB/s)
+    while another job holds one of its GPUs; the idle gate of role fabric_collective saw it: the slow run
+    is explained by GPU_BUSY, marked contaminated."""
+    dest = str(tmp_path)
+    spec = {'nodes': [{'name': 'g%d' % i, 'profile': 'nvidia_h100_8x_ndr', 'env': {'GF_SIM_NVLINK_GBS': '120'} if i == 2 else {},
+                       'faults': ['gpu_busy'] if i == 2 else []} for i in range(1, 4)]}
+    cluster.build(spec, dest, 'local', python=sys.executable)
+    out = os.path.join(dest, 'out')
+    cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'validate_fabric.yml'),
+           '-i', os.path.join(dest, 'inventory.yml'), '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + out,
+           '-e', 'gpu_fabric_benchmark=true', '-e', 'fabric_collective_launcher=local', '--skip-tags', 'fabric_bench']
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR='1'))
+    stats = recap(result)
+    assert all(stats[h]['failed'] == 0 for h in ('g1', 'g2', 'g3')), result.stdout[-3000:]
+    with open(os.path.join(out, 'report.json')) as handle:
+        report = json.load(handle)
+    hosts = report['collective']['nodes']['hosts']
+    assert [p['name'] for p in hosts['g2']['gpu_gate']['processes']] == ['python3']
+    assert hosts['g1']['gpu_gate']['processes'] == [] and report['collective']['nodes']['slow'] == ['g2']
+    found = dict(((f['code'], f['host']), f) for f in report['findings'])
+    busy = found[('GPU_BUSY', 'g2')]
+    assert busy['evidence']['contaminated'] is True and busy['explained_by'] is None
+    assert found[('COLLECTIVE_NODE_SLOW', 'g2')]['explained_by'] == busy['id']
+    assert not [key for key in found if key[0].startswith('GPU_') and key[1] != 'g2']
