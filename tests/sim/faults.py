@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import copy
 
+try:
+    from tests.sim import tools_gpu  # the NVIDIA boards the nvidia-smi stand-in knows (their NVLinks)
+except ImportError:  # run as a script from tests/sim
+    import tools_gpu
+
 # Sizes of the IBTA counters a rising-error fault pushes to saturation (see _ib.COUNTER_BITS).
 _SATURATED_LINK_DOWNED = 255
 
@@ -553,6 +558,9 @@ def gpu_throttled(profile, target):
 
 def gpu_nvlink_down(profile, target):
     gpu, state = _nvidia_gpu(profile, target)
+    device = int(next(dev for dev in profile['pci'] if dev['bdf'] == gpu).get('device', 0x2330))
+    if not tools_gpu.MODELS.get(device, tools_gpu.DEFAULT_MODEL)[1]:
+        raise ValueError('GPU %s of profile %s has no NVLink' % (gpu, profile.get('name')))
     state.setdefault('nvlink_inactive', {})[gpu] = [3, 5]
     return {'gpu_bdf': gpu}
 
