@@ -77,7 +77,8 @@ GPUS_MAX = 64            # GPUs read per node (an HGX/NVL board has 8; 64 leaves
 PROCESSES_MAX = 256      # compute processes kept
 LINKS_MAX = 64           # NVLinks per GPU (18 on H100/H200, nvsmi_nvlink_s.txt)
 XID_MAX = 64             # distinct XID events kept (the newest)
-KMSG_BYTES = 4 << 20     # bytes of the kernel log read
+KMSG_BYTES = 4 << 20     # bytes of the kernel log kept (the newest)
+KMSG_READ_MAX = 64 << 20  # bytes of /dev/kmsg read at most (twice the largest log_buf_len, CONFIG_LOG_BUF_SHIFT=25)
 
 # A monitoring agent that keeps a context on every GPU is not another job on it: DCGM's host
 # engine and exporter (NVIDIA DCGM user guide, "nv-hostengine"; NVIDIA/dcgm-exporter), the

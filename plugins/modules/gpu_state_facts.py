@@ -108,6 +108,7 @@ gpu_fabric_gpu:
   type: dict
 '''
 
+import collections
 import errno
 import os
 import time
@@ -143,13 +144,14 @@ class Runner(object):
         return out, err, None
 
 
-def read_kmsg(path='/dev/kmsg', limit=_gpu_state.KMSG_BYTES):
-    """The kernel's ring buffer as /dev/kmsg records, read without blocking (EAGAIN: the end),
-    at most ``limit`` bytes; raises OSError where it cannot be opened."""
+def read_kmsg(path='/dev/kmsg', limit=_gpu_state.KMSG_BYTES, most=_gpu_state.KMSG_READ_MAX):
+    """The kernel's ring buffer as /dev/kmsg records, read without blocking (EAGAIN: the end): the
+    newest ``limit`` bytes of at most ``most`` read (the records come oldest first, and a ring buffer of
+    log_buf_len=32M is larger than ``limit``); raises OSError where it cannot be opened."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
-    chunks, total = [], 0
+    chunks, kept, total = collections.deque(), 0, 0
     try:
-        while total < limit:
+        while total < most:
             try:
                 chunk = os.read(fd, 8192)   # one record per read (Documentation/ABI/testing/dev-kmsg)
             except OSError as exc:
@@ -161,7 +163,10 @@ def read_kmsg(path='/dev/kmsg', limit=_gpu_state.KMSG_BYTES):
             if not chunk:
                 break
             chunks.append(chunk)
+            kept += len(chunk)
             total += len(chunk)
+            while kept > limit and len(chunks) > 1:
+                kept -= len(chunks.popleft())
     finally:
         os.close(fd)
     return b''.join(chunks).decode('utf-8', 'replace')

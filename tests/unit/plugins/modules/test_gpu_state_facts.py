@@ -99,8 +99,11 @@ def test_bad_arguments_fail(monkeypatch, tmp_path):
 
 def test_read_kmsg_without_blocking_and_bounded(tmp_path):
     log = tmp_path / 'kmsg'
-    log.write_text('6,1,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n' * 1000)
-    assert gpu_state_facts.read_kmsg(str(log), limit=8192).count('\n') <= 8192 // 60 + 1
+    log.write_text(''.join('6,%d,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n' % n for n in range(1000, 3000)))
+    kept = gpu_state_facts.read_kmsg(str(log), limit=8192)
+    # The newest records kept (a regular file reads in 8 KiB chunks where /dev/kmsg gives one record per read).
+    assert len(kept) <= 2 * 8192 and kept.rstrip().endswith('6,2999,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.')
+    assert gpu_state_facts.read_kmsg(str(log), limit=8192, most=8192).startswith('6,1000,')
     with pytest.raises(OSError):
         gpu_state_facts.read_kmsg(str(tmp_path / 'absent'))
 
