@@ -15,6 +15,9 @@ only, never a finding code (the rules are plugins/plugin_utils/diagnosis/rules/_
 
 from __future__ import annotations
 
+import collections
+import errno
+import os
 import re
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -515,6 +518,35 @@ def _read_nvlink(run: Runner, tool: str, facts: dict[str, Any]) -> None:
     _merge_nvlink(facts['gpus'], status, errors)
 
 
+def read_kmsg(path: str = '/dev/kmsg', limit: int = KMSG_BYTES, most: int = KMSG_READ_MAX) -> str:
+    """The kernel's ring buffer as /dev/kmsg records, read without blocking (EAGAIN: the end): the
+    newest ``limit`` bytes of at most ``most`` read (the records come oldest first, and a ring buffer of
+    log_buf_len=32M is larger than ``limit``); raises OSError where it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
+    chunks: collections.deque[bytes] = collections.deque()
+    kept = total = 0
+    try:
+        while total < most:
+            try:
+                chunk = os.read(fd, 8192)   # one record per read (Documentation/ABI/testing/dev-kmsg)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    break
+                if exc.errno == errno.EPIPE:   # a record overwritten while read: go on
+                    continue
+                raise
+            if not chunk:
+                break
+            chunks.append(chunk)
+            kept += len(chunk)
+            total += len(chunk)
+            while kept > limit and len(chunks) > 1:
+                kept -= len(chunks.popleft())
+    finally:
+        os.close(fd)
+    return b''.join(chunks).decode('utf-8', 'replace')
+
+
 # ---------------------------------------------------------------------------- saved outputs
 # Where a snapshot keeps the tool's outputs (below its root, beside roce_qos's: module_utils/_roce.py
 # SAVED_DIR), one file per call: the tool's stdout as it printed it. gpu_state_facts ``from_log``
@@ -543,3 +575,9 @@ def saved_runner(directory: str, read: Callable[[str, int], bytes]) -> Runner:
         except (OSError, ValueError) as exc:
             return '', '', 'saved output %s not read (%s)' % (name, getattr(exc, 'strerror', None) or exc)
     return run
+
+
+def kernel_nvrm_lines(text: str) -> str:
+    """The lines of a kernel log the GPU driver wrote (NVRM: XIDs, a GPU fallen off the bus): what a
+    snapshot keeps of the kernel log (kmsg.txt), nothing else of the node's messages."""
+    return ''.join(line + '\n' for line in _lines(text) if 'NVRM' in line)

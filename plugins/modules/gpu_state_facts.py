@@ -108,8 +108,6 @@ gpu_fabric_gpu:
   type: dict
 '''
 
-import collections
-import errno
 import os
 import time
 
@@ -144,34 +142,6 @@ class Runner(object):
         return out, err, None
 
 
-def read_kmsg(path='/dev/kmsg', limit=_gpu_state.KMSG_BYTES, most=_gpu_state.KMSG_READ_MAX):
-    """The kernel's ring buffer as /dev/kmsg records, read without blocking (EAGAIN: the end): the
-    newest ``limit`` bytes of at most ``most`` read (the records come oldest first, and a ring buffer of
-    log_buf_len=32M is larger than ``limit``); raises OSError where it cannot be opened."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
-    chunks, kept, total = collections.deque(), 0, 0
-    try:
-        while total < most:
-            try:
-                chunk = os.read(fd, 8192)   # one record per read (Documentation/ABI/testing/dev-kmsg)
-            except OSError as exc:
-                if exc.errno == errno.EAGAIN:
-                    break
-                if exc.errno == errno.EPIPE:   # a record overwritten while read: go on
-                    continue
-                raise
-            if not chunk:
-                break
-            chunks.append(chunk)
-            kept += len(chunk)
-            total += len(chunk)
-            while kept > limit and len(chunks) > 1:
-                kept -= len(chunks.popleft())
-    finally:
-        os.close(fd)
-    return b''.join(chunks).decode('utf-8', 'replace')
-
-
 def kernel_log(module, sysroot, root, runner, from_log=None):
     """(text, why not read or None). Saved outputs (``from_log``): their kmsg.txt. Below a root other
     than / (a snapshot, a simulated node) its dev/kmsg as a file; on the node /dev/kmsg, else dmesg
@@ -186,7 +156,7 @@ def kernel_log(module, sysroot, root, runner, from_log=None):
         text = sysroot.text('dev/kmsg', quiet=True)
         return (text, None) if text is not None else ('', 'no kernel log below %s (dev/kmsg)' % root)
     try:
-        return read_kmsg(), None
+        return _gpu_state.read_kmsg(), None
     except OSError as exc:
         first = '/dev/kmsg: %s' % (exc.strerror or exc)
     dmesg = module.get_bin_path('dmesg', required=False)

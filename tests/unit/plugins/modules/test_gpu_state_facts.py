@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
 
 import pytest
 
-from ansible_collections.hpc.gpu_fabric.plugins.modules import gpu_state_facts
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gpu_state
+from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture, gpu_state_facts
 from tests.sim import faults, render
 from tests.unit.conftest import fixture_text
 from tests.unit.plugins.modules.utils import run_module
@@ -100,12 +102,12 @@ def test_bad_arguments_fail(monkeypatch, tmp_path):
 def test_read_kmsg_without_blocking_and_bounded(tmp_path):
     log = tmp_path / 'kmsg'
     log.write_text(''.join('6,%d,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n' % n for n in range(1000, 3000)))
-    kept = gpu_state_facts.read_kmsg(str(log), limit=8192)
+    kept = _gpu_state.read_kmsg(str(log), limit=8192)
     # The newest records kept (a regular file reads in 8 KiB chunks where /dev/kmsg gives one record per read).
     assert len(kept) <= 2 * 8192 and kept.rstrip().endswith('6,2999,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.')
-    assert gpu_state_facts.read_kmsg(str(log), limit=8192, most=8192).startswith('6,1000,')
+    assert _gpu_state.read_kmsg(str(log), limit=8192, most=8192).startswith('6,1000,')
     with pytest.raises(OSError):
-        gpu_state_facts.read_kmsg(str(tmp_path / 'absent'))
+        _gpu_state.read_kmsg(str(tmp_path / 'absent'))
 
 
 def test_saved_outputs_are_read_instead_of_a_tool(monkeypatch, tmp_path, node_root):
@@ -127,3 +129,33 @@ def test_saved_outputs_are_read_instead_of_a_tool(monkeypatch, tmp_path, node_ro
     facts = result['ansible_facts']['gpu_fabric_gpu']
     assert facts['gpus'] == [] and sorted(facts['not_read']) == ['gpus', 'nvlink', 'processes']
     assert facts['not_read']['gpus'].startswith('no saved outputs of nvidia-smi in ')
+
+
+def test_a_snapshot_judges_the_same(monkeypatch, tmp_path, node_root):
+    """fabric_capture saves what gpu_state_facts runs (and the kernel log's NVRM lines); from_log on the
+    unpacked snapshot gives the same GPU state as on the node."""
+    monkeypatch.setenv('PATH', SIM_BIN + os.pathsep + os.environ['PATH'])
+    monkeypatch.setenv('GF_SIM_ROOT', node_root)
+    live, failed = run_module(gpu_state_facts.main, {'root': node_root}, monkeypatch)
+    assert not failed
+    tarball = str(tmp_path / 'node.tar.gz')
+    result, failed = run_module(fabric_capture.main, {'root': node_root, 'dest': tarball, 'readers': ['gdr'], 'gpu_tools': 'always'},
+                                monkeypatch)
+    assert not failed, result
+    assert [c['file'] for c in result['commands']] == ['.gpu_fabric_commands/gpu_state/%s.txt' % name for name in
+                                                       ('query_gpu', 'compute_apps', 'nvlink_s', 'nvlink_e')]
+    unpacked = tmp_path / 'snap'
+    with tarfile.open(tarball) as tar:
+        tar.extractall(str(unpacked), filter='tar')
+    saved = unpacked / '.gpu_fabric_commands' / 'gpu_state'
+    assert (saved / 'kmsg.txt').read_text().count('NVRM') == 2     # the driver's banner and the XID, nothing else
+    monkeypatch.setenv('PATH', str(tmp_path))   # offline: no tool at all
+    offline, failed = run_module(gpu_state_facts.main, {'root': str(unpacked), 'from_log': str(saved)}, monkeypatch)
+    assert not failed
+    keys = ('gpus', 'processes', 'xid', 'not_read', 'driver_version')
+    on_node = dict((k, live['ansible_facts']['gpu_fabric_gpu'][k]) for k in keys)
+    snapshot = dict((k, offline['ansible_facts']['gpu_fabric_gpu'][k]) for k in keys)
+    # The process owner comes from /proc of the node, which a snapshot does not hold.
+    for process in on_node['processes'] + snapshot['processes']:
+        process.pop('user')
+    assert snapshot == on_node
