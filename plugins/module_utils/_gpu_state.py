@@ -19,7 +19,10 @@ import collections
 import errno
 import os
 import re
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
 
 # run(argv) -> (stdout, stderr, why it did not succeed or None): module gpu_state_facts' Runner.
 Runner = Callable[[List[str]], Tuple[str, str, Optional[str]]]
@@ -557,6 +560,43 @@ _SAVED_NAMES = (('--query-gpu=', 'query_gpu.txt'), ('--query-compute-apps=', 'co
                 ('nvlink -e', 'nvlink_e.txt'))
 
 
+# A saved output whose call did not succeed starts with this line and why; the tool not installed on
+# the node is a file of this name (gpu_state_facts then says it as on the node).
+SAVED_WHY = '# hpc.gpu_fabric saved output, not ok: '
+NOT_INSTALLED = 'nvidia-smi.not_installed'
+
+
+class ToolRunner(object):
+    """run(argv) -> (stdout, stderr, why not ok or None): each call through module_utils/_process.py run()
+    (an argument list, ``timeout``, reaped whatever happens), timed; ``answered(argv, stdout, why)`` is told
+    each answer (fabric_capture saves them)."""
+
+    def __init__(self, timeout: int, answered: Optional[Callable[[List[str], str, Optional[str]], None]] = None) -> None:
+        self.timeout = timeout
+        self.answered = answered
+        self.timings: List[Dict[str, Any]] = []
+
+    def __call__(self, argv: List[str]) -> Tuple[str, str, Optional[str]]:
+        started = time.time()
+        launched = _process.run(argv, self.timeout, name=os.path.basename(argv[0]))
+        out, err = launched.output()
+        self.timings.append({'argv': [os.path.basename(argv[0])] + list(argv[1:2]), 'ms': int(round((time.time() - started) * 1000))})
+        why = None
+        if launched.timed_out:
+            why = 'timed out after %ds' % self.timeout
+        elif launched.rc != 0:
+            last = (err or out).strip().splitlines()
+            why = 'rc %s: %s' % (launched.rc, last[-1][:200] if last else 'no output')
+        if self.answered is not None:
+            self.answered(list(argv), out, why)
+        return out, err, why
+
+
+def saved_text(out: str, why: Optional[str]) -> str:
+    """A call's saved output: its stdout, after SAVED_WHY and why where it did not succeed."""
+    return out if why is None else '%s%s\n%s' % (SAVED_WHY, why.replace('\n', ' '), out)
+
+
 def saved_name(argv: Sequence[str]) -> str | None:
     """The file a call's output is saved as (``argv`` without the tool), or None."""
     words = ' '.join(argv)
@@ -571,7 +611,11 @@ def saved_runner(directory: str, read: Callable[[str, int], bytes]) -> Runner:
         if name is None:
             return '', '', 'no saved output of %s' % ' '.join(argv[1:])[:100]
         try:
-            return read('%s/%s' % (directory, name), SAVED_BYTES).decode('utf-8', 'replace'), '', None
+            text = read('%s/%s' % (directory, name), SAVED_BYTES).decode('utf-8', 'replace')
+            if text.startswith(SAVED_WHY):
+                first, _sep, rest = text.partition('\n')
+                return rest, '', first[len(SAVED_WHY):]
+            return text, '', None
         except (OSError, ValueError) as exc:
             return '', '', 'saved output %s not read (%s)' % (name, getattr(exc, 'strerror', None) or exc)
     return run

@@ -194,20 +194,20 @@ def capture_gpu(module, root, timeout):
     saved, commands = {}, []
     tool = module.get_bin_path('nvidia-smi', required=False)
 
-    def run(argv):
-        launched = _process.run(argv, timeout, name='nvidia-smi')
-        out, err = launched.output()
+    def answered(argv, out, why):
         name = _gpu_state.saved_name(argv[1:])
-        why = 'timed out after %ds' % timeout if launched.timed_out else None if launched.rc == 0 else 'rc %s' % launched.rc
-        if name and why is None:
-            saved[name] = out    # a field the driver refused: the answer to the next, smaller call is kept
+        if name:
+            # A field the driver refused: the answer to the next, smaller call replaces it.
+            saved[name] = _gpu_state.saved_text(out, why)
         commands.append({'command': ' '.join(['nvidia-smi'] + list(argv[1:]))[:300],
-                         'file': '%s/%s' % (_gpu_state.SAVED_DIR, name) if name else None, 'rc': launched.rc, 'error': why})
-        return out, err, why
+                         'file': '%s/%s' % (_gpu_state.SAVED_DIR, name) if name else None, 'rc': None if why else 0, 'error': why})
+    run = _gpu_state.ToolRunner(timeout, answered)
     if tool:
         _gpu_state.read_gpu_state(run, tool, SysRoot(root), lambda: ('', None), ('gpus', 'processes', 'nvlink'))
     else:
-        commands.append({'command': 'nvidia-smi', 'file': None, 'rc': None, 'error': 'not installed'})
+        saved[_gpu_state.NOT_INSTALLED] = ''
+        commands.append({'command': 'nvidia-smi', 'file': '%s/%s' % (_gpu_state.SAVED_DIR, _gpu_state.NOT_INSTALLED), 'rc': None,
+                         'error': 'not installed'})
     try:
         log = _gpu_state.read_kmsg() if root == '/' else SysRoot(root).text('dev/kmsg', quiet=True)
     except OSError as exc:

@@ -90,7 +90,7 @@ ansible_facts:
           C(utilization_pct), memory, C(ecc_uncorrected), C(retired_pages_pending), C(remapped_rows_pending),
           C(remapped_rows_failure), PCIe, C(nvlink) - C(links), C(active), C(inactive), C(speed_gbs), C(errors) - or null),
           C(processes) (C(bdf), C(pid), C(name), C(used_mib), C(user)), C(xid) (C(bdf), C(xid), C(kind), C(severity),
-          C(meaning), C(text), C(count)), C(not_read) (part -> why), C(calls) (each call's outcome) and C(elapsed_ms).
+          C(meaning), C(text), C(count)), C(not_read) (part -> why) and C(calls) (each call's outcome).
       type: dict
       returned: always
       sample:
@@ -106,6 +106,17 @@ gpu_fabric_gpu:
   description: The same state, where O(as_facts) is false.
   returned: when as_facts is false
   type: dict
+elapsed_ms:
+  description: Milliseconds the reads took, tool calls and the kernel log together.
+  returned: always
+  type: int
+  sample: 240
+timings:
+  description: Each tool call with its milliseconds (none where saved outputs were read).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{argv: [nvidia-smi, --query-gpu=index,...], ms: 67}]
 '''
 
 import os
@@ -121,27 +132,6 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import Sys
 OTHER_TOOLS = ('amd-smi', 'rocm-smi', 'mx-smi')
 
 
-class Runner(object):
-    """Each call through module_utils/_process.py run(): argument list, a timeout, reaped whatever happens."""
-
-    def __init__(self, timeout):
-        self.timeout = timeout
-        self.timings = []
-
-    def __call__(self, argv):
-        started = time.time()
-        launched = _process.run(argv, self.timeout, name=os.path.basename(argv[0]))
-        out, err = launched.output()
-        self.timings.append({'argv': [os.path.basename(argv[0])] + list(argv[1:2]),
-                             'ms': int(round((time.time() - started) * 1000))})
-        if launched.timed_out:
-            return out, err, 'timed out after %ds' % self.timeout
-        if launched.rc != 0:
-            last = (err or out).strip().splitlines()
-            return out, err, 'rc %s: %s' % (launched.rc, last[-1][:200] if last else 'no output')
-        return out, err, None
-
-
 def kernel_log(module, sysroot, root, runner, from_log=None):
     """(text, why not read or None). Saved outputs (``from_log``): their kmsg.txt. Below a root other
     than / (a snapshot, a simulated node) its dev/kmsg as a file; on the node /dev/kmsg, else dmesg
@@ -154,7 +144,7 @@ def kernel_log(module, sysroot, root, runner, from_log=None):
                 return '', 'no saved kernel log in %s (%s)' % (from_log, getattr(exc, 'strerror', None) or exc)
     if root != '/':
         text = sysroot.text('dev/kmsg', quiet=True)
-        return (text, None) if text is not None else ('', 'no kernel log below %s (dev/kmsg)' % root)
+        return (text, None) if text is not None else ('', 'no kernel log below the root (dev/kmsg)')
     try:
         return _gpu_state.read_kmsg(), None
     except OSError as exc:
@@ -184,13 +174,13 @@ def main():
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second, not %d' % module.params['timeout'])
     sysroot = SysRoot(root)
-    runner = Runner(module.params['timeout'])
+    runner = _gpu_state.ToolRunner(module.params['timeout'])
     tool = module.get_bin_path('nvidia-smi', required=False)
     from_log = module.params['from_log']
     run = runner
     if from_log is not None:
         # Saved outputs, never the tool of this machine; none there: not read (read_gpu_state with no tool).
-        tool = 'nvidia-smi' if os.path.isdir(from_log) else None
+        tool = 'nvidia-smi' if os.path.isdir(from_log) and not os.path.lexists(os.path.join(from_log, _gpu_state.NOT_INSTALLED)) else None
         run = _gpu_state.saved_runner(from_log, _paths.read_regular)
     started = time.time()
     try:
@@ -198,7 +188,7 @@ def main():
                                           tuple(module.params['parts']))
     except _process.Terminated as exc:
         module.fail_json(msg='stopped while reading the GPUs\' state (%s); every tool it ran was reaped' % exc)
-    if from_log is not None and tool is None:
+    if from_log is not None and tool is None and not os.path.lexists(os.path.join(from_log, _gpu_state.NOT_INSTALLED)):
         for part in module.params['parts']:
             if part != 'xid':
                 facts['not_read'][part] = 'no saved outputs of nvidia-smi in %s' % from_log
@@ -209,8 +199,8 @@ def main():
             for part in module.params['parts']:
                 if part != 'xid':
                     facts['not_read'][part] = 'not read: parser for %s not available' % others[0]
-    facts['elapsed_ms'] = int(round((time.time() - started) * 1000))
-    facts['timings'] = runner.timings
+    # What it cost, beside the facts (which stay the same for the same state: offline.yml compares them).
+    cost = {'elapsed_ms': int(round((time.time() - started) * 1000)), 'timings': runner.timings}
     facts['root'] = root
     facts['before_benchmark'] = module.params['before_benchmark']
     facts['monitoring_agents'] = [name[:64] for name in module.params['monitoring_agents'][:64]]
@@ -218,8 +208,8 @@ def main():
     for warning in sysroot.warnings:
         module.warn(warning)
     if module.params['as_facts']:
-        module.exit_json(changed=False, ansible_facts={'gpu_fabric_gpu': facts})
-    module.exit_json(changed=False, gpu_fabric_gpu=facts)
+        module.exit_json(changed=False, ansible_facts={'gpu_fabric_gpu': facts}, **cost)
+    module.exit_json(changed=False, gpu_fabric_gpu=facts, **cost)
 
 
 if __name__ == '__main__':

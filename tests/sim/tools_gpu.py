@@ -211,7 +211,7 @@ def read_facts(root, parts=('gpus', 'processes', 'nvlink', 'xid')):
 
     def kernel_log():
         text = sysroot.text('dev/kmsg', quiet=True)
-        return (text, None) if text is not None else ('', 'no kernel log below %s (dev/kmsg)' % root)
+        return (text, None) if text is not None else ('', 'no kernel log below the root (dev/kmsg)')
     facts = _gpu_state.read_gpu_state(run, 'nvidia-smi' if present else None, sysroot, kernel_log, parts)
     facts['monitoring_agents'] = []
     return facts
