@@ -68,8 +68,8 @@ REASON_BITS = (
     (0x10, 'sync_boost'), (0x20, 'sw_thermal_slowdown'), (0x40, 'hw_thermal_slowdown'), (0x80, 'hw_power_brake_slowdown'),
     (0x100, 'display_clock_setting'),
 )
-# Values nvidia-smi prints where it has none (real fixtures: "[N/A]"; NVIDIA/nccl and netdata
-# issues: "N/A", "[Not Supported]", "[Unknown Error]", "[GPU is lost]").
+# Values nvidia-smi prints where it has none: "[N/A]" (tests/fixtures/real/h200x2/state/nvsmi_query_gpu.txt),
+# "N/A" (-q, nvsmi_q_perf.txt there), and its other placeholders in brackets, read alike: no value, never a 0.
 _NO_VALUE = re.compile(r'^\[?(N/A|Not Supported|Unknown Error|GPU is lost|Insufficient Permissions|Requested functionality has been deprecated)\]?$',
                        re.I)
 _UNIT = re.compile(r'\s*\[[^\]]*\]$')
@@ -88,11 +88,13 @@ KMSG_READ_MAX = 64 << 20  # bytes of /dev/kmsg read at most (twice the largest l
 
 # A monitoring agent that keeps a context on every GPU is not another job on it: DCGM's host
 # engine and exporter (NVIDIA DCGM user guide, "nv-hostengine"; NVIDIA/dcgm-exporter), the
-# NVIDIA device plugin's and gpu-feature-discovery's probes, nvidia-persistenced. Each holds a
-# context of a few hundred MiB at most (a CUDA context is ~300-500 MiB on Hopper: NVIDIA/DCGM#149
-# shows nv-hostengine on every GPU of a DGX); above MONITORING_MIB_MAX it is counted as a job.
+# NVIDIA device plugin's and gpu-feature-discovery's probes, nvidia-persistenced. Such an agent
+# holds a CUDA context of a few hundred MiB on a GPU; MONITORING_MIB_MAX sits above that and below
+# what even a small job holds (the real node's matrix products in one python3 process held 1644 MiB:
+# tests/fixtures/real/h200x2/state/nvsmi_apps_busy.txt): an agent's name holding more is a job.
+# dcgmproftester is DCGM's load generator, not an agent: it is a job like any other.
 MONITORING_AGENTS = ('nv-hostengine', 'dcgm-exporter', 'dcgmi', 'nvidia-persistenced', 'nvidia-device-plugin',
-                     'gpu-feature-discovery', 'nvidia-dcgm', 'dcgmproftester')
+                     'gpu-feature-discovery', 'nvidia-dcgm')
 MONITORING_MIB_MAX = 1024
 
 
