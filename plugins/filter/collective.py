@@ -10,7 +10,7 @@ from typing import Any, Callable
 # ansible-doc reads because this file has no DOCUMENTATION (as ansible-core's filter/core.py).
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _gpu_state
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _fleet_model, _tasks
 
 
@@ -43,13 +43,30 @@ def collective_verdict(result: Any, expected_gbs: Any, healthy: Any = None, warn
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
+def _gate(gate: Any) -> dict[str, Any] | None:
+    """A node's idle gate before its own run: the foreign compute processes on its GPUs
+    (module_utils/_gpu_state.py foreign_processes: monitoring agents left out), None where it read nothing."""
+    state = gate.get('gpu_fabric_gpu') if isinstance(gate, dict) else None
+    if not isinstance(state, dict):
+        return None
+    processes = [p for p in state.get('processes') or [] if isinstance(p, dict)]
+    agents = [str(name) for name in state.get('monitoring_agents') or []]
+    return {'processes': _gpu_state.foreign_processes(processes, (), agents)[:20], 'not_read': state.get('not_read') or {}}
+
+
 def collective_local_verdict(hostvars: Any, hosts: Any, expected_gbs: Any = None, healthy: Any = None, warn: Any = None,
                              metric: str = 'max') -> dict[str, Any]:
     """Every node's own collective (launcher local), judged against its peers and the expectation."""
     healthy, warn = _ratios('collective_local_verdict', healthy, warn)
     model = _model('collective_local_verdict', hostvars, hosts, ('collective',))
     results = dict((host, node['collective_local']) for host, node in model['nodes'].items())
-    return _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
+    verdict = _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
+    # Each run's record says which other processes held its GPUs (rules/_collective.py and rules/_gpu.py read it).
+    for host, node in model['nodes'].items():
+        gate = _gate(node.get('collective_gate'))
+        if gate is not None and host in verdict['hosts']:
+            verdict['hosts'][host]['gpu_gate'] = gate
+    return verdict
 
 
 def collective_outcome(result: Any) -> dict[str, Any]:

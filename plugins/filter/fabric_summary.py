@@ -94,7 +94,10 @@ def fabric_facts_files(hostvars: Any, hosts: Any) -> dict[str, str]:
     files: dict[str, str] = {}
     for host in model['hosts']:
         facts = model['nodes'][host]['facts']
-        files['%s.json' % host] = to_nice_json({'ib': facts.get('ib'), 'gdr': facts.get('gdr')}) + '\n'
+        written = {'ib': facts.get('ib'), 'gdr': facts.get('gdr')}
+        if 'gpu' in facts:   # the GPUs' own state (gpu_state_facts), where it was read
+            written['gpu'] = facts['gpu']
+        files['%s.json' % host] = to_nice_json(written) + '\n'
     return files
 
 

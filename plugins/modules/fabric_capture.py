@@ -34,7 +34,7 @@ description:
     A tool that is not installed is saved as such and never fails the capture;
     a port whose DCB settings could not be read is a warning. A tool that timed out is not run again for the
     other ports. The ECN, CNP and RDMA CM ToS files are captured as files.
-  - Spawns no other tool; reads only. The warnings of the readers (for example an unreadable file) come back as
+  - Spawns no other tool than those (C(mlnx_qos), C(dcb), C(nvidia-smi)); reads only. The warnings of the readers (for example an unreadable file) come back as
     warnings, as the facts modules give them.
 author:
   - hpc.gpu_fabric maintainers (@hpc-gpu-fabric)
@@ -75,8 +75,19 @@ options:
     type: str
     choices: [auto, always, never]
     default: auto
+  gpu_tools:
+    description:
+      - When to save the GPUs' own state for M(hpc.gpu_fabric.gpu_state_facts) - the outputs of its C(nvidia-smi) calls
+        (C(--query-gpu), C(--query-compute-apps), C(nvlink -s), C(nvlink -e)) and the lines of the kernel log the GPU
+        driver wrote (C(NVRM), nothing else of the node's messages), below C(.gpu_fabric_commands/gpu_state) in the
+        tarball, where its C(from_log) option reads them offline.
+      - C(auto) only when O(root) is C(/), C(always) also below another root (a simulated node), C(never) not at all
+        (offline, the GPU state is then said not read).
+    type: str
+    choices: [auto, always, never]
+    default: auto
   timeout:
-    description: Seconds each run of C(mlnx_qos) / C(dcb) may take.
+    description: Seconds each run of C(mlnx_qos) / C(dcb) / C(nvidia-smi) may take.
     type: int
     default: 20
 notes:
@@ -171,8 +182,48 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _paths, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _gpu_state, _paths, _process
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import tool_runner
+
+
+def capture_gpu(module, root, timeout):
+    """The GPU state's saved outputs as tar members, and what was run: gpu_state_facts' own calls of
+    nvidia-smi (module_utils/_gpu_state.py read_gpu_state, each with ``timeout``), and the NVRM lines of the
+    kernel log (/dev/kmsg on the node, dev/kmsg below another root)."""
+    saved, commands = {}, []
+    tool = module.get_bin_path('nvidia-smi', required=False)
+
+    def answered(argv, out, why):
+        name = _gpu_state.saved_name(argv[1:])
+        if name:
+            # A field the driver refused: the answer to the next, smaller call replaces it.
+            saved[name] = _gpu_state.saved_text(out, why)
+        commands.append({'command': ' '.join(['nvidia-smi'] + list(argv[1:]))[:300],
+                         'file': '%s/%s' % (_gpu_state.SAVED_DIR, name) if name else None, 'rc': None if why else 0, 'error': why})
+    run = _gpu_state.ToolRunner(timeout, answered)
+    if tool:
+        _gpu_state.read_gpu_state(run, tool, SysRoot(root), lambda: ('', None), ('gpus', 'processes', 'nvlink'))
+    else:
+        saved[_gpu_state.NOT_INSTALLED] = ''
+        commands.append({'command': 'nvidia-smi', 'file': '%s/%s' % (_gpu_state.SAVED_DIR, _gpu_state.NOT_INSTALLED), 'rc': None,
+                         'error': 'not installed'})
+    try:
+        log = _gpu_state.read_kmsg() if root == '/' else SysRoot(root).text('dev/kmsg', quiet=True)
+    except OSError as exc:
+        log = None
+        commands.append({'command': 'read /dev/kmsg', 'file': None, 'rc': None, 'error': exc.strerror or str(exc)})
+    if log is not None:
+        saved['kmsg.txt'] = _gpu_state.kernel_nvrm_lines(log)
+    members = {}
+    for name, text in saved.items():
+        data = text.encode('utf-8', 'surrogateescape')
+        members['%s/%s' % (_gpu_state.SAVED_DIR, name)] = {'kind': 'file', 'data': data, 'placeholder': False}
+    if members:
+        parts = _gpu_state.SAVED_DIR.split('/')
+        for index in range(1, len(parts) + 1):
+            members['/'.join(parts[:index])] = {'kind': 'dir'}
+    return members, commands
 
 
 def main():
@@ -182,6 +233,7 @@ def main():
             dest=dict(type='path', required=True),
             readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr', 'roce']),
             qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            gpu_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             timeout=dict(type='int', default=20),
         ),
         supports_check_mode=True,
@@ -214,6 +266,14 @@ def main():
         _facts, members, notes, warnings = _capture.capture(root, readers, run)
     except _process.Terminated as exc:
         module.fail_json(msg='stopped while mlnx_qos / dcb ran (%s); all of them were reaped' % exc)
+    gpu_tools = module.params['gpu_tools']
+    if gpu_tools == 'always' or (gpu_tools == 'auto' and root == '/'):
+        try:
+            gpu_members, gpu_commands = capture_gpu(module, root, module.params['timeout'])
+        except _process.Terminated as exc:
+            module.fail_json(msg='stopped while nvidia-smi ran (%s); all of them were reaped' % exc)
+        members.update(gpu_members)
+        notes['commands'].extend(gpu_commands)
     counts = _capture.summary(members)
     meta = _capture.manifest(root, readers, members, notes, warnings)
     result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'],

@@ -35,6 +35,7 @@ import time
 
 # Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
+from tests.bench import _accuracy_h12_gpustate
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
 from tests.bench import _accuracy_h17_subnet
@@ -521,6 +522,7 @@ def main(argv=None):
         result['fabric'] = fabric_run()
         result['subnet_h17'] = _accuracy_h17_subnet.run()
     result['h13_ncclconf'] = _accuracy_h13_ncclconf.run()
+    result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
     print(json.dumps(result, indent=1))
     return 0
 

@@ -59,7 +59,7 @@ def write_log(path, fixture, replace=()):
 def facts_without_root(path):
     with open(path) as handle:
         facts = json.load(handle)
-    for layer in ('ib', 'gdr'):
+    for layer in ('ib', 'gdr', 'gpu'):
         if facts.get(layer):
             facts[layer].pop('root')
     return facts

@@ -61,6 +61,8 @@ def build(spec, dest, mode='local', key=None, python=None, extra_hosts=None):
         host = {'gpu_fabric_root': root, 'gpu_fabric_sim_profile': node['profile'],
                 # The DCB stand-ins (tests/sim/bin/mlnx_qos, dcb) act on the simulated root: ask them.
                 'gpu_fabric_qos_tools': 'always',
+                # fabric_capture saves the nvidia-smi stand-in's outputs too (gpu_state_facts from_log offline).
+                'gpu_fabric_gpu_tools': 'always',
                 'gpu_fabric_sim_faults': applied, 'gpu_fabric_sim_expect': expect}
         # Stand-ins for the tools that act (modprobe, cpupower, ...) come first on PATH,
         # and learn which simulated node they act on from GF_SIM_ROOT.

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import copy
 
+try:
+    from tests.sim import tools_gpu  # the NVIDIA boards the nvidia-smi stand-in knows (their NVLinks)
+except ImportError:  # run as a script from tests/sim
+    import tools_gpu
+
 # Sizes of the IBTA counters a rising-error fault pushes to saturation (see _ib.COUNTER_BITS).
 _SATURATED_LINK_DOWNED = 255
 
@@ -523,3 +528,64 @@ def apply(profile, name, target=None):
 
 def expectations(name, context):
     return [(expr.format(**context), value) for expr, value in CATALOG[name]['expect']]
+
+
+# ---------------------------------------------------------------------------- the GPUs' own state
+# Keys of the profile's gpu_state (tests/sim/tools_gpu.py), which the nvidia-smi stand-in and the
+# simulated kernel log print in the real formats. Only on NVIDIA GPUs (the stand-in is nvidia-smi).
+def _nvidia_gpu(profile, target):
+    gpus = [dev['bdf'] for dev in profile.get('pci', []) if dev.get('kind') == 'gpu' and int(dev.get('vendor', 0x10de)) == 0x10de]
+    if not gpus:
+        raise ValueError('profile %s has no NVIDIA GPU' % profile.get('name'))
+    gpu = target or sorted(gpus)[-1]
+    if gpu not in gpus:
+        raise ValueError('no NVIDIA GPU %s in profile %s' % (gpu, profile.get('name')))
+    return gpu, profile.setdefault('gpu_state', {})
+
+
+def gpu_busy(profile, target):
+    gpu, state = _nvidia_gpu(profile, target)
+    # As on the real node (tests/fixtures/real/h200x2/state/nvsmi_apps_busy.txt): python3 running matrix products.
+    state.setdefault('processes', []).append({'bdf': gpu, 'pid': 3294, 'name': 'python3', 'used_mib': 1644, 'uid': 1000})
+    return {'gpu_bdf': gpu}
+
+
+def gpu_throttled(profile, target):
+    gpu, state = _nvidia_gpu(profile, target)
+    state.setdefault('clock_reasons', {})[gpu] = ['hw_slowdown', 'hw_thermal_slowdown']
+    return {'gpu_bdf': gpu}
+
+
+def gpu_nvlink_down(profile, target):
+    gpu, state = _nvidia_gpu(profile, target)
+    device = int(next(dev for dev in profile['pci'] if dev['bdf'] == gpu).get('device', 0x2330))
+    if not tools_gpu.MODELS.get(device, tools_gpu.DEFAULT_MODEL)[1]:
+        raise ValueError('GPU %s of profile %s has no NVLink' % (gpu, profile.get('name')))
+    state.setdefault('nvlink_inactive', {})[gpu] = [3, 5]
+    return {'gpu_bdf': gpu}
+
+
+def gpu_xid79(profile, target):
+    gpu, state = _nvidia_gpu(profile, target)
+    state.setdefault('xid', []).append({'bdf': gpu, 'xid': 79, 'text': 'pid=4242, name=python3, GPU has fallen off the bus.'})
+    return {'gpu_bdf': gpu}
+
+
+def gpu_remap_pending(profile, target):
+    gpu, state = _nvidia_gpu(profile, target)
+    state.setdefault('remapped_rows_pending', []).append(gpu)
+    return {'gpu_bdf': gpu}
+
+
+CATALOG.update({
+    'gpu_busy': _fault(gpu_busy, 'Another job (python3, 1644 MiB) runs on a GPU.', [
+        ("gpu.processes[?bdf=='{gpu_bdf}'] | [0].name", 'python3')]),
+    'gpu_throttled': _fault(gpu_throttled, 'A GPU\'s clocks held down by hardware (thermal) slowdown.', [
+        ("contains(gpu.gpus[?bdf=='{gpu_bdf}'] | [0].clock_reasons, 'hw_slowdown')", True)]),
+    'gpu_nvlink_down': _fault(gpu_nvlink_down, 'Two NVLinks of a GPU inactive (links 3 and 5).', [
+        ("gpu.gpus[?bdf=='{gpu_bdf}'] | [0].nvlink.inactive", [3, 5])]),
+    'gpu_xid79': _fault(gpu_xid79, 'XID 79 in the kernel log: a GPU fell off the bus.', [
+        ("gpu.xid[?bdf=='{gpu_bdf}'] | [0].xid", 79)]),
+    'gpu_remap_pending': _fault(gpu_remap_pending, 'A row remap pending on a GPU (applied at the next reset).', [
+        ("gpu.gpus[?bdf=='{gpu_bdf}'] | [0].remapped_rows_pending", True)]),
+})

@@ -34,9 +34,11 @@ import yaml
 try:
     from tests.sim import faults
     from tests.sim import tools_qos  # RoCE QoS
+    from tests.sim import tools_gpu  # the GPUs' own state
 except ImportError:  # run as a script from tests/sim
     import faults
     import tools_qos
+    import tools_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROFILE_DIR = os.path.join(HERE, 'profiles')
@@ -599,6 +601,8 @@ def render(profile, dest):
     # RoCE QoS: ECN/CNP sysfs, RDMA CM ToS in configfs, the DCB state of the stand-ins.
     tools_qos.render_qos(dest, profile)
     render_nccl_conf(dest, profile)
+    # The GPUs' own state for the nvidia-smi stand-in, and the kernel log (tests/sim/tools_gpu.py).
+    tools_gpu.render_gpu(dest, profile)
     _write(dest, '/etc/hostname', profile.get('hostname', profile.get('name', 'node')))
 
 

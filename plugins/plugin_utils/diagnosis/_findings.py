@@ -624,6 +624,62 @@ NCCL_CONF_DIFFERS = _register(
     'make %(file)s on %(host)s the same as on the other nodes (or remove %(variables)s from it): a job reads it '
     'without saying so, and NCCL prints its settings as "set by environment"')
 
+# ---- h12-gpustate
+# The GPUs' own state (module gpu_state_facts, module_utils/_gpu_state.py; rules/_gpu.py). Each root
+# sits on its GPU (('gpu', host, name), the place a GPU-memory pair test goes through) and on the
+# node's GPUs (('gpus', host), the place of the node's own collective): it explains only symptoms
+# whose path goes through that GPU or the node's GPUs.
+_GPU_SLOW = ('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_CULPRIT', 'BENCH_GPU_MEMORY_LOW')
+GPU_BUSY = _register(
+    'GPU_BUSY', 'host', 'warning',
+    'a compute process that is not the benchmark\'s own holds a GPU (nvidia-smi --query-compute-apps; monitoring agents '
+    'such as DCGM\'s nv-hostengine and dcgm-exporter excepted): a benchmark over that GPU is contaminated, not a '
+    'hardware verdict',
+    'let %(process)s finish or stop it, then run the benchmark again; a monitoring agent of your own can be allowed '
+    'with gpu_fabric_gpu_monitoring_agents',
+    explains=_GPU_SLOW)
+GPU_CLOCKS_THROTTLED = _register(
+    'GPU_CLOCKS_THROTTLED', 'host', 'error',
+    'a GPU\'s clocks held down by hardware slowdown, thermal slowdown (hardware or software) or the power brake '
+    '(idle, application clocks and a software power cap are not faults)',
+    'check the GPU\'s cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER): airflow, fans, the PSU and the '
+    'board\'s power brake signal',
+    other={'warning': 'software thermal slowdown only'},
+    explains=_GPU_SLOW)
+GPU_NVLINK_DOWN = _register(
+    'GPU_NVLINK_DOWN', 'host', 'error',
+    'NVLinks of a GPU inactive (or at 0 GB/s) where other GPUs of its model (on the node or its peers) have them active',
+    'reset the GPU (nvidia-smi -r) or reboot; a link that stays down needs the baseboard or NVSwitch checked '
+    '(nvidia-smi nvlink -s, field diagnostics)',
+    explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_CULPRIT', 'COLLECTIVE_GPUS_NOT_P2P'))
+GPU_NVLINK_ERRORS = _register(
+    'GPU_NVLINK_ERRORS', 'host', 'warning',
+    'NVLink replay, recovery or CRC errors counted on a GPU\'s links since the driver loaded (nvidia-smi nvlink -e)',
+    'watch the counters under load (nvidia-smi nvlink -e); links that keep counting need the GPU reseated or the '
+    'baseboard checked (field diagnostics)',
+    explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_CULPRIT'))
+GPU_XID = _register(
+    'GPU_XID', 'host', 'error',
+    'XID events of a GPU in the kernel log, with the severity of NVIDIA\'s XID catalog: a reset or hardware XID',
+    'follow NVIDIA\'s XID catalog for XID %(xid)s (docs.nvidia.com/deploy/xid-errors): reset the GPU or drain the node '
+    'for field diagnostics',
+    other={'warning': 'an XID the catalog asks to watch, no reset by itself',
+           'info': 'an application\'s own error, such as XID 13, 31, 43 or 45: the GPU is fine'},
+    explains=_GPU_SLOW + ('BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_DATA_CORRUPTION'))
+GPU_MEMORY_REMAP_PENDING = _register(
+    'GPU_MEMORY_REMAP_PENDING', 'host', 'warning',
+    'a GPU has a row remap or a page retirement pending (applied at the next GPU reset)',
+    'reset the GPU (nvidia-smi -r, with no process on it) or reboot so that the remap takes effect',
+    other={'error': 'the row remapper failed, no spare row left: the GPU needs field diagnostics'},
+    explains=('BENCH_GPU_MEMORY_FAILED', 'COLLECTIVE_FAILED', 'COLLECTIVE_DATA_CORRUPTION'))
+GPU_STATE_NOT_READ = _register(
+    'GPU_STATE_NOT_READ', 'host', 'info',
+    'parts of a node\'s GPU state not read (no nvidia-smi, a call refused or timed out, the kernel log unreadable): '
+    'nothing is said of them',
+    'install the GPU vendor\'s tool on the node (nvidia-smi comes with the driver) and give the facts root (become) '
+    'for the kernel log', scope='node')
+# ---- end h12-gpustate
+
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the
 # subnet manager's state, the run as a whole. One decision per code, so that no rule forgets it.
@@ -751,6 +807,9 @@ def named(root: str, symptom: Finding) -> bool:
     if root == COLLECTIVE_GPUS_NOT_P2P:
         # The run's own log says how its GPUs talked: that, not a node-wide setting, is why it was slow.
         return symptom.get('code') in (COLLECTIVE_NODE_SLOW, COLLECTIVE_BUSBW_LOW, COLLECTIVE_CULPRIT)
+    if root == GPU_BUSY:
+        # The run itself was contaminated: another process held its GPUs while it ran (the idle gate).
+        return bool(_mapping(symptom.get('evidence')).get('contaminated'))
     return root == HOST_MEMLOCK_LIMITED and _failure_kind(symptom) == 'mr_failed'
 
 

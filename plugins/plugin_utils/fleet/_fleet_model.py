@@ -51,6 +51,7 @@ PARTS = ('facts', 'run', 'bench', 'collective', 'capture')
 # Where each fact module puts its result (under ansible_facts: their copies as top-level variables,
 # INJECT_FACTS_AS_VARS, are deprecated from ansible-core 2.21 on and go in 2.24), and its name here.
 FACT_KEYS = (('gpu_fabric_ib', 'ib'), ('gpu_fabric_gdr', 'gdr'), ('gpu_fabric_ib_fabric', 'fabric'), ('gpu_fabric_roce', 'roce'),
+             ('gpu_fabric_gpu', 'gpu'),
              ('gpu_fabric_nccl', 'nccl'))
 # The node's NCCL settings, in the order they win: the collective's environment, then what role
 # nccl_conf writes (module_utils/_rails.py settings_ib_hca; role fabric_bench passes the same two).
@@ -64,6 +65,8 @@ CAPTURE_STATE = '__gpu_fabric_capture_state'
 SEEN = '__gpu_fabric_seen'
 # What roles/fabric_collective/tasks/local.yml registers on each node (launcher local).
 COLLECTIVE_LOCAL = '__fabric_collective_local'
+# What its idle gate registers just before that run (gpu_state_facts parts=[processes], as_facts=false).
+COLLECTIVE_GATE = '__fabric_collective_gpu_gate'
 
 # (inventory, fact cache, set_fact cache, wrap_var or None): _stores().
 _Stores = tuple[Any, Any, Any, Callable[[Any], Any] | None]
@@ -230,6 +233,7 @@ def read(hostvars: Any, hosts: Any, parts: Iterable[str] = PARTS) -> dict[str, A
             node['capture_state'] = _get(raw, CAPTURE_STATE)
         if 'collective' in parts:
             node['collective_local'] = _get(raw, COLLECTIVE_LOCAL)
+            node['collective_gate'] = _get(raw, COLLECTIVE_GATE)
             # The first node that holds one: a node left out of the benchmark (its facts failed)
             # holds none, and may come first in the inventory.
             if model['collective'] is None:

@@ -70,6 +70,8 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
                 nodes[host]['fabric'] = facts['fabric']
             if 'roce' in facts:   # RoCE lossless facts (roce_qos_facts)
                 nodes[host]['roce'] = facts['roce']
+            if 'gpu' in facts:   # the GPUs' own state (gpu_state_facts)
+                nodes[host]['gpu'] = facts['gpu']
             if 'nccl' in facts:   # NCCL's configuration files and release (nccl_facts)
                 nodes[host]['nccl'] = facts['nccl']
             # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py);

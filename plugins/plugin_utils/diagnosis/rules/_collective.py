@@ -102,6 +102,9 @@ def _local_host(host: str, entry: Dict[str, Any], local: Dict[str, Any]) -> List
                 'peer_ratio': entry.get('peer_ratio'), 'expected_gbs': verdict.get('expected_gbs', local.get('expected_gbs')),
                 'expected_basis': verdict.get('basis'), 'failure': entry.get('failure'),
                 'wrong_total': entry.get('wrong_total'), 'intra': entry.get('intra')}
+    if (entry.get('gpu_gate') or {}).get('processes'):
+        # The idle gate found another process on its GPUs before the run (rules/_gpu.py GPU_BUSY).
+        evidence['contaminated'] = (entry.get('gpu_gate') or {}).get('processes')
     subject = entry.get('benchmark') or 'collective'
     path = [('node', host), ('gpus', host)]
     if status in ('failed', 'corrupt'):

@@ -29,8 +29,10 @@ RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/
          # PCIe links and the IOMMU.
          'plugins/plugin_utils/diagnosis/_pcie_rules.py',
          # NCCL's settings.
-         'plugins/plugin_utils/diagnosis/rules/_nccl_settings.py')
-CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
+         'plugins/plugin_utils/diagnosis/rules/_nccl_settings.py',
+         # The GPUs' own state.
+         'plugins/plugin_utils/diagnosis/rules/_gpu.py')
+CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
 

@@ -14,7 +14,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils._host import read_h
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import read_roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
-from tests.sim import faults, render, tools_qos
+from tests.sim import faults, render, tools_gpu, tools_qos
 from tests.unit.conftest import fixture_path, fixture_text
 
 PROFILES = sorted(name[:-4] for name in os.listdir(render.PROFILE_DIR) if name.endswith('.yml'))
@@ -27,7 +27,8 @@ def facts(root):
     devices = read_ib(sysroot)
     # roce_qos_facts (the RoCE QoS faults check roce.ports), the DCB stand-ins answered in-process.
     roce = {'ports': read_roce(sysroot, devices, lambda argv: tools_qos.answer(root, argv)[:2])}
-    return {'ib': {'devices': devices}, 'gdr': gdr, 'roce': roce}, sysroot
+    # gpu_state_facts (the GPU state faults check gpu.*), the nvidia-smi stand-in answered in-process.
+    return {'ib': {'devices': devices}, 'gdr': gdr, 'roce': roce, 'gpu': tools_gpu.read_facts(root)}, sysroot
 
 
 def test_parse_ofed_version_fixtures():
