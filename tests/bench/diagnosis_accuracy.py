@@ -65,6 +65,9 @@ EXPECTED = {
     'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
     'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
     'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
+    # DCBX against who manages the host (h16-parsers): _roce_rules.py roce_dcbx.
+    'dcbx_willing_host': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
+    'dcbx_firmware': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
     # PCIe links and the IOMMU: plugin_utils/diagnosis/_pcie_rules.py.
     'pcie_link_degraded': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
     'pcie_bridge_slow': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
