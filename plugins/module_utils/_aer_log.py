@@ -49,7 +49,7 @@ _RECEIVED_RE = re.compile(r'\s*(?:Multiple )?(?P<sev>[A-Za-z\-]{1,20}(?: \([A-Za
                           r'(?:: | from )(?P<source>%s|id=[0-9a-fA-F]{4})' % _BDF)
 
 
-def severity(words):
+def severity(words: str | None) -> str | None:
     """aer.c's severity words ('Corrected', 'Correctable', 'Uncorrected (Non-Fatal)', 'Uncorrectable
     (Fatal)', 'Fatal', 'Non-Fatal') -> 'correctable', 'nonfatal' or 'fatal' (None: none of them)."""
     words = (words or '').lower()
@@ -62,7 +62,7 @@ def severity(words):
     return None
 
 
-def _device(devices, bdf):
+def _device(devices: dict, bdf: str) -> dict | None:
     bdf = bdf.lower()
     if bdf not in devices:
         if len(devices) >= MAX_DEVICES:
@@ -71,7 +71,7 @@ def _device(devices, bdf):
     return devices[bdf]
 
 
-def parse_aer_log(text):
+def parse_aer_log(text: str | None) -> dict:
     """Kernel log text -> {'devices': {BDF: {'id': 'vvvv:dddd' | None, 'events': {severity: n},
     'errors': {severity: {name: n}}, 'reported_by': [port BDF]}}, 'truncated': bool}.
 
@@ -80,7 +80,8 @@ def parse_aer_log(text):
     text = text or ''
     lines = text[:MAX_BYTES].splitlines()
     truncated = len(text) > MAX_BYTES or len(lines) > MAX_LINES
-    devices, current = {}, {}
+    devices: dict = {}
+    current: dict = {}
     for line in lines[:MAX_LINES]:
         if len(line) > 1024 or ': ' not in line:
             continue

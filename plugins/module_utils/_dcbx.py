@@ -48,7 +48,7 @@ _PAIR_RE = re.compile(r'(\d{1,3}):([A-Za-z0-9]{1,12})\Z')
 _WILLING = {'yes': True, 'no': False, '1': True, '0': False, 'true': True, 'false': False}
 
 
-def _lines(text):
+def _lines(text: str | None) -> tuple:
     """The first MAX_LINES lines of the first MAX_BYTES characters of ``text``, and whether any were cut."""
     text = text or ''
     cut = len(text) > MAX_BYTES
@@ -56,7 +56,7 @@ def _lines(text):
     return lines[:MAX_LINES], cut or len(lines) > MAX_LINES
 
 
-def _int(word, base=10):
+def _int(word: str | None, base: int = 10) -> int | None:
     word = (word or '').strip()
     if not word or len(word) > 12 or not word.isascii():
         return None
@@ -66,7 +66,7 @@ def _int(word, base=10):
         return None
 
 
-def parse_mlnx_qos_dcbx(text):
+def parse_mlnx_qos_dcbx(text: str | None) -> str | None:
     """``mlnx_qos -i IF`` -> 'os' ('DCBX mode: OS controlled'), 'firmware' ('Firmware controlled'), or None."""
     lines, _cut = _lines(text)
     for line in lines:
@@ -76,7 +76,7 @@ def parse_mlnx_qos_dcbx(text):
     return None
 
 
-def parse_dcb_dcbx(text):
+def parse_dcb_dcbx(text: str | None) -> list | None:
     """``dcb dcbx show dev IF`` ('host ieee') -> the sorted flags shown (DCB_DCBX_FLAGS), or None
     when no line is made of those words only (an error, another tool's output)."""
     lines, _cut = _lines(text)
@@ -87,7 +87,7 @@ def parse_dcb_dcbx(text):
     return None
 
 
-def _tlv_kind(name):
+def _tlv_kind(name: str) -> str:
     name = name.upper()
     if 'ETS' in name and 'CONFIG' in name:
         return 'ets'
@@ -100,7 +100,7 @@ def _tlv_kind(name):
     return 'other'
 
 
-def _pairs(value, limit=8):
+def _pairs(value: str, limit: int = 8) -> list:
     """'0:0 1:1 ...' -> [(int key, value)] of well-formed pairs with a key below ``limit``."""
     found = []
     for word in value.split()[:64]:
@@ -110,7 +110,66 @@ def _pairs(value, limit=8):
     return found
 
 
-def parse_lldptool(text):
+def _ets_field(ets: dict, key: str, value: str) -> None:
+    if key == 'willing':
+        ets['willing'] = _WILLING.get(value.lower())
+    elif key == 'prio_map':
+        ets['prio_tc'] = dict((p, _int(t)) for p, t in _pairs(value) if _int(t) in PRIORITIES)
+    elif key == 'tc bandwidth':
+        bw = [_int(w.rstrip('%')) for w in value.split()[:8]]
+        ets['tc_bw'] = dict((tc, v) for tc, v in enumerate(bw) if v is not None and 0 <= v <= 100)
+    elif key == 'tsa_map':
+        ets['tc_tsa'] = dict((tc, tsa.lower()) for tc, tsa in _pairs(value))
+
+
+def _pfc_field(pfc: dict, key: str, value: str) -> None:
+    if key == 'willing':
+        pfc['willing'] = _WILLING.get(value.lower())
+    elif key == 'pfc enabled':
+        words = value.replace(',', ' ').split()
+        pfc['enabled'] = [] if words[:1] == ['none'] else sorted(set(p for p in (_int(w) for w in words[:16]) if p in PRIORITIES))
+    elif key == 'macsec bypass capable':
+        pfc['mbc'] = _WILLING.get(value.lower())
+    elif key == 'pfc capable traffic classes':
+        pfc['cap'] = _int(value)
+
+
+def _app_field(app: list, key: str, value: str) -> None:
+    """One line of the APP TLV: 'App#N:' opens an entry, then 'Priority:', 'Sel:' and the protocol line
+    after 'Sel:' ('{S}TCP Port: 3260', 'Ethertype: 0x8906', 'DSCP: 26')."""
+    if key.startswith('app#'):
+        if len(app) < MAX_APP_ENTRIES:
+            app.append({'priority': None, 'sel': None, 'protocol': None})
+        return
+    entry = app[-1] if app and len(app) <= MAX_APP_ENTRIES else None
+    if entry is None:
+        return
+    if key == 'priority':
+        entry['priority'] = _int(value) if _int(value) in PRIORITIES else None
+    elif key == 'sel':
+        entry['sel'] = _int(value)
+    elif entry['sel'] is not None and entry['protocol'] is None:
+        entry['protocol'] = _int(value, 16) if value.lower().startswith('0x') else _int(value)
+
+
+def _config_field(result: dict, key: str, value: str) -> None:
+    """A '-c' answer: 'willing=yes', 'enabled=1,2,4', 'mode=auto' (lldptool -t -V ... -c ARG)."""
+    if len(result['config']) < 16 and re.match(r'[a-z_]{1,20}\Z', key):
+        result['config'][key] = value[:80]
+    if key == 'mode' and re.match(r'[A-Za-z]{1,10}\Z', value):
+        result['mode'] = value.lower()
+
+
+def _app_dscp(app: list) -> dict:
+    """{DSCP: [priorities]} of the APP entries of selector 5 (IEEE 802.1Q-2014 DSCP)."""
+    table: dict = {}
+    for item in app:
+        if item['sel'] == 5 and item['protocol'] is not None and 0 <= item['protocol'] <= 63 and item['priority'] is not None:
+            table.setdefault(item['protocol'], set()).add(item['priority'])
+    return dict((dscp, sorted(prios)) for dscp, prios in table.items())
+
+
+def parse_lldptool(text: str | None) -> dict:
     """``lldptool -t [-n] -i IF [-V ETS-CFG|PFC|APP]`` (or ``-ti``, or ``get-tlv``) -> what the TLVs say:
 
     {'ets': {'willing', 'prio_tc', 'tc_bw', 'tc_tsa'} | None, 'pfc': {'willing', 'enabled', 'mbc', 'cap'} | None,
@@ -120,71 +179,36 @@ def parse_lldptool(text):
 
     The TLV layout is lldpad's (lldp_8021qaz_cmds.c print functions): a header line naming the TLV
     ('IEEE 8021QAZ PFC TLV'), then indented 'Key: value' lines; APP entries 'App#N:' each with
-    'Priority:', 'Sel:' and the protocol line. PFC 'enabled' is 'none' or priorities apart by blanks."""
+    'Priority:', 'Sel:' and the protocol line. PFC 'enabled' is 'none' or priorities apart by blanks.
+    The fields of a TLV this does not read (ETS Recommendation, Chassis ID ...) are skipped."""
     lines, cut = _lines(text)
     result = {'ets': None, 'pfc': None, 'app': None, 'dscp2prio': None, 'mode': None, 'config': {}, 'truncated': cut}
-    kind, entry = None, None
+    kind = None
     for line in lines:
-        if not line.strip():
-            continue
-        header = _TLV_RE.match(line)
+        header = _TLV_RE.match(line) if line.strip() else None
         if header:
-            kind, entry = _tlv_kind(header.group('name')), None
-            if kind in ('ets', 'pfc') and result[kind] is None:
-                result[kind] = {}
-            if kind == 'app' and result['app'] is None:
-                result['app'] = []
+            kind = _tlv_kind(header.group('name'))
+            if kind in ('ets', 'pfc', 'app') and result[kind] is None:
+                result[kind] = [] if kind == 'app' else {}
             continue
         field = _FIELD_RE.match(line)
         if not field:
             continue
         key, value = field.group('key').strip().lower(), field.group('value').strip()
         if kind is None and '=' in line and ':' not in line:
-            # A '-c' answer: 'willing=yes', 'enabled=1,2,4', 'mode=auto' (lldptool -t -V ... -c ARG).
-            if len(result['config']) < 16 and re.match(r'[a-z_]{1,20}\Z', key):
-                result['config'][key] = value[:80]
-            if key == 'mode' and re.match(r'[A-Za-z]{1,10}\Z', value):
-                result['mode'] = value.lower()
-            continue
-        if kind in ('ets', 'pfc') and key == 'willing':
-            result[kind]['willing'] = _WILLING.get(value.lower())
-        elif kind == 'ets' and key == 'prio_map':
-            result['ets']['prio_tc'] = dict((p, _int(t)) for p, t in _pairs(value) if _int(t) is not None and _int(t) < 8)
-        elif kind == 'ets' and key == 'tc bandwidth':
-            bw = [_int(w.rstrip('%')) for w in value.split()[:8]]
-            result['ets']['tc_bw'] = dict((tc, v) for tc, v in enumerate(bw) if v is not None and 0 <= v <= 100)
-        elif kind == 'ets' and key == 'tsa_map':
-            result['ets']['tc_tsa'] = dict((tc, tsa.lower()) for tc, tsa in _pairs(value))
-        elif kind == 'pfc' and key == 'pfc enabled':
-            words = value.replace(',', ' ').split()
-            prios = [_int(w) for w in words[:16]]
-            result['pfc']['enabled'] = [] if words[:1] == ['none'] else sorted(set(p for p in prios if p in PRIORITIES))
-        elif kind == 'pfc' and key == 'macsec bypass capable':
-            result['pfc']['mbc'] = _WILLING.get(value.lower())
-        elif kind == 'pfc' and key == 'pfc capable traffic classes':
-            result['pfc']['cap'] = _int(value)
-        elif kind == 'app' and key.startswith('app#'):
-            entry = None
-            if len(result['app']) < MAX_APP_ENTRIES:
-                entry = {'priority': None, 'sel': None, 'protocol': None}
-                result['app'].append(entry)
-        elif kind == 'app' and entry is not None and key == 'priority':
-            entry['priority'] = _int(value) if _int(value) in PRIORITIES else None
-        elif kind == 'app' and entry is not None and key == 'sel':
-            entry['sel'] = _int(value)
-        elif kind == 'app' and entry is not None and entry['sel'] is not None and entry['protocol'] is None:
-            # The protocol line after 'Sel:' ('{S}TCP Port: 3260', 'Ethertype: 0x8906', 'DSCP: 26').
-            entry['protocol'] = _int(value, 16) if value.lower().startswith('0x') else _int(value)
+            _config_field(result, key, value)
+        elif kind == 'ets':
+            _ets_field(result['ets'], key, value)
+        elif kind == 'pfc':
+            _pfc_field(result['pfc'], key, value)
+        elif kind == 'app':
+            _app_field(result['app'], key, value)
     if result['app'] is not None:
-        table = {}
-        for item in result['app']:
-            if item['sel'] == 5 and item['protocol'] is not None and 0 <= item['protocol'] <= 63 and item['priority'] is not None:
-                table.setdefault(item['protocol'], set()).add(item['priority'])
-        result['dscp2prio'] = dict((dscp, sorted(prios)) for dscp, prios in table.items())
+        result['dscp2prio'] = _app_dscp(result['app'])
     return result
 
 
-def lldp_willing(parsed_pfc, parsed_ets):
+def lldp_willing(parsed_pfc: dict | None, parsed_ets: dict | None) -> bool | None:
     """Whether the host's LLDP agent accepts the peer's settings: True when the PFC or ETS TLV it
     sends is willing, False when the ones read are not, None when neither was read."""
     bits = [(item or {}).get('willing') for item in ((parsed_pfc or {}).get('pfc'), (parsed_ets or {}).get('ets'))]
@@ -194,7 +218,7 @@ def lldp_willing(parsed_pfc, parsed_ets):
     return any(bits)
 
 
-def manager(dcbx):
+def manager(dcbx: dict | None) -> tuple:
     """(who, why) manages a port's DCB from its facts' ``dcbx`` part (read_roce): who is 'host',
     'switch', or None when nothing that says it was read.
 

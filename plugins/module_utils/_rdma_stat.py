@@ -31,12 +31,13 @@ _NOT_COUNTERS = ('cntn', 'pid', 'comm', 'lqpn', 'link')
 U64_MAX = (1 << 64) - 1
 
 
-def parse_rdma_statistic(text):
+def parse_rdma_statistic(text: str | None) -> tuple:
     """-> ({'mlx5_0/1': {counter: int}}, truncated). A counter named twice for one port keeps its first value."""
     text = text or ''
     truncated = len(text) > MAX_BYTES
     words = text[:MAX_BYTES].split()
-    ports, current = {}, None
+    ports: dict = {}
+    current = None
     index, count = 0, len(words)
     while index < count:
         word = words[index]

@@ -228,7 +228,7 @@ def parse_dcb_pfc(text):
 PFC_COUNT_MAX = (1 << 64) - 1
 
 
-def parse_dcb_pfc_stats(text):
+def parse_dcb_pfc_stats(text: str | None) -> dict:
     """``dcb -s pfc show dev IF`` (or ``dcb pfc show dev IF requests indications``) -> {'requests':
     {prio: frames}, 'indications': {prio: frames}}, each None where the line is absent.
 
@@ -373,36 +373,34 @@ def _tool_qos(run, netdev):
     return fields, 'dcb', None
 
 
-def read_dcbx(run, netdev, mode=None, reason=None):
+def read_dcbx(run, netdev: str | None, mode: str | None = None, reason: str | None = None, source: str | None = None) -> dict:
     """Who manages the DCB of ``netdev`` (the port's ``dcbx`` fact): mlnx_qos's DCBX ``mode`` (read
     with the QoS), else ``dcb dcbx show``; then, unless the firmware runs DCBX, lldpad's willing bits
     (``lldptool -t -V PFC``, ``-V ETS-CFG``). A tool that is not there, or fails (lldptool without a
     running lldpad), is said in ``not_read``; ``manager`` and ``why`` are _dcbx.manager's verdict.
-    ``run`` None: nothing asked, ``reason`` says why."""
-    dcbx = {'mode': mode, 'dcb_dcbx': None, 'lldp_willing': None, 'lldp_pfc': None, 'not_read': {}}
-    if run is None or not netdev:
+    Asked only where the port's QoS was read (``source``); else nothing is, and ``reason`` says why.
+    The words are the same whether the tools ran or their saved outputs answered (a snapshot judges as
+    the live node: tests/unit/plugins/modules/test_fabric_capture.py)."""
+    not_read: dict = {}
+    dcbx: dict = {'mode': mode, 'dcb_dcbx': None, 'lldp_willing': None, 'lldp_pfc': None, 'not_read': not_read}
+    if run is None or not netdev or source is None:
         dcbx['reason'] = reason or 'the DCB tools were not run'
         dcbx['manager'], dcbx['why'] = _dcbx.manager(dcbx)
         return dcbx
     if mode is None:
-        argv = qos_argv('dcb_dcbx', netdev)
-        answer = run(argv)
-        flags = _dcbx.parse_dcb_dcbx(answer[1]) if answer is not None and answer[0] == 0 else None
-        if flags is None:
-            dcbx['not_read']['dcb_dcbx'] = _why(run, argv, answer, 'dcb (iproute2) not installed' if answer is None else
-                                                'dcb dcbx show failed (rc %s)' % answer[0] if answer[0] else
-                                                'dcb dcbx show printed no DCBX flags',
-                                                'no DCBX flags' if answer is not None and answer[0] == 0 else None)
-        dcbx['dcb_dcbx'] = flags
+        answer = run(qos_argv('dcb_dcbx', netdev))
+        dcbx['dcb_dcbx'] = _dcbx.parse_dcb_dcbx(answer[1]) if answer is not None and answer[0] == 0 else None
+        if dcbx['dcb_dcbx'] is None:
+            dcbx['not_read']['dcb_dcbx'] = ('dcb (iproute2) not installed' if answer is None else
+                                            'dcb dcbx show failed (rc %s)' % answer[0] if answer[0] else 'dcb dcbx show printed no DCBX flags')
     if mode != 'firmware':
         parsed = {}
         for kind in ('lldptool_pfc', 'lldptool_ets'):
-            argv = qos_argv(kind, netdev)
-            answer = run(argv)
+            answer = run(qos_argv(kind, netdev))
             if answer is None or answer[0] != 0:
                 # lldptool answers only through a running lldpad: one failure says it for both TLVs.
-                dcbx['not_read']['lldptool'] = dcbx['lldp_reason'] = _why(
-                    run, argv, answer, 'lldptool (lldpad) not installed' if answer is None else
+                dcbx['not_read']['lldptool'] = dcbx['lldp_reason'] = (
+                    'lldptool (lldpad) not installed' if answer is None else
                     'lldptool failed (rc %s): no LLDP agent (lldpad) answers for %s' % (answer[0], netdev))
                 break
             parsed[kind] = _dcbx.parse_lldptool(answer[1])
@@ -447,14 +445,12 @@ def read_roce(sysroot, devices, run=None):
             elif netdev:
                 fields, source, reason = _tool_qos(run, netdev)
             fields = fields or {'trust': None, 'pfc': None, 'dscp2prio': None, 'prio_tc': None, 'tc_tsa': None, 'tc_bw': None}
-            mode = fields.pop('dcbx_mode', None)
-            dcbx = read_dcbx(run if source is not None else None, netdev, mode, reason)
             # Maps keyed by strings, as the facts reach the controller (JSON object keys).
             entry.update((name, dict((str(k), v) for k, v in value.items()) if isinstance(value, dict) else value)
                          for name, value in fields.items())
             # mlnx_qos prints the NIC's table, one priority per DSCP: no conflict to hold.
             entry.setdefault('dscp_conflicts', None if entry.get('dscp2prio') is None else {})
-            entry.update(source=source, source_reason=reason, dcbx=dcbx)
+            entry.update(source=source, source_reason=reason, dcbx=read_dcbx(run, netdev, entry.pop('dcbx_mode', None), reason, source))
             entry['ecn_np'] = _ecn(sysroot, netdev, 'roce_np') if netdev else None
             entry['ecn_rp'] = _ecn(sysroot, netdev, 'roce_rp') if netdev else None
             base = '%s/%s/ecn/roce_np' % (NET_CLASS, netdev)
