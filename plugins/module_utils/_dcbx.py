@@ -240,4 +240,6 @@ def manager(dcbx: dict | None) -> tuple:
         agent = ('; the LLDP agent is not willing' if willing is False
                  else '; no LLDP agent answered (lldptool)' if dcbx.get('lldp_reason') else '')
         return 'host', source + agent
-    return None, dcbx.get('reason') or 'the DCBX mode was not read (neither mlnx_qos nor dcb dcbx answered)'
+    reason = dcbx.get('reason')
+    # A snapshot's facts are anyone's: only a string, and a bounded one, is said.
+    return None, reason[:300] if isinstance(reason, str) and reason else 'the DCBX mode was not read (neither mlnx_qos nor dcb dcbx answered)'
