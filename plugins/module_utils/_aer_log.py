@@ -44,7 +44,8 @@ _PREFIX_RE = re.compile(r'(?:^|\s)[A-Za-z0-9_\-]{1,32} (?P<bdf>%s): (?:AER: ?)?(
 # The type is not needed (a record wrapped after 'severity=Corrected,' still names its errors below).
 _BUS_ERROR_RE = re.compile(r'\s*PCIe Bus Error: severity=(?P<sev>[A-Za-z\-]{1,20}(?: \([A-Za-z\-]{1,12}\))?)\s*(?:,|\Z)')
 _DEVICE_RE = re.compile(r'\s*device \[(?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask=(?P<status>[0-9a-fA-F]{8})/')
-_BIT_RE = re.compile(r'\s*\[\s?(?P<bit>\d{1,2})\] ?(?P<name>[A-Za-z][A-Za-z0-9_ \-]{0,40}?)\s*(?:\(First\))?\s*\Z')
+# On the stripped rest of a line: one blank run ahead of '(First)' (two '\s*' around an optional group backtrack quadratically).
+_BIT_RE = re.compile(r'\[\s?(?P<bit>\d{1,2})\] ?(?P<name>[A-Za-z][A-Za-z0-9_ \-]{0,40}?)(?:\s+\(First\))?\Z')
 _RECEIVED_RE = re.compile(r'\s*(?:Multiple )?(?P<sev>[A-Za-z\-]{1,20}(?: \([A-Za-z\-]{1,12}\))?) error (?:message )?received'
                           r'(?:: | from )(?P<source>%s|id=[0-9a-fA-F]{4})' % _BDF)
 
@@ -104,7 +105,7 @@ def parse_aer_log(text: str | None) -> dict:
         if found and bdf in devices:
             devices[bdf]['id'] = devices[bdf]['id'] or found.group('id').lower()
             continue
-        found = _BIT_RE.match(rest)
+        found = _BIT_RE.match(rest.strip())
         if found and bdf in current:
             level, bit = current[bdf], int(found.group('bit'))
             names = CORRECTABLE_BITS if level == 'correctable' else UNCORRECTABLE_BITS

@@ -42,8 +42,9 @@ DCB_DCBX_FLAGS = ('host', 'lld-managed', 'cee', 'ieee', 'static')
 MANAGERS = ('host', 'switch')
 
 _MODE_RE = re.compile(r'\s*DCBX mode\s*:\s*(?P<mode>OS|Firmware)\b', re.I)
-_TLV_RE = re.compile(r'\s*(?P<name>.{0,80}?)\s*(?:TLV|LTV):?\s*\Z')
-_FIELD_RE = re.compile(r'\s*(?P<key>[A-Za-z0-9{}/_# ]{1,40}?)\s*[:=]\s*(?P<value>.{0,400}?)\s*\Z')
+# Matched on a stripped line only (a '\s*' on both sides of a lazy group backtracks quadratically over a run of blanks).
+_TLV_RE = re.compile(r'(?P<name>[^:=]{1,80}?) ?(?:TLV|LTV):?\Z')
+_KEY_RE = re.compile(r'[A-Za-z0-9{}/_# ]{1,40}\Z')
 _PAIR_RE = re.compile(r'(\d{1,3}):([A-Za-z0-9]{1,12})\Z')
 _WILLING = {'yes': True, 'no': False, '1': True, '0': False, 'true': True, 'false': False}
 
@@ -185,17 +186,23 @@ def parse_lldptool(text: str | None) -> dict:
     result = {'ets': None, 'pfc': None, 'app': None, 'dscp2prio': None, 'mode': None, 'config': {}, 'truncated': cut}
     kind = None
     for line in lines:
-        header = _TLV_RE.match(line) if line.strip() else None
+        line = line.strip()
+        if not line or len(line) > 500:
+            continue
+        header = _TLV_RE.match(line) if len(line) <= 100 else None
         if header:
             kind = _tlv_kind(header.group('name'))
             if kind in ('ets', 'pfc', 'app') and result[kind] is None:
                 result[kind] = [] if kind == 'app' else {}
             continue
-        field = _FIELD_RE.match(line)
-        if not field:
+        key, sep, value = line.partition(':')
+        config = not sep and kind is None
+        if config:
+            key, sep, value = line.partition('=')
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not _KEY_RE.match(key):
             continue
-        key, value = field.group('key').strip().lower(), field.group('value').strip()
-        if kind is None and '=' in line and ':' not in line:
+        if config:
             _config_field(result, key, value)
         elif kind == 'ets':
             _ets_field(result['ets'], key, value)

@@ -151,13 +151,13 @@ def test_rdma_statistic_wrapped_by_mail_and_p_layout():
 def test_rdma_statistic_optional_counters_and_mode_lines():
     ports, _cut = _rdma_stat.parse_rdma_statistic(fixture('rdma_stat', 'linux_rdma_optional_counters_rocep8s0f0.txt'))
     assert ports['rocep8s0f0/1']['out_of_sequence'] == 0 and ports['rocep8s0f0/1']['cc_rx_cnp_pkts'] == 0
-    assert len(ports['rocep8s0f0/1']) == 31 and ports['rocep8s0f1/1'] == {}   # 'supported' lines: names, no values
+    assert len(ports['rocep8s0f0/1']) == 30 and ports['rocep8s0f1/1'] == {}   # 'supported' lines: names, no values
 
 
 def test_rdma_statistic_qp_record_and_link():
     ports, _cut = _rdma_stat.parse_rdma_statistic(fixture('rdma_stat', 'rdma_qp_stat_and_link_rocep1s0f5.txt'))
     assert 'cntn' not in ports['mlx5_2/1'] and 'pid' not in ports['mlx5_2/1'] and ports['mlx5_2/1']['out_of_sequence'] == 0
-    assert len(ports['rocep1s0f5/1']) == 22
+    assert len(ports['rocep1s0f5/1']) == 21
 
 
 def test_rdma_statistic_counts_that_are_not_zero():
