@@ -53,7 +53,7 @@ def parse_rdma_statistic(text: str | None) -> tuple:
             continue
         if current is not None and index + 1 < count and _NAME_RE.match(word) and word not in _NOT_COUNTERS:
             value = words[index + 1]
-            if value.isdigit() and len(value) <= 20 and int(value) <= U64_MAX:
+            if value.isascii() and value.isdigit() and len(value) <= 20 and int(value) <= U64_MAX:
                 if word not in current and len(current) < MAX_COUNTERS:
                     current[word] = int(value)
                 index += 2

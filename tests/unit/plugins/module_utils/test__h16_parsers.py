@@ -257,3 +257,8 @@ def test_read_dcbx_without_lldpad_and_without_tools():
     assert dcbx['manager'] is None and set(dcbx['not_read']) == {'dcb_dcbx', 'lldptool'}
     dcbx = _roce.read_dcbx(None, 'eth0', None, 'the DCB tools were not run (qos_tools=never)', None)
     assert dcbx['manager'] is None and 'qos_tools=never' in dcbx['why']
+
+
+def test_rdma_statistic_superscript_digit_is_no_count():
+    # '²'.isdigit() is True but int('²') raises: found by tests/unit/plugins/module_utils/test_fuzz_h16.py.
+    assert _rdma_stat.parse_rdma_statistic('link mlx5_0/1 out_of_sequence \u00b2 np_cnp_sent 4')[0] == {'mlx5_0/1': {'np_cnp_sent': 4}}
