@@ -296,9 +296,9 @@ def dcbx_findings(host, roce, role_of=None):
                 'what was set locally, which can differ from the switch\'s lossless class')
         found.append(finding(
             F.ROCE_DCBX_MISMATCH, host, _subject([p for p, _w, _y in wrong], ports),
-            {'expected': expected, 'ports': dict((text(p.get('netdev')) or '?', {'manager': who, 'why': why,
-                                                                                   'dcbx': mapping(p.get('dcbx'))})
-                                                 for p, who, why in wrong)},
+            {'expected': expected,
+             'ports': dict((text(p.get('netdev')) or '?', {'manager': who, 'why': why, 'dcbx': mapping(p.get('dcbx'))})
+                           for p, who, why in wrong)},
             '%s: %s' % (risk, '; '.join(sorted('%s: %s' % (text(p.get('netdev')), why) for p, _w, why in wrong))),
             at=[('hca', host, text(p.get('hca'))) for p, _w, _y in wrong]))
     if unread:
