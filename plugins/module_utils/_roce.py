@@ -25,8 +25,12 @@ What is read, and from where:
 - netdev MTU vs the RoCE active MTU, the RoCE v2 GID index, and the congestion and loss
   counters (hw_counters of mlx5, drivers/infiniband/hw/mlx5/counters.c).
 
+- who manages the DCB (``dcbx``: the host, or the switch through DCBX): mlnx_qos's DCBX mode, else
+  ``dcb dcbx show``, and lldpad's willing bits (``lldptool -t -V PFC``, ``-V ETS-CFG``); read_dcbx,
+  judged by module_utils/_dcbx.py manager.
+
 Parsers (``parse_*``) are pure functions over the tools' text, proven on public printouts
-(tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb).
+(tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb, tests/fixtures/public/lldptool).
 
 The tools talk to the live NIC, so a snapshot of a node cannot be asked. fabric_capture runs
 them on the node and saves each output (``saved_text``: the command, its rc, its stdout) as
@@ -78,7 +82,7 @@ SAVED_DIR = '.gpu_fabric_commands/roce_qos'
 # is no output of these tools and is not read.
 SAVED_MAX_BYTES = 1 << 20
 # A directory of saved outputs holds one file per netdev and kind: a node of 64 netdevs (an
-# 8-HCA node with 8 VFs each) has 64 x 5 = 320. The first SAVED_MAX_NAMES names (sorted) are
+# 8-HCA node with 8 VFs each) has 64 x 8 = 512. The first SAVED_MAX_NAMES names (sorted) are
 # looked at, the rest counted; of the names refused, the first SAVED_REFUSED_LISTED are listed
 # (and warned about) and the rest counted: 20,000 junk files printed 20,000 warnings.
 SAVED_MAX_NAMES = 1024

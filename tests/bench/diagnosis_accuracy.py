@@ -512,7 +512,7 @@ def main(argv=None):
         "Accuracy of the diagnosis on the simulator's fault catalog (tests/sim/faults.py): each fault alone and in "
         "pairs, beside healthy peers. One line per case on stderr as it goes; the JSON result on stdout."))
     parser.add_argument('--quick', action='store_true',
-                        help='each fault alone only: no pairs of faults, no fabric faults (27 cases instead of 179)')
+                        help='each fault alone only: no pairs of faults, no fabric faults (29 cases instead of 200)')
     parser.add_argument('--fault', action='append', choices=sorted(EXPECTED), metavar='NAME',
                         help='only the cases that inject this fault (repeatable); no fabric faults')
     parser.add_argument('--jobs', type=int, default=1, help='cases run in this many processes at once (default 1)')
