@@ -67,10 +67,10 @@ options:
     description:
       - Who is meant to manage the DCB (PFC, ETS, APP) of the RoCE ports, judged against each port's C(dcbx)
         (ROCE_DCBX_MISMATCH, docs/roce.md).
-      - C(host) - the host sets it (role M(hpc.gpu_fabric.roce_qos), C(gpu_fabric_roce_qos=true)): a willing LLDP agent
-        or firmware-controlled DCBX lets the switch overwrite it.
-      - C(switch) - the switch sets it through DCBX: the host must take it (firmware DCBX or a willing LLDP agent).
-      - C(none) - nothing is meant: not judged.
+      - "C(host) - the host sets it (role M(hpc.gpu_fabric.roce_qos), C(gpu_fabric_roce_qos=true)); a willing LLDP agent
+        or firmware-controlled DCBX lets the switch overwrite it."
+      - "C(switch) - the switch sets it through DCBX; the host must take it (firmware DCBX or a willing LLDP agent)."
+      - C(none) - nothing is meant, not judged.
     type: str
     choices: [host, switch, none]
     default: none
