@@ -217,7 +217,7 @@ COVERED = {
     '_process': {'parse_proc_net_tcp': 'proc_net_tcp'},
     '_roce': dict([(name, 'roce_qos') for name in (
         'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')]
-                  + [('parse_dcb_pfc_stats', 'test_fuzz_h16.py')]),
+        + [('parse_dcb_pfc_stats', 'test_fuzz_h16.py')]),
     '_slurm': {'parse_nodes': 'slurm', 'parse_record': 'slurm'},
     '_sysroot': {'parse_int': 'sysfs_values', 'parse_hex': 'sysfs_values', 'parse_numa': 'sysfs_values'},
     '_offline': {'classify': 'offline_names'},
