@@ -25,8 +25,12 @@ What is read, and from where:
 - netdev MTU vs the RoCE active MTU, the RoCE v2 GID index, and the congestion and loss
   counters (hw_counters of mlx5, drivers/infiniband/hw/mlx5/counters.c).
 
+- who manages the DCB (``dcbx``: the host, or the switch through DCBX): mlnx_qos's DCBX mode, else
+  ``dcb dcbx show``, and lldpad's willing bits (``lldptool -t -V PFC``, ``-V ETS-CFG``); read_dcbx,
+  judged by module_utils/_dcbx.py manager.
+
 Parsers (``parse_*``) are pure functions over the tools' text, proven on public printouts
-(tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb).
+(tests/fixtures/public/mlnx_qos, tests/fixtures/public/dcb, tests/fixtures/public/lldptool).
 
 The tools talk to the live NIC, so a snapshot of a node cannot be asked. fabric_capture runs
 them on the node and saves each output (``saved_text``: the command, its rc, its stdout) as
@@ -39,6 +43,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _dcbx  # who manages the DCB (DCBX)
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bounded reads of regular files
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process  # tool_runner's bounded runs
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import netdev_name_problem  # noqa: F401 (one check for every name read)
@@ -64,6 +69,12 @@ SAVED_KINDS = {
     'dcb_app': ('dcb', '-N', 'app', 'show', 'dev', 'IF'),
     'dcb_ets': ('dcb', 'ets', 'show', 'dev', 'IF'),
     'dcb_apptrust': ('dcb', 'apptrust', 'show', 'dev', 'IF'),
+    # Who manages the DCB (module_utils/_dcbx.py): dcb's DCBX flags where mlnx_qos did not say its
+    # DCBX mode, and lldpad's willing bits (lldptool takes its options in any order: the netdev last,
+    # as every saved kind has it).
+    'dcb_dcbx': ('dcb', 'dcbx', 'show', 'dev', 'IF'),
+    'lldptool_pfc': ('lldptool', '-t', '-V', 'PFC', '-i', 'IF'),
+    'lldptool_ets': ('lldptool', '-t', '-V', 'ETS-CFG', '-i', 'IF'),
 }
 # Where a snapshot holds them, relative to its root (next to _capture.MANIFEST: no node path).
 SAVED_DIR = '.gpu_fabric_commands/roce_qos'
@@ -71,7 +82,7 @@ SAVED_DIR = '.gpu_fabric_commands/roce_qos'
 # is no output of these tools and is not read.
 SAVED_MAX_BYTES = 1 << 20
 # A directory of saved outputs holds one file per netdev and kind: a node of 64 netdevs (an
-# 8-HCA node with 8 VFs each) has 64 x 5 = 320. The first SAVED_MAX_NAMES names (sorted) are
+# 8-HCA node with 8 VFs each) has 64 x 8 = 512. The first SAVED_MAX_NAMES names (sorted) are
 # looked at, the rest counted; of the names refused, the first SAVED_REFUSED_LISTED are listed
 # (and warned about) and the rest counted: 20,000 junk files printed 20,000 warnings.
 SAVED_MAX_NAMES = 1024
@@ -206,11 +217,39 @@ def parse_dcb_pfc(text):
     """``dcb pfc show dev IF`` -> sorted priorities with PFC on, or None (no prio-pfc).
 
     'pfc-cap 8 macsec-bypass off delay 4096' and 'prio-pfc 0:off .. 7:on' on two lines (dcb-pfc(8)),
-    or on one line in newer iproute2 ('pfc-cap 8 prio-pfc 0:off .. 3:on .. delay 0')."""
+    or on one line in newer iproute2 ('pfc-cap 8 prio-pfc 0:off .. 3:on .. delay 0'). The first
+    dcb pfc (the iproute2 patch that added it, tests/fixtures/public/dcb/iproute2_dcb_pfc_patch_pg_pfc_stats.txt)
+    named the map 'pg-pfc': read as the same map."""
     pairs = _pairs(text, 'prio-pfc')
+    if pairs is None:
+        pairs = _pairs(text, 'pg-pfc')
     if pairs is None:
         return None
     return sorted(parse_int(p) for p, state in pairs if state == 'on' and parse_int(p) in PRIORITIES)
+
+
+# A PFC frame count is a u64 (include/uapi/linux/dcbnl.h struct ieee_pfc requests[]/indications[]).
+PFC_COUNT_MAX = (1 << 64) - 1
+
+
+def parse_dcb_pfc_stats(text: str | None) -> dict:
+    """``dcb -s pfc show dev IF`` (or ``dcb pfc show dev IF requests indications``) -> {'requests':
+    {prio: frames}, 'indications': {prio: frames}}, each None where the line is absent.
+
+    'requests' counts the PFC frames the port sent (it asked its peer to pause), 'indications' those
+    it received (its peer paused it): struct ieee_pfc, dcbnl.h; dcb-pfc(8). The lines stand alone
+    after the map (every iproute2 since the first, tests/fixtures/public/dcb) or only they are asked
+    for; a count that is no u64 is left out."""
+    found = {}
+    for key in ('requests', 'indications'):
+        pairs = _pairs(text, key)
+        counts = {}
+        for prio, value in pairs or []:
+            number = parse_int(value) if value.isdigit() and len(value) <= 20 else None
+            if parse_int(prio) in PRIORITIES and number is not None and number <= PFC_COUNT_MAX:
+                counts[parse_int(prio)] = number
+        found[key] = counts if pairs is not None else None
+    return found
 
 
 def _dcb_app_entries(text):
@@ -311,6 +350,7 @@ def _tool_qos(run, netdev):
     if answer is not None and answer[0] == 0:
         fields = parse_mlnx_qos(answer[1])
         if fields['pfc'] is not None:
+            fields['dcbx_mode'] = _dcbx.parse_mlnx_qos_dcbx(answer[1])
             return fields, 'mlnx_qos', None
         reasons.append(_why(run, argv, answer, 'mlnx_qos printed no PFC configuration', 'no "PFC configuration" block'))
     else:
@@ -335,6 +375,44 @@ def _tool_qos(run, netdev):
     if trust is not None and trust[0] == 0:
         fields['trust'] = parse_dcb_apptrust(trust[1])
     return fields, 'dcb', None
+
+
+def read_dcbx(run, netdev: str | None, mode: str | None = None, reason: str | None = None, source: str | None = None) -> dict:
+    """Who manages the DCB of ``netdev`` (the port's ``dcbx`` fact): mlnx_qos's DCBX ``mode`` (read
+    with the QoS), else ``dcb dcbx show``; then, unless the firmware runs DCBX, lldpad's willing bits
+    (``lldptool -t -V PFC``, ``-V ETS-CFG``). A tool that is not there, or fails (lldptool without a
+    running lldpad), is said in ``not_read``; ``manager`` and ``why`` are _dcbx.manager's verdict.
+    Asked only where the port's QoS was read (``source``); else nothing is, and ``reason`` says why.
+    The words are the same whether the tools ran or their saved outputs answered (a snapshot judges as
+    the live node: tests/unit/plugins/modules/test_fabric_capture.py)."""
+    not_read: dict = {}
+    dcbx: dict = {'mode': mode, 'dcb_dcbx': None, 'lldp_willing': None, 'lldp_pfc': None, 'not_read': not_read}
+    if run is None or not netdev or source is None:
+        dcbx['reason'] = reason or 'the DCB tools were not run'
+        dcbx['manager'], dcbx['why'] = _dcbx.manager(dcbx)
+        return dcbx
+    if mode is None:
+        answer = run(qos_argv('dcb_dcbx', netdev))
+        dcbx['dcb_dcbx'] = _dcbx.parse_dcb_dcbx(answer[1]) if answer is not None and answer[0] == 0 else None
+        if dcbx['dcb_dcbx'] is None:
+            dcbx['not_read']['dcb_dcbx'] = ('dcb (iproute2) not installed' if answer is None else
+                                            'dcb dcbx show failed (rc %s)' % answer[0] if answer[0] else 'dcb dcbx show printed no DCBX flags')
+    if mode != 'firmware':
+        parsed = {}
+        for kind in ('lldptool_pfc', 'lldptool_ets'):
+            answer = run(qos_argv(kind, netdev))
+            if answer is None or answer[0] != 0:
+                # lldptool answers only through a running lldpad: one failure says it for both TLVs.
+                dcbx['not_read']['lldptool'] = dcbx['lldp_reason'] = (
+                    'lldptool (lldpad) not installed' if answer is None else
+                    'lldptool failed (rc %s): no LLDP agent (lldpad) answers for %s' % (answer[0], netdev))
+                break
+            parsed[kind] = _dcbx.parse_lldptool(answer[1])
+        if parsed:
+            dcbx['lldp_willing'] = _dcbx.lldp_willing(parsed.get('lldptool_pfc'), parsed.get('lldptool_ets'))
+            dcbx['lldp_pfc'] = ((parsed.get('lldptool_pfc') or {}).get('pfc') or {}).get('enabled')
+    dcbx['manager'], dcbx['why'] = _dcbx.manager(dcbx)
+    return dcbx
 
 
 def gid_index_v2(port):
@@ -376,7 +454,7 @@ def read_roce(sysroot, devices, run=None):
                          for name, value in fields.items())
             # mlnx_qos prints the NIC's table, one priority per DSCP: no conflict to hold.
             entry.setdefault('dscp_conflicts', None if entry.get('dscp2prio') is None else {})
-            entry.update(source=source, source_reason=reason)
+            entry.update(source=source, source_reason=reason, dcbx=read_dcbx(run, netdev, entry.pop('dcbx_mode', None), reason, source))
             entry['ecn_np'] = _ecn(sysroot, netdev, 'roce_np') if netdev else None
             entry['ecn_rp'] = _ecn(sysroot, netdev, 'roce_rp') if netdev else None
             base = '%s/%s/ecn/roce_np' % (NET_CLASS, netdev)

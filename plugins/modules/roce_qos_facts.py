@@ -16,6 +16,9 @@ description:
     says which), ECN per priority for the notification and reaction points and the CNP DSCP and
     802.1p priority (C(/sys/class/net/IF/ecn)), the RDMA CM default ToS (configfs), the netdev and
     RoCE MTUs, the RoCE v2 GID index, and the congestion and loss counters.
+  - Who manages the DCB (C(dcbx)) - mlnx_qos's DCBX mode, else C(dcb dcbx show), and lldpad's willing bits
+    (C(lldptool -t -V PFC), C(-V ETS-CFG)) unless the NIC firmware runs DCBX - each tool with the same timeout;
+    a tool that is missing or fails is said in C(not_read).
   - A node without RoCE ports returns C(ports=[]) and succeeds. docs/roce.md explains each value.
   - With O(from_log), the DCB settings come from saved outputs of those tools instead of running them
     (the outputs M(hpc.gpu_fabric.fabric_capture) saves into a snapshot, or a ticket's named the same way),
@@ -43,8 +46,9 @@ options:
     description:
       - Saved outputs to read instead of running C(mlnx_qos) / C(dcb) - directories and files. Each file is named
         C(<netdev>.<kind>.txt), C(kind) one of C(mlnx_qos) (C(mlnx_qos -i IF)), C(dcb_pfc) (C(dcb pfc show dev IF)),
-        C(dcb_app) (C(dcb -N app show dev IF)), C(dcb_ets) (C(dcb ets show dev IF)) and C(dcb_apptrust)
-        (C(dcb apptrust show dev IF)); in a directory, every entry is one. A snapshot holds them in
+        C(dcb_app) (C(dcb -N app show dev IF)), C(dcb_ets) (C(dcb ets show dev IF)), C(dcb_apptrust)
+        (C(dcb apptrust show dev IF)), C(dcb_dcbx) (C(dcb dcbx show dev IF)), C(lldptool_pfc) (C(lldptool -t -V PFC -i IF))
+        and C(lldptool_ets) (C(lldptool -t -V ETS-CFG -i IF)); in a directory, every entry is one. A snapshot holds them in
         C(.gpu_fabric_commands/roce_qos) below its root (M(hpc.gpu_fabric.fabric_capture)).
       - A file is the tool's stdout as printed, or as M(hpc.gpu_fabric.fabric_capture) writes it (a header of
         C(# key) lines with the command and its rc, or that the tool was not installed). mlnx_qos's output
@@ -59,6 +63,17 @@ options:
     description: Seconds each tool run may take.
     type: int
     default: 20
+  dcbx_expected:
+    description:
+      - Who is meant to manage the DCB (PFC, ETS, APP) of the RoCE ports, judged against each port's C(dcbx)
+        (ROCE_DCBX_MISMATCH, docs/roce.md).
+      - "C(host) - the host sets it (role M(hpc.gpu_fabric.roce_qos), C(gpu_fabric_roce_qos=true)); a willing LLDP agent
+        or firmware-controlled DCBX lets the switch overwrite it."
+      - "C(switch) - the switch sets it through DCBX; the host must take it (firmware DCBX or a willing LLDP agent)."
+      - C(none) - nothing is meant, not judged.
+    type: str
+    choices: [host, switch, none]
+    default: none
 '''
 
 EXAMPLES = r'''
@@ -119,6 +134,15 @@ ansible_facts:
               roce_tos: 106
               roce_tos_source: configfs
               counters: {np_cnp_sent: 0, rp_cnp_handled: 0, out_of_sequence: 0}
+              dcbx: {mode: os, dcb_dcbx: null, lldp_willing: null, lldp_pfc: null,
+                     not_read: {lldptool: lldptool (lldpad) not installed}, lldp_reason: lldptool (lldpad) not installed,
+                     manager: host, why: "mlnx_qos: DCBX mode OS controlled; no LLDP agent answered (lldptool)"}
+        dcbx_expected:
+          description: O(dcbx_expected) (null for C(none)); each port's C(dcbx) says who manages it (C(manager) host, switch or
+            null when not read, C(why)), from mlnx_qos's DCBX mode, C(dcb dcbx show) and lldptool's willing bits, and C(not_read).
+          type: str
+          returned: always
+          sample: host
         root:
           description: The root the facts were read below.
           type: str
@@ -151,6 +175,7 @@ def main():
             qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             timeout=dict(type='int', default=20),
             from_log=dict(type='list', elements='path'),
+            dcbx_expected=dict(type='str', choices=['host', 'switch', 'none'], default='none'),
         ),
         supports_check_mode=True,
     )
@@ -170,7 +195,8 @@ def main():
         run = tool_runner(module.get_bin_path, module.params['timeout'])
     sysroot = SysRoot(root)
     ports = without_surrogates(read_roce(sysroot, read_ib(sysroot), run), sysroot.warn, 'gpu_fabric_roce.ports')
-    facts = {'ports': ports, 'root': root, 'from_log': None}
+    facts = {'ports': ports, 'root': root, 'from_log': None,
+             'dcbx_expected': None if module.params['dcbx_expected'] == 'none' else module.params['dcbx_expected']}
     if saved is not None:
         facts['from_log'] = without_surrogates({'read': saved.read, 'unused': saved.unused(), 'refused': saved.refused,
                                                 'refused_more': saved.refused_more},

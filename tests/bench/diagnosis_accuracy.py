@@ -68,6 +68,9 @@ EXPECTED = {
     'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
     'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
     'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
+    # DCBX against who manages the host (h16-parsers): _roce_rules.py roce_dcbx.
+    'dcbx_willing_host': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
+    'dcbx_firmware': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
     # PCIe links and the IOMMU: plugin_utils/diagnosis/_pcie_rules.py.
     'pcie_link_degraded': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
     'pcie_bridge_slow': ('PCIE_LINK_DEGRADED', 'nvidia_h100_8x_ndr'),
@@ -512,7 +515,7 @@ def main(argv=None):
         "Accuracy of the diagnosis on the simulator's fault catalog (tests/sim/faults.py): each fault alone and in "
         "pairs, beside healthy peers. One line per case on stderr as it goes; the JSON result on stdout."))
     parser.add_argument('--quick', action='store_true',
-                        help='each fault alone only: no pairs of faults, no fabric faults (27 cases instead of 179)')
+                        help='each fault alone only: no pairs of faults, no fabric faults (29 cases instead of 200)')
     parser.add_argument('--fault', action='append', choices=sorted(EXPECTED), metavar='NAME',
                         help='only the cases that inject this fault (repeatable); no fabric faults')
     parser.add_argument('--jobs', type=int, default=1, help='cases run in this many processes at once (default 1)')

@@ -389,6 +389,19 @@ def _fault(mutate, description, expect):
     return {'mutate': mutate, 'description': description, 'expect': expect}
 
 
+def dcbx_willing_host(profile, target):
+    # lldpad runs on the node and sends willing PFC and ETS TLVs (lldptool -T -V PFC willing=yes):
+    # the switch's next LLDP exchange sets the port, over what roce_qos set.
+    _roce_qos(profile, lldp_willing=True)
+    return {}
+
+
+def dcbx_firmware(profile, target):
+    # The NIC's firmware runs DCBX (mlnx_qos -d fw: 'DCBX mode: Firmware controlled').
+    _roce_qos(profile, dcbx_mode='firmware')
+    return {}
+
+
 # name -> the mutation, what it is in words, and what the facts must then show.
 CATALOG = {
     'port_down': _fault(port_down, 'An HCA port is down (State Down, Physical state Disabled).', [
@@ -506,6 +519,10 @@ CATALOG.update({
         (_ROCE_PORT0 + ".netdev_mtu", 1500), (_ROCE_PORT0 + ".active_mtu", 1024)]),
     'roce_congestion': _fault(roce_congestion, 'RoCE loss counters: out-of-sequence, sequence errors, ACK timeouts.', [
         (_ROCE_PORT0 + ".counters.out_of_sequence", 48211)]),
+    'dcbx_willing_host': _fault(dcbx_willing_host, 'lldpad sends willing PFC/ETS TLVs: the switch overrides what roce_qos set.', [
+        ("roce.ports[0].dcbx.lldp_willing", True), ("roce.ports[0].dcbx.manager", 'switch')]),
+    'dcbx_firmware': _fault(dcbx_firmware, 'The NIC firmware runs DCBX (Firmware controlled): the switch overrides the host.', [
+        ("roce.ports[0].dcbx.mode", 'firmware'), ("roce.ports[0].dcbx.manager", 'switch')]),
 })
 
 

@@ -39,7 +39,9 @@ def read(root, profile_name, fault_names=(), changes=None, targets=None, host=Tr
         gdr['host'] = read_host(sysroot)
     devices = read_ib(sysroot)
     # RoCE QoS (roce_qos_facts): the mlnx_qos/dcb stand-ins answered in-process (same text).
-    roce = {'ports': read_roce(sysroot, devices, lambda argv: tools_qos.answer(str(root), argv)[:2])}
+    roce = {'ports': read_roce(sysroot, devices, lambda argv: tools_qos.answer(str(root), argv)[:2]),
+            # The simulated RoCE nodes are set by roce_qos (the host manages their DCB): roce_qos_facts dcbx_expected.
+            'dcbx_expected': profile.get('dcbx_expected', 'host')}
     facts = {'ib': {'devices': devices}, 'gdr': gdr, 'roce': roce}
     if gpu:
         # gpu_state_facts: the nvidia-smi stand-in answered in-process (tests/sim/tools_gpu.py).

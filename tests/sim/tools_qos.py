@@ -16,7 +16,10 @@ Output formats are the real tools':
   ``dcb [-N] app show dev IF`` (DSCP names without -N, dcb-app(8)); ``dcb ets show dev IF``;
   ``dcb apptrust show dev IF``.
 
-Usage: tools_qos.py mlnx_qos|dcb ARGS...   (tests/sim/bin/mlnx_qos and bin/dcb call it)
+- ``lldptool -t -V PFC|ETS-CFG -i IF`` as in tests/fixtures/public/lldptool (it fails, as without a
+  running lldpad, unless the port's lldp_willing is set); ``dcb dcbx show dev IF`` as dcb-dcbx(8).
+
+Usage: tools_qos.py mlnx_qos|dcb|lldptool ARGS...   (tests/sim/bin/mlnx_qos, bin/dcb and bin/lldptool call it)
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ DEFAULTS = {'trust': 'dscp', 'pfc': [3], 'ecn': [3], 'cnp_dscp': 48, 'cnp_prio':
             # in the netarbiter printout; TC 6 strict for the CNPs.
             'prio_tc': {0: 1, 1: 0, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7},
             'tc_tsa': {0: 'vendor', 1: 'vendor', 2: 'vendor', 3: 'vendor', 4: 'vendor', 5: 'vendor', 6: 'strict', 7: 'vendor'},
-            'dscp2prio': {}, 'counters': {}, 'configfs': True}
+            'dscp2prio': {}, 'counters': {}, 'configfs': True,
+            # DCBX: the OS sets the DCB (mlnx_qos 'DCBX mode: OS controlled', dcb dcbx 'host ieee') and no
+            # LLDP agent runs (lldptool fails): what roce_qos sets stays. lldp_willing True/False: lldpad
+            # runs and sends willing / non-willing TLVs; dcbx_mode 'firmware': the NIC runs DCBX.
+            'dcbx_mode': 'os', 'lldp_willing': None}
 DSCP_NAMES = dict([(8 * n, 'CS%d' % n) for n in range(8)]
                   + [(8 * c + 2 * d, 'AF%d%d' % (c, d)) for c in range(1, 5) for d in range(1, 4)] + [(46, 'EF')])
 NAME_DSCP = dict((name, code) for code, name in DSCP_NAMES.items())
@@ -89,7 +96,8 @@ def render_qos(root, profile):
             state = {'trust': qos['trust'], 'pfc': sorted(qos['pfc']),
                      'dscp2prio': dict((str(k), v) for k, v in dscp_map(qos).items()),
                      'prio_tc': dict((str(k), v) for k, v in qos['prio_tc'].items()),
-                     'tc_tsa': dict((str(k), v) for k, v in qos['tc_tsa'].items())}
+                     'tc_tsa': dict((str(k), v) for k, v in qos['tc_tsa'].items()),
+                     'dcbx_mode': qos['dcbx_mode'], 'lldp_willing': qos['lldp_willing']}
             if qos.get('dcb', True):
                 # dcb: false - a port whose driver or firmware answers no DCB query (the stand-ins then
                 # fail as mlnx_qos and dcb do on such a netdev): its DCB state cannot be read.
@@ -118,7 +126,9 @@ def _netdev_exists(root, netdev):
 
 def mlnx_qos_text(state):
     """mlnx_qos's pretty print (mlnx-tools python/mlnx_qos), as the netarbiter printout shows it."""
-    lines = ['DCBX mode: OS controlled', 'Priority trust state: %s' % state['trust'], 'dscp2prio mapping:']
+    # 'Firmware controlled' as in tests/fixtures/public/mlnx_qos/nanodata_blog_fw_controlled_ets_bw.txt.
+    mode = 'Firmware controlled' if state.get('dcbx_mode') == 'firmware' else 'OS controlled'
+    lines = ['DCBX mode: %s' % mode, 'Priority trust state: %s' % state['trust'], 'dscp2prio mapping:']
     table = dict((int(k), v) for k, v in state['dscp2prio'].items())
     for prio in range(8):
         dscps = sorted((d for d, p in table.items() if p == prio), reverse=True)
@@ -236,6 +246,9 @@ def dcb(root, argv):
                    'pg-bw 0:0 1:0 2:0 3:0 4:0 5:0 6:0 7:0\ntc-tsa %s\nprio-tc %s\n'
                    % (' '.join('%d:%s' % (t, state['tc_tsa'].get(str(t), 'vendor')) for t in range(8)),
                       ' '.join('%d:%d' % (p, state['prio_tc'].get(str(p), 0)) for p in range(8)))), ''
+    if obj == 'dcbx' and command == 'show':
+        # dcb-dcbx(8): the flags set, 'host ieee' (tests/fixtures/public/dcb/man7_dcb_dcbx_show_host_ieee.txt).
+        return 0, '%s ieee\n' % ('lld-managed' if state.get('dcbx_mode') == 'firmware' else 'host'), ''
     if obj == 'apptrust' and command == 'show':
         return 0, 'order %s\n' % ('dscp pcp' if state['trust'] == 'dscp' else 'pcp'), ''
     if obj == 'apptrust' and command == 'set' and rest[:1] == ['order']:
@@ -245,10 +258,39 @@ def dcb(root, argv):
     return 255, '', 'Command "%s" is unknown, try "dcb %s help".\n' % (command, obj)
 
 
+def lldptool_text(tlv, willing, pfc):
+    """lldpad's print of the PFC or ETS-CFG TLV (tests/fixtures/public/lldptool: the layout of
+    netdev_dpaa2_pfc_tlv_willing.txt, the ETS fields of taf_lldptool_unittest_ieee_tni_app.txt)."""
+    flag = 'yes' if willing else 'no'
+    if tlv == 'PFC':
+        return ('IEEE 8021QAZ PFC TLV\n\t Willing: %s\n\t MACsec Bypass Capable: no\n\t PFC capable traffic classes: 8\n'
+                '\t PFC enabled: %s\n' % (flag, ' '.join(str(p) for p in pfc) or 'none'))
+    return ('IEEE 8021QAZ ETS Configuration TLV\n\t Willing: %s\n\t CBS: not supported\n\t MAX_TCS: 8\n'
+            '\t PRIO_MAP: 0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7\n\t TC Bandwidth: 12%% 12%% 12%% 12%% 13%% 13%% 13%% 13%%\n'
+            '\t TSA_MAP: 0:ets 1:ets 2:ets 3:ets 4:ets 5:ets 6:ets 7:ets\n' % flag)
+
+
+def lldptool(root, argv):
+    """(rc, stdout, stderr) of ``lldptool -t -V PFC|ETS-CFG -i IF`` (options in any order, as getopt takes them)."""
+    args, netdev, tlv = list(argv), None, None
+    while args:
+        arg = args.pop(0)
+        if arg in ('-i', '-V') and args:
+            value = args.pop(0)
+            netdev, tlv = (value, tlv) if arg == '-i' else (netdev, value)
+    state = _load(root, netdev) if netdev and _netdev_exists(root, netdev) else None
+    if state is None or state.get('lldp_willing') is None:
+        # No lldpad for the interface: lldptool cannot reach the daemon's control socket.
+        return 1, '', 'Failed to connect to lldpad - clif_open: Connection refused\n'
+    if tlv not in ('PFC', 'ETS-CFG'):
+        return 1, '', 'lldptool: unknown TLV %s\n' % tlv
+    return 0, lldptool_text(tlv, state['lldp_willing'], state['pfc']), ''
+
+
 def answer(root, argv):
-    """(rc, stdout, stderr) of ``argv`` (mlnx_qos or dcb first) on the node at ``root``."""
+    """(rc, stdout, stderr) of ``argv`` (mlnx_qos, dcb or lldptool first) on the node at ``root``."""
     tool = os.path.basename(argv[0])
-    return (mlnx_qos if tool == 'mlnx_qos' else dcb)(root, argv[1:])
+    return {'mlnx_qos': mlnx_qos, 'lldptool': lldptool}.get(tool, dcb)(root, argv[1:])
 
 
 def main(argv=None):

@@ -680,6 +680,20 @@ GPU_STATE_NOT_READ = _register(
     'for the kernel log', scope='node')
 # ---- end h12-gpustate
 
+# ---- h16-parsers
+# DCBX (plugin_utils/diagnosis/_roce_rules.py roce_dcbx, module_utils/_dcbx.py manager): who sets a RoCE
+# port's PFC/ETS/APP - the host (roce_qos) or the switch through LLDP - against who is meant to.
+ROCE_DCBX_MISMATCH = _register(
+    'ROCE_DCBX_MISMATCH', 'ib', 'error',
+    'the DCBX mode of a RoCE port is not the one meant (roce_qos_dcbx): the host set by roce_qos is willing or its NIC '
+    'firmware runs DCBX, so the switch\'s next LLDP exchange can overwrite PFC/ETS/APP; or the switch is meant to manage '
+    'and the host takes nothing from it',
+    'where the host manages (roce_qos_dcbx: host): set the NIC to OS-controlled DCBX (mlnx_qos -i IF -d os) and stop '
+    'lldpad from accepting the switch (lldptool -T -i IF -V PFC willing=no; -V ETS-CFG willing=no), or stop lldpad; '
+    'where the switch manages (roce_qos_dcbx: switch): run DCBX in the firmware (mlnx_qos -i IF -d fw) or a willing lldpad, '
+    'and do not run roce_qos there',
+    other={'info': 'the DCBX mode could not be read (mlnx_qos, dcb dcbx and lldptool gave nothing): not checked'})
+
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the
 # subnet manager's state, the run as a whole. One decision per code, so that no rule forgets it.

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _dcbx  # who manages a port's DCB
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # which ports carry compute traffic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import IB_MTUS, ROCE_MTU_OVERHEAD
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._roce import LOSS_COUNTERS, rdma_priority
@@ -264,3 +265,52 @@ def nccl_traffic_class(roce, role_of=None):
                 F.ROCE_CNP_LOSSY, F.ROCE_MTU_MISMATCH, F.ROCE_CONGESTION), parts=('judged', 'roles'))
 def roce_lossless(fleet, _findings):
     return [item for host in sorted(fleet.judged) for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host])]
+
+
+# ---- h16-parsers: DCBX
+
+def dcbx_findings(host, roce, role_of=None):
+    """ROCE_DCBX_MISMATCH of one node's gpu_fabric_roce: the ACTIVE RoCE ports of its compute rails whose
+    DCB manager (_dcbx.manager over the port's ``dcbx`` facts) is not ``dcbx_expected`` (roce_qos_facts:
+    'host' where roce_qos configures the node, 'switch' where the switch is meant to; None: nothing
+    meant, nothing judged). A port whose DCBX mode was not read is said, as info (never a pass)."""
+    roce = mapping(roce)
+    expected = roce.get('dcbx_expected')
+    if expected not in _dcbx.MANAGERS:
+        return []
+    ports = [p for p in _ports(roce, role_of) if p.get('source') is not None]
+    wrong, unread = [], []
+    for port in ports:
+        who, why = _dcbx.manager(mapping(port.get('dcbx')))
+        if who is None:
+            unread.append((port, why))
+        elif who != expected:
+            wrong.append((port, who, why))
+    found = []
+    if wrong:
+        risk = ('the host is meant to manage its DCB (roce_qos sets PFC, ETS and the DSCP map), but the switch manages it: '
+                'the next LLDP exchange with a switch that advertises other settings overwrites them, silently and at any '
+                'time - RDMA traffic can land on a lossy priority or lose PFC, which a later run shows only as slow or '
+                'failing collectives' if expected == 'host' else
+                'the switch is meant to manage the DCB through DCBX, but the host does not take its settings: the ports keep '
+                'what was set locally, which can differ from the switch\'s lossless class')
+        found.append(finding(
+            F.ROCE_DCBX_MISMATCH, host, _subject([p for p, _w, _y in wrong], ports),
+            {'expected': expected,
+             'ports': dict((text(p.get('netdev')) or '?', {'manager': who, 'why': why, 'dcbx': mapping(p.get('dcbx'))})
+                           for p, who, why in wrong)},
+            '%s: %s' % (risk, '; '.join(sorted('%s: %s' % (text(p.get('netdev')), why) for p, _w, why in wrong))),
+            at=[('hca', host, text(p.get('hca'))) for p, _w, _y in wrong]))
+    if unread:
+        found.append(finding(
+            F.ROCE_DCBX_MISMATCH, host, _subject([p for p, _y in unread], ports),
+            {'expected': expected, 'ports': dict((text(p.get('netdev')) or '?', {'why': why}) for p, why in unread)},
+            'the DCBX mode of %s could not be read, so whether the switch can overwrite the DCB settings was not checked: %s'
+            % (', '.join(text(p.get('netdev')) or '?' for p, _y in unread), '; '.join(sorted(set(w for _p, w in unread)))),
+            severity='info', at=[('hca', host, text(p.get('hca'))) for p, _y in unread]))
+    return found
+
+
+@rule(produces=(F.ROCE_DCBX_MISMATCH,), parts=('judged', 'roles'))
+def roce_dcbx(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in dcbx_findings(host, fleet.judged[host].get('roce'), fleet.roles[host])]

@@ -217,13 +217,18 @@ COVERED = {
     '_pcie': {'parse_speed': 'pcie_values', 'parse_width': 'pcie_values', 'parse_cmdline': 'pcie_values'},
     '_perftest': {'parse_output': 'perftest'},
     '_process': {'parse_proc_net_tcp': 'proc_net_tcp'},
-    '_roce': dict((name, 'roce_qos') for name in (
-        'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')),
+    '_roce': dict([(name, 'roce_qos') for name in (
+        'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')]
+        + [('parse_dcb_pfc_stats', 'test_fuzz_h16.py')]),
     '_slurm': {'parse_nodes': 'slurm', 'parse_record': 'slurm'},
     '_sysroot': {'parse_int': 'sysfs_values', 'parse_hex': 'sysfs_values', 'parse_numa': 'sysfs_values'},
     '_offline': {'classify': 'offline_names'},
     '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
     '_bench': {'read_records': 'test_fuzz_records.py'},
+    # h16-parsers: fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_h16.py.
+    '_dcbx': {'parse_lldptool': 'test_fuzz_h16.py', 'parse_dcb_dcbx': 'test_fuzz_h16.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_h16.py'},
+    '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_h16.py'},
+    '_aer_log': {'parse_aer_log': 'test_fuzz_h16.py'},
 }
 
 
@@ -252,7 +257,7 @@ def test_every_public_parser_is_fuzzed():
     assert _public_parsers() == dict((module, sorted(names)) for module, names in COVERED.items())
     for module, names in COVERED.items():
         for name, entry in names.items():
-            assert entry in PARSERS or entry == 'test_fuzz_records.py', (module, name)
+            assert entry in PARSERS or entry in ('test_fuzz_records.py', 'test_fuzz_h16.py'), (module, name)
 
 
 @pytest.mark.parametrize('name', sorted(PARSERS))

@@ -377,13 +377,17 @@ def _roce_facts(monkeypatch, root, **options):
     return result['ansible_facts']['gpu_fabric_roce'], result['warnings']
 
 
-@pytest.mark.parametrize('case, installed, source', [
-    (('amd_mi300x_roce',), ('mlnx_qos', 'dcb'), 'mlnx_qos'),
-    (('amd_mi300x_roce', 'roce_pfc_off'), ('mlnx_qos', 'dcb'), 'mlnx_qos'),
-    # Without mlnx_qos the capture saves that, and dcb's four outputs: read back as on the node.
-    (('amd_mi300x_roce', 'roce_pfc_off'), ('dcb',), 'dcb'),
+@pytest.mark.parametrize('case, installed, source, kinds', [
+    # lldptool not installed: saved so (one call: without lldpad the ETS TLV is not asked).
+    (('amd_mi300x_roce',), ('mlnx_qos', 'dcb'), 'mlnx_qos', ['lldptool_pfc', 'mlnx_qos']),
+    (('amd_mi300x_roce', 'roce_pfc_off'), ('mlnx_qos', 'dcb'), 'mlnx_qos', ['lldptool_pfc', 'mlnx_qos']),
+    # Without mlnx_qos the capture saves that, and dcb's five outputs (dcbx too): read back as on the node.
+    (('amd_mi300x_roce', 'roce_pfc_off'), ('dcb',), 'dcb',
+     ['dcb_app', 'dcb_apptrust', 'dcb_dcbx', 'dcb_ets', 'dcb_pfc', 'lldptool_pfc', 'mlnx_qos']),
+    # lldpad running, willing: both TLVs saved, and the snapshot says the switch manages, as the node did.
+    (('amd_mi300x_roce', 'dcbx_willing_host'), ('mlnx_qos', 'lldptool'), 'mlnx_qos', ['lldptool_ets', 'lldptool_pfc', 'mlnx_qos']),
 ])
-def test_dcb_outputs_are_saved_and_read_back(case, installed, source, sim_root, monkeypatch, tmp_path):
+def test_dcb_outputs_are_saved_and_read_back(case, installed, source, kinds, sim_root, monkeypatch, tmp_path):
     node, _contexts = sim_root(*case)
     _sim_tools(monkeypatch, node, installed)
     dest = str(tmp_path / 'node.tar.gz')
@@ -394,7 +398,6 @@ def test_dcb_outputs_are_saved_and_read_back(case, installed, source, sim_root, 
     live, live_warnings = _roce_facts(monkeypatch, node, qos_tools='always')
     netdevs = [port['netdev'] for port in live['ports']]
     assert len(netdevs) == 8 and all(port['source'] == source for port in live['ports'])
-    kinds = ['mlnx_qos'] if source == 'mlnx_qos' else ['dcb_app', 'dcb_apptrust', 'dcb_ets', 'dcb_pfc', 'mlnx_qos']
     assert saved == sorted('%s/%s.%s.txt' % (_roce.SAVED_DIR, n, k) for n in netdevs for k in kinds)
     assert manifest['commands'] == result['commands'] and len(result['commands']) == len(saved)
     first = dict((c['command'], c) for c in result['commands'])['mlnx_qos -i %s' % netdevs[0]]
@@ -411,6 +414,7 @@ def test_dcb_outputs_are_saved_and_read_back(case, installed, source, sim_root, 
     assert offline['from_log']['refused'] == offline['from_log']['unused'] == []
     assert len(offline['from_log']['read']) == len(saved)
     assert [p['pfc'] for p in offline['ports']] == [[] if 'roce_pfc_off' in case else [3]] * 8
+    assert [p['dcbx']['manager'] for p in offline['ports']] == ['switch' if 'dcbx_willing_host' in case else 'host'] * 8
     # Without from_log the snapshot's DCB settings are unknown, said so (fail closed).
     unread, _warnings = _roce_facts(monkeypatch, root)
     assert all(p['source'] is None and p['pfc'] is None and 'not run' in p['source_reason'] for p in unread['ports'])
