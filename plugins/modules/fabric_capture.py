@@ -79,6 +79,13 @@ options:
     description: Seconds each run of C(mlnx_qos) / C(dcb) may take.
     type: int
     default: 20
+  fabric_outputs:
+    description:
+      - A directory where M(hpc.gpu_fabric.ib_fabric_facts) saved the fabric tools' outputs (its O(hpc.gpu_fabric.ib_fabric_facts#module:save_to)):
+        the files of the names its O(hpc.gpu_fabric.ib_fabric_facts#module:from_log) reads (C(not_read.txt) among them,
+        where the fabric could not be read) are packed as C(.gpu_fabric_commands/ib_fabric/<name>), where the playbook
+        C(hpc.gpu_fabric.offline) reads them back. Regular files only, each up to 64 MiB; another is listed in RV(skipped).
+    type: path
 notes:
   - Modes and owners of the node's files are not kept (directories are stored 0755, files 0644), so that the
     unpacked tree can be removed by the user who unpacked it.
@@ -154,6 +161,12 @@ root:
   returned: always
   type: str
   sample: /
+fabric_outputs:
+  description: The fabric tools' outputs packed from O(fabric_outputs), as members of the tarball.
+  returned: always
+  type: list
+  elements: str
+  sample: [.gpu_fabric_commands/ib_fabric/iblinkinfo.txt]
 commands:
   description:
     - The DCB reads run on the node, each with C(command), the C(file) its output is saved as in the tarball,
@@ -183,6 +196,7 @@ def main():
             readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr', 'roce']),
             qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             timeout=dict(type='int', default=20),
+            fabric_outputs=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -205,6 +219,9 @@ def main():
         module.fail_json(msg='dest %s %s; give the path of the tarball to write' % (dest, problem))
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second')
+    fabric_outputs = module.params['fabric_outputs']
+    if fabric_outputs is not None and not os.path.isdir(fabric_outputs):
+        module.fail_json(msg='fabric_outputs %s is not a directory (ib_fabric_facts save_to)' % fabric_outputs)
 
     tools = module.params['qos_tools']
     run = None
@@ -214,10 +231,14 @@ def main():
         _facts, members, notes, warnings = _capture.capture(root, readers, run)
     except _process.Terminated as exc:
         module.fail_json(msg='stopped while mlnx_qos / dcb ran (%s); all of them were reaped' % exc)
+    saved, skipped = _capture.fabric_members(fabric_outputs) if fabric_outputs is not None else ({}, [])
+    members.update(saved)
+    notes['skipped'].extend(skipped)
+    notes['fabric_outputs'] = sorted(name for name, member in saved.items() if member['kind'] == 'file')
     counts = _capture.summary(members)
     meta = _capture.manifest(root, readers, members, notes, warnings)
     result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'],
-                  commands=notes['commands'], **counts)
+                  commands=notes['commands'], fabric_outputs=notes['fabric_outputs'], **counts)
     if not module.check_mode:
         fd, tmp = tempfile.mkstemp(prefix='.fabric_capture.', suffix='.tar.gz', dir=directory)
         try:
