@@ -81,10 +81,10 @@ options:
     default: 20
   fabric_outputs:
     description:
-      - A directory where M(hpc.gpu_fabric.ib_fabric_facts) saved the fabric tools' outputs (its O(hpc.gpu_fabric.ib_fabric_facts#module:save_to)):
-        the files of the names its O(hpc.gpu_fabric.ib_fabric_facts#module:from_log) reads (C(not_read.txt) among them,
-        where the fabric could not be read) are packed as C(.gpu_fabric_commands/ib_fabric/<name>), where the playbook
-        C(hpc.gpu_fabric.offline) reads them back. Regular files only, each up to 64 MiB; another is listed in RV(skipped).
+      - A directory where M(hpc.gpu_fabric.ib_fabric_facts) saved the fabric tools' outputs (its C(save_to)). The files
+        of the names its C(from_log) reads (C(not_read.txt) among them, where the fabric could not be read) are packed as
+        C(.gpu_fabric_commands/ib_fabric/<name>), where the playbook C(hpc.gpu_fabric.offline) reads them back.
+        Regular files only, each up to 64 MiB; another is left out and listed in RV(skipped).
     type: path
 notes:
   - Modes and owners of the node's files are not kept (directories are stored 0755, files 0644), so that the
