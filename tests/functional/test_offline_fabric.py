@@ -27,8 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAVED = '.gpu_fabric_commands/ib_fabric/'
 
 
-def playbook(name, *args):
-    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+def playbook(name, *args, env=None):
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0', **(env or {}))
     cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), os.path.join(REPO, 'playbooks', name),
            '-e', 'gpu_fabric_fabric_counter_interval=0.2'] + list(args)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -47,8 +47,18 @@ def members(snapshot):
 def capture_and_offline(tmp_path, inventory):
     dest = str(tmp_path)
     snapshots, offline_out = os.path.join(dest, 'snapshots'), os.path.join(dest, 'offline')
-    captured = playbook('capture.yml', '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + snapshots)
+    node_tmp = os.path.join(dest, 'node-tmp')
+    os.makedirs(node_tmp)
+    # Check mode reads no fabric and writes nothing, on the nodes or the controller.
+    checked = playbook('capture.yml', '--check', '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + snapshots,
+                       env={'TMPDIR': node_tmp})
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    assert not os.path.exists(snapshots) and os.listdir(node_tmp) == []
+    captured = playbook('capture.yml', '-i', inventory, '-e', 'gpu_fabric_hosts=gpu_nodes', '-e', 'gpu_fabric_output_dir=' + snapshots,
+                        env={'TMPDIR': node_tmp})
     assert captured.returncode == 0, captured.stdout[-3000:] + captured.stderr[-3000:]
+    # The temporary tarball and the directory of the fabric tools' outputs are gone from the nodes.
+    assert os.listdir(node_tmp) == []
     # Nothing else in the snapshot folder: the outputs are inside the reading node's tarball.
     assert sorted(os.listdir(snapshots)) == ['capture.json', 'gpu-01.tar.gz', 'gpu-02.tar.gz']
     # Offline: nothing of the cluster is left, the simulated fabric included.
