@@ -15,6 +15,7 @@ import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _capture, _ibdiag
 from ansible_collections.hpc.gpu_fabric.plugins.modules import fabric_capture, ib_fabric_facts
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 from tests.sim import fabric, render
 from tests.unit.plugins.modules.utils import run_module
 
@@ -122,3 +123,16 @@ def test_fabric_outputs_must_be_a_directory(monkeypatch, tmp_path, node_root):
     result, failed = run_module(fabric_capture.main, {'root': node_root, 'dest': str(tmp_path / 'x.tar.gz'),
                                                       'fabric_outputs': str(tmp_path / 'none')}, monkeypatch)
     assert failed and 'is not a directory' in result['msg'] and not os.path.exists(str(tmp_path / 'x.tar.gz'))
+
+
+def test_offline_puts_the_snapshot_with_the_fabric_first(tmp_path):
+    roots = dict((name, str(tmp_path / name)) for name in ('a', 'b', 'c'))
+    for root in roots.values():
+        os.makedirs(root)
+    os.makedirs(os.path.join(roots['c'], _ibdiag.SAVED_DIR))
+    # A file of that name is no saved outputs.
+    os.makedirs(os.path.join(roots['b'], '.gpu_fabric_commands'))
+    with open(os.path.join(roots['b'], _ibdiag.SAVED_DIR), 'w') as handle:
+        handle.write('x')
+    ordered = _offline.fabric_first(roots)
+    assert list(ordered) == ['c', 'a', 'b'] and ordered == roots
