@@ -45,7 +45,7 @@ import time
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import read_gdr
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import list_rdma_devices, read_ib
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _roce
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ibdiag, _paths, _roce
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, SysRoot
 
 try:
@@ -477,6 +477,29 @@ def capture(root='/', readers=('ib', 'gdr', 'roce'), run=None):
                 warnings.append('RoCE port %s (%s/%s): its DCB settings are not in the snapshot: %s'
                                 % (port.get('netdev'), port.get('hca'), port.get('port'), port.get('source_reason')))
     return facts, members, notes, warnings
+
+
+def fabric_members(directory):
+    """The fabric tools' outputs that ib_fabric_facts saved in ``directory`` (its save_to), as tar members
+    below _ibdiag.SAVED_DIR, where its from_log reads them offline -> (members, skipped). Only the names
+    from_log reads, regular files (no symlink, FIFO or device), each at most _ibdiag.SAVED_LIMIT bytes;
+    what is not packed is in ``skipped`` ({path, reason}), as a file the readers could not read."""
+    members, skipped = {}, []
+    for name in _ibdiag.SAVED_NAMES:
+        path = os.path.join(directory, name)
+        if not os.path.lexists(path):
+            continue
+        try:
+            data = _paths.read_regular(path, _ibdiag.SAVED_LIMIT)
+        except (OSError, ValueError) as exc:
+            skipped.append({'path': path, 'reason': getattr(exc, 'strerror', None) or str(exc)})
+            continue
+        members['%s/%s' % (_ibdiag.SAVED_DIR, name)] = {'kind': 'file', 'data': data, 'placeholder': False}
+    if members:
+        parts = _ibdiag.SAVED_DIR.split('/')
+        for index in range(1, len(parts) + 1):
+            members['/'.join(parts[:index])] = {'kind': 'dir'}
+    return members, skipped
 
 
 def summary(members):

@@ -97,6 +97,18 @@ _SMIR_FIELD_RE = re.compile(r'^(?P<name>LID|GUID|SM_Key|ActCount|Priority|SMStat
 _SMIR_LABELS = ('RID', 'SMInfo dump:')
 # Lines a failed SA query leaves (ibdiag_sa.c IBWARN, saquery.c get_any_records "Query SA failed: %s").
 _DIAG_ERROR_RE = re.compile(r'^(?:ibwarn:|ibpanic:|iberror:|\S+: iberror:|Query SA failed|ERROR: Query result|Failed to)', re.A)
+# Where a snapshot holds the fabric tools' outputs (fabric_capture packs the files ib_fabric_facts
+# ``save_to`` wrote, by these names, which its ``from_log`` reads back: playbooks/capture.yml and
+# offline.yml). NOT_READ holds, where the fabric could not be read when the snapshot was taken, the
+# status (no_tools or no_ib_port) on its first line and why on the next.
+SAVED_DIR = '.gpu_fabric_commands/ib_fabric'
+NOT_READ = 'not_read.txt'
+SAVED_NAMES = ('iblinkinfo.txt', 'ibnetdiscover.txt', 'sminfo.txt', 'saquery_smir.txt', 'perfquery.1.txt', 'perfquery.2.txt',
+               'ibqueryerrors.1.txt', 'ibqueryerrors.2.txt', 'uptime.txt', 'read_at.txt', NOT_READ)
+# A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
+# switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
+SAVED_LIMIT = 64 << 20
+
 # How many unread lines a parser keeps (each is counted; the facts stay small on a garbage input).
 UNREAD_KEPT = 50
 

@@ -90,6 +90,13 @@ options:
     description: Seconds each run of C(mlnx_qos) / C(dcb) / C(nvidia-smi) may take.
     type: int
     default: 20
+  fabric_outputs:
+    description:
+      - A directory where M(hpc.gpu_fabric.ib_fabric_facts) saved the fabric tools' outputs (its C(save_to)). The files
+        of the names its C(from_log) reads (C(not_read.txt) among them, where the fabric could not be read) are packed as
+        C(.gpu_fabric_commands/ib_fabric/<name>), where the playbook C(hpc.gpu_fabric.offline) reads them back.
+        Regular files only, each up to 64 MiB; another is left out and listed in RV(skipped).
+    type: path
 notes:
   - Modes and owners of the node's files are not kept (directories are stored 0755, files 0644), so that the
     unpacked tree can be removed by the user who unpacked it.
@@ -165,6 +172,12 @@ root:
   returned: always
   type: str
   sample: /
+fabric_outputs:
+  description: The fabric tools' outputs packed from O(fabric_outputs), as members of the tarball.
+  returned: always
+  type: list
+  elements: str
+  sample: [.gpu_fabric_commands/ib_fabric/iblinkinfo.txt]
 commands:
   description:
     - The DCB reads run on the node, each with C(command), the C(file) its output is saved as in the tarball,
@@ -235,6 +248,7 @@ def main():
             qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             gpu_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
             timeout=dict(type='int', default=20),
+            fabric_outputs=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -257,6 +271,9 @@ def main():
         module.fail_json(msg='dest %s %s; give the path of the tarball to write' % (dest, problem))
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second')
+    fabric_outputs = module.params['fabric_outputs']
+    if fabric_outputs is not None and not os.path.isdir(fabric_outputs):
+        module.fail_json(msg='fabric_outputs %s is not a directory (ib_fabric_facts save_to)' % fabric_outputs)
 
     tools = module.params['qos_tools']
     run = None
@@ -274,10 +291,14 @@ def main():
             module.fail_json(msg='stopped while nvidia-smi ran (%s); all of them were reaped' % exc)
         members.update(gpu_members)
         notes['commands'].extend(gpu_commands)
+    saved, skipped = _capture.fabric_members(fabric_outputs) if fabric_outputs is not None else ({}, [])
+    members.update(saved)
+    notes['skipped'].extend(skipped)
+    notes['fabric_outputs'] = sorted(name for name, member in saved.items() if member['kind'] == 'file')
     counts = _capture.summary(members)
     meta = _capture.manifest(root, readers, members, notes, warnings)
     result = dict(changed=True, dest=dest, root=root, archive_bytes=None, skipped=notes['skipped'],
-                  commands=notes['commands'], **counts)
+                  commands=notes['commands'], fabric_outputs=notes['fabric_outputs'], **counts)
     if not module.check_mode:
         fd, tmp = tempfile.mkstemp(prefix='.fabric_capture.', suffix='.tar.gz', dir=directory)
         try:

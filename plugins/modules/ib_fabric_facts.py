@@ -75,6 +75,8 @@ options:
         C(perfquery.1.txt) and C(perfquery.2.txt) (the second read O(interval) seconds after the first),
         C(ibqueryerrors.1.txt) and C(ibqueryerrors.2.txt) (read with them), C(uptime.txt) (the node's
         C(/proc/uptime) when the first read was taken) and C(read_at.txt) (the epoch seconds of each read, one a line).
+      - Where the fabric could not be read when the outputs were saved (C(no_tools), C(no_ib_port)), O(save_to) writes
+        C(not_read.txt) (that status, then why) instead; from it O(from_log) returns that status, with why.
       - Only regular files are read (no symlink, FIFO or device), each up to 64 MiB.
     type: path
 notes:
@@ -181,9 +183,8 @@ MAX_UNICAST_LID = _ibdiag.MAX_UNICAST_LID
 # tests/unit/plugins/module_utils/test__ibqueryerrors.py checks that they agree).
 _LINK_GRACE_MIN = 10
 _LINK_GRACE_MAX_MIN = 1440
-# A saved output is someone else's file: read whole up to this (the iblinkinfo of a few thousand
-# switches is tens of MB), refused past it, as module_utils/_sysroot.py WHOLE_LIMIT.
-LOG_LIMIT = 64 << 20
+# A saved output's cap (module_utils/_ibdiag.py says why).
+LOG_LIMIT = _ibdiag.SAVED_LIMIT
 
 
 def read_log(path):
@@ -424,6 +425,26 @@ def discover(module, runner, sm_lids, interval, ports, sysroot=None, grace_min=_
             'unread': unread}
 
 
+# The statuses in which no tool ran: save_to records them (not_read.txt), from_log gives them back.
+NOT_READ_STATUSES = ('no_tools', 'no_ib_port')
+
+
+def saved_not_read(from_log):
+    """(status, reason) that the saved ``not_read.txt`` records (the fabric could not be read when the
+    outputs were saved: save_to), or None where there is none."""
+    path = os.path.join(from_log, _ibdiag.NOT_READ)
+    if not os.path.lexists(path):
+        return None
+    try:
+        lines = read_log(path).decode('utf-8', 'replace').splitlines()
+    except (OSError, ValueError) as exc:
+        return 'no_tools', 'not read when the outputs were saved, and %s is not readable (%s)' % (
+            _ibdiag.NOT_READ, getattr(exc, 'strerror', None) or exc)
+    status = lines[0].strip() if lines else ''
+    why = ' '.join(line.strip() for line in lines[1:] if line.strip())[:500] or 'no reason saved'
+    return status if status in NOT_READ_STATUSES else 'no_tools', 'not read when the outputs were saved: ' + why
+
+
 def judge_status(facts, tools):
     """status/reason of the facts from how each tool went and what was left unread."""
     bad = sorted(tool for tool, how in tools.items() if how not in ('used', 'read from log')
@@ -489,7 +510,10 @@ def main():
              'subnet': {'reads': [], 'uptime_s': None, 'grace_min': params['link_grace']},
              'local': ports}
     runner = Runner(module, params['timeout'], params['from_log'], None if module.check_mode else params['save_to'])
-    if not ports and not params['from_log']:
+    not_read = saved_not_read(params['from_log']) if params['from_log'] else None
+    if not_read:
+        facts.update(status=not_read[0], reason=not_read[1])
+    elif not ports and not params['from_log']:
         facts.update(status='no_ib_port', reason='this node has no InfiniBand port: the fabric is discovered from a node that has one')
     elif not params['from_log'] and not any(runner.available(tool) for tool in TOOLS):
         facts.update(status='no_tools', reason='infiniband-diags is not installed (%s not found)' % ', '.join(TOOLS),
@@ -501,6 +525,8 @@ def main():
             module.fail_json(msg='stopped while the fabric tools ran (%s); all of them were reaped' % exc)
         facts['tools'] = dict(runner.tools)
         judge_status(facts, runner.tools)
+    if facts['status'] in NOT_READ_STATUSES and not params['from_log']:
+        keep_output(runner.save_to, _ibdiag.NOT_READ, '%s\n%s\n' % (facts['status'], facts['reason']))
     for warning in sysroot.warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={'gpu_fabric_ib_fabric': without_surrogates(facts, module.warn, 'gpu_fabric_ib_fabric')})

@@ -29,7 +29,7 @@ import tarfile
 import zlib
 from typing import Any, Iterable, cast
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _printable
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective, _ibdiag, _printable
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._capture import climbs_above_root
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT, normalise_path
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
@@ -539,7 +539,16 @@ def unpack_snapshots(directory: str, out_dir: str) -> dict[str, Any]:
             shown = '; '.join(notes[:20]) + ('; and %d more' % (len(notes) - 20) if len(notes) > 20 else '')
             result['failures'][name] = [_tasks.failure_record('snapshot %s: %d member(s) refused or changed: %s' % (entry, len(notes), shown),
                                                               'offline', 'Unpack each snapshot into its node root')]
+    result['nodes'] = fabric_first(result['nodes'])
     return result
+
+
+def fabric_first(nodes: dict[str, str]) -> dict[str, str]:
+    """{node: root} with the snapshots that hold the fabric tools' outputs (_ibdiag.SAVED_DIR) first:
+    validate.yml reads the fabric from the first node with an InfiniBand port, and capture.yml saved
+    those outputs on the node it read them from (playbooks/offline.yml adds the hosts in this order)."""
+    saved = [name for name, root in nodes.items() if os.path.isdir(os.path.join(root, _ibdiag.SAVED_DIR))]
+    return dict([(name, nodes[name]) for name in saved] + [(name, root) for name, root in nodes.items() if name not in saved])
 
 
 def _refuse(result: dict[str, Any], suffixes: dict[str, int], name: str, message: str) -> None:
