@@ -239,21 +239,8 @@ def capture_gpu(module, root, timeout):
     return members, commands
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type='path', default='/'),
-            dest=dict(type='path', required=True),
-            readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr', 'roce']),
-            qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
-            gpu_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
-            timeout=dict(type='int', default=20),
-            fabric_outputs=dict(type='path'),
-        ),
-        supports_check_mode=True,
-    )
-    root, dest = module.params['root'], module.params['dest']
-    readers = list(dict.fromkeys(module.params['readers']))
+def _checked_paths(module, root, dest):
+    """The directory dest is written in, once root and dest are known to be usable (else fail_json)."""
     if not os.path.isdir(root):
         module.fail_json(msg='root %s is not a directory: give / or the path of a node tree' % root)
     # dest names the tarball: '' (abspath makes it the working directory), a path ending in '/'
@@ -271,6 +258,37 @@ def main():
         module.fail_json(msg='dest %s %s; give the path of the tarball to write' % (dest, problem))
     if module.params['timeout'] < 1:
         module.fail_json(msg='timeout must be at least 1 second')
+    return directory
+
+
+def _add_gpu_outputs(module, root, members, notes):
+    """nvidia-smi's outputs for gpu_state_facts from_log offline, into members (as qos_tools: auto runs it on / only)."""
+    gpu_tools = module.params['gpu_tools']
+    if gpu_tools == 'always' or (gpu_tools == 'auto' and root == '/'):
+        try:
+            gpu_members, gpu_commands = capture_gpu(module, root, module.params['timeout'])
+        except _process.Terminated as exc:
+            module.fail_json(msg='stopped while nvidia-smi ran (%s); all of them were reaped' % exc)
+        members.update(gpu_members)
+        notes['commands'].extend(gpu_commands)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type='path', default='/'),
+            dest=dict(type='path', required=True),
+            readers=dict(type='list', elements='str', choices=sorted(_capture.READERS), default=['ib', 'gdr', 'roce']),
+            qos_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            gpu_tools=dict(type='str', choices=['auto', 'always', 'never'], default='auto'),
+            timeout=dict(type='int', default=20),
+            fabric_outputs=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    root, dest = module.params['root'], module.params['dest']
+    readers = list(dict.fromkeys(module.params['readers']))
+    directory = _checked_paths(module, root, dest)
     fabric_outputs = module.params['fabric_outputs']
     if fabric_outputs is not None and not os.path.isdir(fabric_outputs):
         module.fail_json(msg='fabric_outputs %s is not a directory (ib_fabric_facts save_to)' % fabric_outputs)
@@ -283,14 +301,7 @@ def main():
         _facts, members, notes, warnings = _capture.capture(root, readers, run)
     except _process.Terminated as exc:
         module.fail_json(msg='stopped while mlnx_qos / dcb ran (%s); all of them were reaped' % exc)
-    gpu_tools = module.params['gpu_tools']
-    if gpu_tools == 'always' or (gpu_tools == 'auto' and root == '/'):
-        try:
-            gpu_members, gpu_commands = capture_gpu(module, root, module.params['timeout'])
-        except _process.Terminated as exc:
-            module.fail_json(msg='stopped while nvidia-smi ran (%s); all of them were reaped' % exc)
-        members.update(gpu_members)
-        notes['commands'].extend(gpu_commands)
+    _add_gpu_outputs(module, root, members, notes)
     saved, skipped = _capture.fabric_members(fabric_outputs) if fabric_outputs is not None else ({}, [])
     members.update(saved)
     notes['skipped'].extend(skipped)
