@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) hpc.gpu_fabric contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""A pair test's window: what rose on one end between the counter reads around its step
+(module_utils/_window.py read_window, before and after; perftest_run's sequence), compact, for its record.
+
+{'seconds': the time between the reads, 'aer': [{'bdf', 'role' ('hca', 'gpu' or 'bridge'), 'rise': {count:
+increase}}], 'cc': {counter: increase}, 'pause': {counter: increase}, 'roce': the port has pause counters,
+'links': [{'bdf', 'role', 'seen': [[GT/s, width], ...]}] (the distinct values sampled while the step ran; a
+GPU's only in a GPU-memory test: an idle GPU lowers its link speed), 'link_samples', 'reset': [what went
+down], 'unread': [why a part was not read]}; only what rose is kept.
+
+A counter that went down between two reads was reset (a device re-enumerated, a driver reloaded, the
+counters cleared): no increase is known, and it is said in ``reset`` - never a negative rise. Widths: the
+AER counts are u64 (module_utils/_aer.py), the hw_counters and ethtool's 64 bit; the IB PortCounters'
+saturation is _ib.COUNTER_BITS's and judged by _rates.py, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # increases between two reads
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, number, text
+
+Window = Dict[str, Any]
+
+
+def _ints(values: Any) -> Dict[str, int]:
+    return dict((str(k), v) for k, v in mapping(values).items() if isinstance(v, int) and not isinstance(v, bool))
+
+
+def _rise(before: Any, after: Any, what: str, reset: List[str]) -> Dict[str, int]:
+    rises, cleared = _rates.increases(_ints(before), _ints(after))
+    reset.extend('%s %s' % (what, name) for name in cleared)
+    return rises
+
+
+def _roles(old: Dict[str, Any], hca: Optional[str], gpu_bdf: Optional[str]) -> Dict[str, str]:
+    """{bdf: role} of the functions on this test's path: the HCA's and, for GPU memory, the GPU's."""
+    roles: Dict[str, str] = {}
+    chains = [(list(mapping(old.get('paths')).get(hca) or []) if hca else [], 'hca')]
+    if gpu_bdf:
+        chains.append((list(mapping(old.get('gpu_paths')).get(gpu_bdf) or []), 'gpu'))
+    for chain, role in chains:
+        for index, bdf in enumerate(chain):
+            if isinstance(bdf, str):
+                roles[bdf] = role if index == len(chain) - 1 else roles.get(bdf, 'bridge')
+    return roles
+
+
+def _links(step: Any, roles: Dict[str, str]) -> List[Dict[str, Any]]:
+    found = []
+    for bdf, seen in sorted(mapping(mapping(step).get('links')).items()):
+        if roles.get(bdf) in ('hca', 'gpu') and isinstance(seen, list):
+            values = [list(v) for v in seen if isinstance(v, (list, tuple)) and len(v) == 2][:20]
+            found.append({'bdf': bdf, 'role': roles[bdf], 'seen': values})
+    return found
+
+
+def window_of(old: Any, new: Any, hca: Any, gpu_bdf: Any, seconds: Any, step: Any = None) -> Optional[Window]:
+    """The window of one test on ``hca`` (and ``gpu_bdf`` for GPU memory) between two reads' windows; None when
+    either read has none (an older perftest_run, or no counters_root)."""
+    old, new = mapping(old), mapping(new)
+    if not old or not new:
+        return None
+    hca, gpu_bdf = text(hca), text(gpu_bdf)
+    reset: List[str] = []
+    roles = _roles(old, hca, gpu_bdf)
+    aer = []
+    for bdf, role in sorted(roles.items()):
+        rise = _rise(mapping(old.get('aer')).get(bdf), mapping(new.get('aer')).get(bdf), 'aer %s' % bdf, reset)
+        if rise:
+            aer.append({'bdf': bdf, 'role': role, 'rise': rise})
+    pause_old = mapping(old.get('pause')).get(hca) if hca else None
+    window: Window = {
+        'seconds': number(seconds), 'aer': aer,
+        'cc': _rise(mapping(old.get('cc')).get(hca), mapping(new.get('cc')).get(hca), 'cc', reset) if hca else {},
+        'pause': _rise(pause_old, mapping(new.get('pause')).get(hca), 'pause', reset) if hca else {},
+        'roce': isinstance(pause_old, dict), 'links': _links(step, roles),
+        'link_samples': mapping(step).get('link_samples'), 'reset': reset,
+        'unread': sorted(set(str(v) for k, v in mapping(new.get('unread')).items() if hca and str(k).endswith(' ' + hca)))}
+    return window
+
+
+def changes(seen: Any) -> int:
+    """How many times a sampled link changed speed or width (None values, a read that failed, not counted)."""
+    values = [tuple(v) for v in seen or [] if isinstance(v, (list, tuple)) and None not in v]
+    return sum(1 for a, b in zip(values, values[1:]) if a != b)
+
+
+def notable(window: Any) -> bool:
+    """Does a window hold anything (a rise, a reset, a part not read, a link sampled at more than one value)?
+    bench.json keeps only those: a healthy run's windows are empty, and a 256-node mesh has a million."""
+    window = mapping(window)
+    return bool(window.get('aer') or window.get('cc') or window.get('pause') or window.get('reset') or window.get('unread')
+                or any(len(link.get('seen') or []) > 1 for link in window.get('links') or [] if isinstance(link, dict)))
