@@ -66,7 +66,8 @@ def _roce_netdev(device: dict[str, Any]) -> str | None:
 def read_window(sysroot: SysRoot, devices: list[dict[str, Any]], gpu_bdfs: Iterable[Any] = (), ethtool: str | None = None,
                 timeout: float = _ethtool.TIMEOUT_S) -> dict[str, Any]:
     """One read of the window's counters: {'paths': {hca: [bdf...]}, 'gpu_paths': {gpu bdf: [bdf...]},
-    'aer': {bdf: counts}, 'cc': {hca: counters}, 'pause': {hca: counters}, 'unread': {what: why}}.
+    'aer': {bdf: counts}, 'cc': {hca: counters}, 'pause': {hca: counters}, 'roce': [HCAs with a RoCE port],
+    'unread': {what: why}}.
     ``devices``: read_ib() of the same moment; ``ethtool``: its path (None: not installed, said)."""
     paths: dict[str, list[str]] = {}
     gpu_paths: dict[str, list[str]] = {}
@@ -74,6 +75,7 @@ def read_window(sysroot: SysRoot, devices: list[dict[str, Any]], gpu_bdfs: Itera
     cc: dict[str, dict[str, int]] = {}
     pause: dict[str, dict[str, int]] = {}
     unread: dict[str, str] = {}
+    roce: list[str] = []
     for device in devices or []:
         name = device.get('name')
         if not isinstance(name, str):
@@ -83,6 +85,7 @@ def read_window(sysroot: SysRoot, devices: list[dict[str, Any]], gpu_bdfs: Itera
         netdev = _roce_netdev(device)
         if netdev is None:
             continue
+        roce.append(name)
         if ethtool is None:
             unread['pause ' + name] = 'ethtool is not installed: the pause counters of %s were not read' % netdev
             continue
@@ -97,7 +100,7 @@ def read_window(sysroot: SysRoot, devices: list[dict[str, Any]], gpu_bdfs: Itera
         counts = _aer.read_aer(sysroot, bdf)
         if counts is not None:
             aer[bdf] = counts
-    return {'paths': paths, 'gpu_paths': gpu_paths, 'aer': aer, 'cc': cc, 'pause': pause, 'unread': unread}
+    return {'paths': paths, 'gpu_paths': gpu_paths, 'aer': aer, 'cc': cc, 'pause': pause, 'roce': roce, 'unread': unread}
 
 
 def link_bdfs(window: Any) -> list[str]:

@@ -5,8 +5,9 @@
 """A pair test's window: what rose on one end between the counter reads around its step
 (module_utils/_window.py read_window, before and after; perftest_run's sequence), compact, for its record.
 
-{'seconds': the time between the reads, 'aer': [{'bdf', 'role' ('hca', 'gpu' or 'bridge'), 'rise': {count:
-increase}}], 'cc': {counter: increase}, 'pause': {counter: increase}, 'roce': the port has pause counters,
+{'seconds': the time between the reads, 'aer': [{'bdf', 'role' ('hca', 'gpu', 'hca_link' or 'gpu_link' - the port
+above it, the other end of its link - or 'bridge'), 'rise': {count:
+increase}}], 'cc': {counter: increase}, 'pause': {counter: increase}, 'roce': the HCA's port is RoCE,
 'links': [{'bdf', 'role', 'seen': [[GT/s, width], ...]}] (the distinct values sampled while the step ran; a
 GPU's only in a GPU-memory test: an idle GPU lowers its link speed), 'link_samples', 'reset': [what went
 down], 'unread': [why a part was not read]}; only what rose is kept.
@@ -45,8 +46,12 @@ def _roles(old: Dict[str, Any], hca: Optional[str], gpu_bdf: Optional[str]) -> D
         chains.append((list(mapping(old.get('gpu_paths')).get(gpu_bdf) or []), 'gpu'))
     for chain, role in chains:
         for index, bdf in enumerate(chain):
-            if isinstance(bdf, str):
-                roles[bdf] = role if index == len(chain) - 1 else roles.get(bdf, 'bridge')
+            if not isinstance(bdf, str):
+                continue
+            # The port right above the device is the other end of the device's own link: errors of that link
+            # may be counted there (kernel Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats).
+            own = role if index == len(chain) - 1 else role + '_link' if index == len(chain) - 2 else 'bridge'
+            roles[bdf] = own if roles.get(bdf) in (None, 'bridge') else roles[bdf]
     return roles
 
 
@@ -78,7 +83,7 @@ def window_of(old: Any, new: Any, hca: Any, gpu_bdf: Any, seconds: Any, step: An
         'seconds': number(seconds), 'aer': aer,
         'cc': _rise(mapping(old.get('cc')).get(hca), mapping(new.get('cc')).get(hca), 'cc', reset) if hca else {},
         'pause': _rise(pause_old, mapping(new.get('pause')).get(hca), 'pause', reset) if hca else {},
-        'roce': isinstance(pause_old, dict), 'links': _links(step, roles),
+        'roce': hca in (old.get('roce') or []) if hca else False, 'links': _links(step, roles),
         'link_samples': mapping(step).get('link_samples'), 'reset': reset,
         'unread': sorted(set(str(v) for k, v in mapping(new.get('unread')).items() if hca and str(k).endswith(' ' + hca)))}
     return window
