@@ -473,7 +473,7 @@ def _checked(record: Any) -> Optional[Record]:
     checked['counters_delta'] = mapping(record.get('counters_delta'))
     checked['counters_seconds'] = number(record.get('counters_seconds'))
     checked['elapsed_s'] = number(record.get('elapsed_s'))
-    checked['window'] = mapping(record.get('window')) or None
+    checked['window'] = _window.checked(record.get('window'))
     return checked
 
 

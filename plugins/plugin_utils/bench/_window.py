@@ -10,7 +10,8 @@ above it, the other end of its link - or 'bridge'), 'rise': {count:
 increase}}], 'cc': {counter: increase}, 'pause': {counter: increase}, 'roce': the HCA's port is RoCE,
 'links': [{'bdf', 'role', 'seen': [[GT/s, width], ...]}] (the distinct values sampled while the step ran; a
 GPU's only in a GPU-memory test: an idle GPU lowers its link speed), 'link_samples', 'reset': [what went
-down], 'unread': [why a part was not read]}; only what rose is kept.
+down], 'unread': [why a part was not read]}; only what rose is kept (an empty part is left out, and a link sampled at
+one value).
 
 A counter that went down between two reads was reset (a device re-enumerated, a driver reloaded, the
 counters cleared): no increase is known, and it is said in ``reset`` - never a negative rise. Widths: the
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # increases between two reads
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, number, text
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, number, sequence, text
 
 Window = Dict[str, Any]
 
@@ -41,9 +42,9 @@ def _rise(before: Any, after: Any, what: str, reset: List[str]) -> Dict[str, int
 def _roles(old: Dict[str, Any], hca: Optional[str], gpu_bdf: Optional[str]) -> Dict[str, str]:
     """{bdf: role} of the functions on this test's path: the HCA's and, for GPU memory, the GPU's."""
     roles: Dict[str, str] = {}
-    chains = [(list(mapping(old.get('paths')).get(hca) or []) if hca else [], 'hca')]
+    chains = [(sequence(mapping(old.get('paths')).get(hca)) if hca else [], 'hca')]
     if gpu_bdf:
-        chains.append((list(mapping(old.get('gpu_paths')).get(gpu_bdf) or []), 'gpu'))
+        chains.append((sequence(mapping(old.get('gpu_paths')).get(gpu_bdf)), 'gpu'))
     for chain, role in chains:
         for index, bdf in enumerate(chain):
             if not isinstance(bdf, str):
@@ -58,7 +59,7 @@ def _roles(old: Dict[str, Any], hca: Optional[str], gpu_bdf: Optional[str]) -> D
 def _links(step: Any, roles: Dict[str, str]) -> List[Dict[str, Any]]:
     found = []
     for bdf, seen in sorted(mapping(mapping(step).get('links')).items()):
-        if roles.get(bdf) in ('hca', 'gpu') and isinstance(seen, list):
+        if isinstance(bdf, str) and roles.get(bdf) in ('hca', 'gpu') and isinstance(seen, list):
             values = [list(v) for v in seen if isinstance(v, (list, tuple)) and len(v) == 2][:20]
             found.append({'bdf': bdf, 'role': roles[bdf], 'seen': values})
     return found
@@ -83,10 +84,12 @@ def window_of(old: Any, new: Any, hca: Any, gpu_bdf: Any, seconds: Any, step: An
         'seconds': number(seconds), 'aer': aer,
         'cc': _rise(mapping(old.get('cc')).get(hca), mapping(new.get('cc')).get(hca), 'cc', reset) if hca else {},
         'pause': _rise(pause_old, mapping(new.get('pause')).get(hca), 'pause', reset) if hca else {},
-        'roce': hca in (old.get('roce') or []) if hca else False, 'links': _links(step, roles),
-        'link_samples': mapping(step).get('link_samples'), 'reset': reset,
+        'roce': hca in sequence(old.get('roce')) if hca else False, 'links': _links(step, roles),
+        'link_samples': number(mapping(step).get('link_samples')), 'reset': reset,
         'unread': sorted(set(str(v) for k, v in mapping(new.get('unread')).items() if hca and str(k).endswith(' ' + hca)))}
-    return window
+    # Compact: a record of a healthy test keeps its seconds and link layer only (a 256-node mesh has a million records).
+    window['links'] = [link for link in window['links'] if len(link['seen']) > 1]
+    return dict((name, value) for name, value in window.items() if value not in ([], {}, None) or name in ('seconds', 'roce'))
 
 
 def changes(seen: Any) -> int:
@@ -101,3 +104,35 @@ def notable(window: Any) -> bool:
     window = mapping(window)
     return bool(window.get('aer') or window.get('cc') or window.get('pause') or window.get('reset') or window.get('unread')
                 or any(len(link.get('seen') or []) > 1 for link in window.get('links') or [] if isinstance(link, dict)))
+
+
+def _counts(value: Any) -> Dict[str, int]:
+    return dict((str(k)[:64], v) for k, v in mapping(value).items()
+                if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 64)
+
+
+def _pair(value: Any) -> Optional[List[Any]]:
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    return [number(value[0]), number(value[1])]
+
+
+def checked(window: Any) -> Optional[Window]:
+    """A record's window as the rules may read it (records travel through hostvars and files: typed again, as
+    _bench._checked types the rest of a record); None when it is no mapping."""
+    if not isinstance(window, dict):
+        return None
+    found: Window = {'seconds': number(window.get('seconds')), 'roce': window.get('roce') is True}
+    aer = [{'bdf': item['bdf'][:32], 'role': str(item.get('role'))[:16], 'rise': _counts(item.get('rise'))}
+           for item in sequence(window.get('aer')) if isinstance(item, dict) and isinstance(item.get('bdf'), str)]
+    links = []
+    for item in sequence(window.get('links')):
+        if isinstance(item, dict) and isinstance(item.get('bdf'), str) and item.get('role') in ('hca', 'gpu'):
+            seen = [pair for pair in (_pair(v) for v in sequence(item.get('seen'))[:20]) if pair is not None]
+            links.append({'bdf': item['bdf'][:32], 'role': item['role'], 'seen': seen})
+    parts = {'aer': [a for a in aer if a['rise']], 'cc': _counts(window.get('cc')), 'pause': _counts(window.get('pause')),
+             'links': links, 'link_samples': number(window.get('link_samples')),
+             'reset': [str(v)[:120] for v in sequence(window.get('reset'))[:50]],
+             'unread': [str(v)[:300] for v in sequence(window.get('unread'))[:20]]}
+    found.update((name, value) for name, value in parts.items() if value not in ([], {}, None))
+    return found
