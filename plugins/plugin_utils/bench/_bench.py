@@ -289,20 +289,28 @@ def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
             new = dict((hca, (values, same_at)) for hca, (values, _at) in old.items())
         else:
             new = None
-        for test in mappings(step.get('tests')):
-            if test.get('side') in ('server', 'client'):
-                hca = key(test.get('%s_hca' % test['side']))
-                changes = _changes(old, new, hca) if old is not None and new is not None else None
-                record = record_of(test, test, None, None, changes)
-                gpu_bdf = mapping(test.get('gpu')).get('bdf') if test.get('memory') == 'gpu' else None
-                window = _window.window_of(old_window, new_window, hca, gpu_bdf, changes[1] if changes else None, step)
-                if window is not None:
-                    record['window'] = window
-                records.append(record)
+        records.extend(_step_records(step, old, new, old_window, new_window))
         if new is not None:
             old = new
         if new_window is not None:
             old_window = new_window
+    return records
+
+
+def _step_records(step: Dict[str, Any], old: Any, new: Any, old_window: Any, new_window: Any) -> List[Record]:
+    """The records of one step's tests: each with its HCA's error counters' change and its window (plugin_utils/bench/_window.py)
+    between the reads around the step."""
+    records = []
+    for test in mappings(step.get('tests')):
+        if test.get('side') in ('server', 'client'):
+            hca = key(test.get('%s_hca' % test['side']))
+            changes = _changes(old, new, hca) if old is not None and new is not None else None
+            record = record_of(test, test, None, None, changes)
+            gpu_bdf = mapping(test.get('gpu')).get('bdf') if test.get('memory') == 'gpu' else None
+            window = _window.window_of(old_window, new_window, hca, gpu_bdf, changes[1] if changes else None, step)
+            if window is not None:
+                record['window'] = window
+            records.append(record)
     return records
 
 

@@ -8,7 +8,7 @@ explains, said once on the device their tests share (unexplained_findings)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, Finding, Place, finding
@@ -187,7 +187,7 @@ def _suspects(bad: List[Test], pairs: List[Dict[str, Any]]) -> Dict[Tuple[str, .
     return suspects
 
 
-def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str], windowed: Set[str] = frozenset()) -> Finding:
+def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str], windowed: AbstractSet[str] = frozenset()) -> Finding:
     """BENCH_DEVICE_UNEXPLAINED on ``place``, every test ``through`` it slow or failed. ``windowed``: the hosts whose
     tests had their window read (plugin_utils/bench/_window.py): there the PCIe link was sampled and its AER counters
     read under load and nothing rose (else a root explains it), so the remedy does not send the user to LnkSta."""
@@ -211,7 +211,7 @@ def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str]
         device=subject.replace('<->', ' and '), at=[place], path=[place])
 
 
-def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]], windowed: Set[str] = frozenset()) -> Tuple[List[Finding], Set[int]]:
+def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]], windowed: AbstractSet[str] = frozenset()) -> Tuple[List[Finding], Set[int]]:
     """The devices that together cover the failing tests, each a finding: the device that covers the
     most tests not yet covered first; ties: the most specific, then by name. Returns (findings, ids of
     the tests covered)."""
