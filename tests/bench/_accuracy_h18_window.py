@@ -150,8 +150,9 @@ def _outcome(nodes, test, side, fault, target):
     return {'summary': {'bytes': 8388608, 'bw_avg_gbps': round(rate * LINE_RATE * factor, 2)}, 'results': []}
 
 
-def case(fault):
-    """One fault on 'node' beside two healthy peers: (bench, findings, target HCA)."""
+def case(fault, keep=None):
+    """One fault on 'node' beside two healthy peers: (bench, findings, target HCA). ``keep`` (a dict) gets the
+    nodes' 'records', 'plans' and 'facts' (the saved records' test judges them again)."""
     profile_name = PROFILES[fault]
     with tempfile.TemporaryDirectory(prefix='gf-acc-window-') as directory:
         nodes = {'node': Node(directory, 'node', profile_name, fault)}
@@ -170,6 +171,8 @@ def case(fault):
             result = {'steps': node.steps, 'counters_start': node.before}
             records[host] = _bench.sequence_records(host, [{'tests': t['tests']} for t in node.steps], result)
     bench = _bench.report(dict((host, {'records': records[host], 'plan': plans[host]}) for host in nodes), {})
+    if keep is not None:
+        keep.update(records=records, plans=plans, facts=facts)
     return bench, _diagnose.diagnose(facts, bench), target
 
 

@@ -76,24 +76,31 @@ def _aer_groups(fleet: Fleet) -> Dict[Tuple[str, ...], Dict[str, Any]]:
     groups: Dict[Tuple[str, ...], Dict[str, Any]] = {}
     for entry in _windows(fleet):
         window = entry['window']
+        touched: Dict[Tuple[str, ...], Dict[str, Any]] = {}
         for item in window.get('aer') or []:
             if not isinstance(item, dict) or not isinstance(item.get('rise'), dict):
                 continue
             owner, places = _aer_owner(entry, item)
             group = groups.setdefault(owner, {'bdfs': {}, 'places': [], 'tests': [], 'seconds': 0.0, 'timed': True,
                                               'correctable': 0, 'uncorrectable': 0})
+            touched[owner] = group
             rise = item['rise']
             kinds = group['bdfs'].setdefault(str(item.get('bdf')), {'role': item.get('role'), 'rise': {}})
             for name, value in rise.items():
                 kinds['rise'][name] = kinds['rise'].get(name, 0) + value
+            # The rate of the device's own link: its own count or its link partner's, whichever is higher.
             corr = rise.get('TOTAL_ERR_COR') or sum(rise.get(k, 0) for k in REPLAY_ERRORS)
-            group['correctable'] += corr
+            kinds['correctable'] = kinds.get('correctable', 0) + corr
             group['uncorrectable'] += rise.get('TOTAL_ERR_FATAL', 0) + rise.get('TOTAL_ERR_NONFATAL', 0)
+            group['places'].extend(p for p in places if p not in group['places'])
+        for group in touched.values():
+            # Each test's time once, however many functions of its path counted errors.
             seconds = _seconds(window)
             group['seconds'] += seconds or 0.0
             group['timed'] = group['timed'] and seconds is not None
-            group['places'].extend(p for p in places if p not in group['places'])
             group['tests'].append(_test(entry))
+    for group in groups.values():
+        group['correctable'] = max([item.get('correctable', 0) for item in group['bdfs'].values()] or [0])
     return groups
 
 
