@@ -27,6 +27,7 @@ frames this host sent (this host is pausing the switch: its receive side could n
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _process
@@ -100,21 +101,36 @@ def pfc(counters: Any) -> dict[str, int]:
     return found
 
 
-def read_pause(netdev: str, ethtool: str, timeout: float = TIMEOUT_S) -> tuple[dict[str, int] | None, str | None]:
-    """Run ``ethtool -S <netdev>`` (an argument list, bounded by ``timeout``, always reaped) and return
-    (pfc() of its counters, None) or (None, why it could not be read)."""
+def read_pauses(netdevs: list[str], ethtool: str, timeout: float = TIMEOUT_S) -> dict[str, tuple[dict[str, int] | None, str | None]]:
+    """Run ``ethtool -S <netdev>`` for every netdev at once (argument lists, each always reaped; all bounded by one
+    ``timeout``: a read costs the slowest run, not their sum) -> {netdev: (pfc() of its counters, None) or (None, why
+    it could not be read)}."""
+    found: dict[str, tuple[dict[str, int] | None, str | None]] = {}
+    running = []
     try:
-        launched = _process.Launched([ethtool, '-S', netdev], _process.c_locale_env(), name='ethtool')
-    except OSError as exc:
-        return None, 'ethtool could not run: %s' % (exc.strerror or exc)
-    try:
-        if not launched.wait_until(launched.started + timeout, step=0.005):
-            launched.timed_out = True
+        for netdev in netdevs:
+            try:
+                running.append((netdev, _process.Launched([ethtool, '-S', netdev], _process.c_locale_env(), name='ethtool')))
+            except OSError as exc:
+                found[netdev] = (None, 'ethtool could not run: %s' % (exc.strerror or exc))
+        deadline = time.time() + timeout
+        for netdev, launched in running:
+            if not launched.wait_until(deadline, step=0.005):
+                launched.timed_out = True
     finally:
-        launched.finish()
-    out, err = launched.output()
-    if launched.timed_out:
-        return None, 'ethtool -S %s did not answer within %g s' % (netdev, timeout)
-    if launched.rc != 0:
-        return None, 'ethtool -S %s failed (rc %s): %s' % (netdev, launched.rc, (err.strip() or out.strip())[:160])
-    return pfc(parse_stats(out)['counters']), None
+        for netdev, launched in running:
+            launched.finish()
+    for netdev, launched in running:
+        out, err = launched.output()
+        if launched.timed_out:
+            found[netdev] = (None, 'ethtool -S %s did not answer within %g s' % (netdev, timeout))
+        elif launched.rc != 0:
+            found[netdev] = (None, 'ethtool -S %s failed (rc %s): %s' % (netdev, launched.rc, (err.strip() or out.strip())[:160]))
+        else:
+            found[netdev] = (pfc(parse_stats(out)['counters']), None)
+    return found
+
+
+def read_pause(netdev: str, ethtool: str, timeout: float = TIMEOUT_S) -> tuple[dict[str, int] | None, str | None]:
+    """read_pauses() of one netdev."""
+    return read_pauses([netdev], ethtool, timeout)[netdev]

@@ -609,12 +609,18 @@ def window_reads(module, params):
         sysroot = SysRoot(params['counters_root'])
         devices = read_ib(sysroot)
         read = error_counters(devices)
-        read['window'] = _window.read_window(sysroot, devices, sorted(gpus), ethtool)
-        links[:] = _window.link_bdfs(read['window'])
+        window = _window.read_window(sysroot, devices, sorted(gpus), ethtool)
+        if links:
+            # The PCI paths and link layers do not change while the node runs: the first read alone carries them
+            # (plugin_utils/bench/_window.py carried), the others only what counts.
+            window = dict((key, value) for key, value in window.items() if key not in _window.STATIC)
+        else:
+            links.extend(_window.link_bdfs(window) or [''])
+        read['window'] = window
         return read
 
     def sampler():
-        return _window.sample_links(SysRoot(params['counters_root']), links)
+        return _window.sample_links(SysRoot(params['counters_root']), [bdf for bdf in links if bdf])
     return counters, sampler
 
 

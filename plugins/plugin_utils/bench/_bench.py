@@ -281,7 +281,8 @@ def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
     for step in done:
         after = step.get('counters')
         same_at = number(step.get('counters_same_at'))
-        new_window = mapping(after).get('window') if after is not None else old_window if same_at is not None else None
+        new_window = _window.carried(old_window, mapping(after).get('window')) if after is not None \
+            else old_window if same_at is not None else None
         if after is not None:
             new = _snapshot(after)
         elif same_at is not None and old is not None:

@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Optional
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # increases between two reads
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import mapping, number, sequence, text
+# What perftest_run sends with its first read only (the PCI paths, the RoCE HCAs): one owner, the node-side reader.
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._window import STATIC
 
 Window = Dict[str, Any]
 
@@ -33,8 +35,13 @@ def _ints(values: Any) -> Dict[str, int]:
     return dict((str(k), v) for k, v in mapping(values).items() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def _rise(before: Any, after: Any, what: str, reset: List[str]) -> Dict[str, int]:
-    rises, cleared = _rates.increases(_ints(before), _ints(after))
+def _rise(before: Any, after: Any, what: str, reset: List[str], zeros: bool = False) -> Dict[str, int]:
+    """What rose from ``before`` to ``after``; ``zeros``: a name absent from a read that has the others was at 0 (the AER
+    reads leave kinds at 0 out, module_utils/_aer.py read_aer)."""
+    old = _ints(before)
+    if zeros and isinstance(before, dict):
+        old.update((name, 0) for name in _ints(after) if name not in old)
+    rises, cleared = _rates.increases(old, _ints(after))
     reset.extend('%s %s' % (what, name) for name in cleared)
     return rises
 
@@ -65,6 +72,13 @@ def _links(step: Any, roles: Dict[str, str]) -> List[Dict[str, Any]]:
     return found
 
 
+def carried(old: Any, new: Any) -> Any:
+    """``new`` (a read's window) with the static parts of ``old`` where it has none of its own."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return new
+    return dict(new, **dict((name, old[name]) for name in STATIC if name not in new and name in old))
+
+
 def window_of(old: Any, new: Any, hca: Any, gpu_bdf: Any, seconds: Any, step: Any = None) -> Optional[Window]:
     """The window of one test on ``hca`` (and ``gpu_bdf`` for GPU memory) between two reads' windows; None when
     either read has none (an older perftest_run, or no counters_root)."""
@@ -76,7 +90,7 @@ def window_of(old: Any, new: Any, hca: Any, gpu_bdf: Any, seconds: Any, step: An
     roles = _roles(old, hca, gpu_bdf)
     aer = []
     for bdf, role in sorted(roles.items()):
-        rise = _rise(mapping(old.get('aer')).get(bdf), mapping(new.get('aer')).get(bdf), 'aer %s' % bdf, reset)
+        rise = _rise(mapping(old.get('aer')).get(bdf), mapping(new.get('aer')).get(bdf), 'aer %s' % bdf, reset, zeros=True)
         if rise:
             aer.append({'bdf': bdf, 'role': role, 'rise': rise})
     pause_old = mapping(old.get('pause')).get(hca) if hca else None

@@ -198,3 +198,13 @@ def test_accuracy_case_and_its_records_read_back_from_files(replays, tmp_path_fa
     assert again['windows'] == bench['windows'] and again['windowed'] == bench['windowed']
     refound = _diagnose.diagnose(kept['facts'], again)
     assert sorted((f['code'], f['host'], f['explained_by']) for f in refound) == sorted((f['code'], f['host'], f['explained_by']) for f in found)
+
+
+def test_kinds_left_out_at_zero_and_static_parts_sent_once():
+    """A node leaves AER kinds at 0 out of its reads and sends the PCI paths with its first read only."""
+    old = dict(OLD, aer={HCA: {'TOTAL_ERR_COR': 0}})
+    later = {'aer': {HCA: {'BadTLP': 5, 'TOTAL_ERR_COR': 5}}, 'cc': OLD['cc'], 'pause': OLD['pause'], 'unread': {}}
+    window = _window.window_of(old, _window.carried(old, later), 'mlx5_0', None, 2.0)
+    assert window['aer'] == [{'bdf': HCA, 'role': 'hca', 'rise': {'BadTLP': 5, 'TOTAL_ERR_COR': 5}}] and window['roce'] is True
+    # A function absent from the earlier read (not read then) gives no rise: nothing is known of it.
+    assert 'aer' not in _window.window_of(dict(OLD, aer={}), _window.carried(OLD, later), 'mlx5_0', None, 2.0)
