@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _window
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ethtool, _window
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 from tests.sim import render
@@ -74,7 +74,7 @@ def measure(profile_name):
                 'roce_ports': len(window['roce']), 'read_ms_before': _best(counters_only), 'read_ms_with_window': _best(with_window),
                 'read_ms_with_window_no_ethtool': _best(lambda: with_window(None)),
                 'window_only_ms_no_ethtool': _window_only(root),
-                'ethtool_stand_in_one_port_wall_ms': _best(lambda: _window._ethtool.read_pauses([_netdev(root, window)], ETHTOOL),
+                'ethtool_stand_in_one_port_wall_ms': _best(lambda: _ethtool.read_pauses([_netdev(root, window)], ETHTOOL),
                                                            time.perf_counter),
                 'sysfs_files_per_read': 6 * len(window['aer']) + 2 * len(bdfs),
                 'link_sample_ms': _best(lambda: _window.sample_links(SysRoot(root), bdfs)),

@@ -206,8 +206,7 @@ def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str]
          'subjects': sorted(t[1]['subject'] for t in through)[:20]},
         '%s is slow or failed in every test it is in (%d test(s) with %d peers: %s memory, as %s), and no finding on '
         'their path explains it' % (words, len(through), len(peers), ' and '.join(memories), ' and '.join(sides)),
-        remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0],
-                                                                          'hca_windowed' if host in windowed else None),
+        remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0], 'hca_windowed' if host in windowed else None),
         device=subject.replace('<->', ' and '), at=[place], path=[place])
 
 

@@ -334,4 +334,3 @@ def window_counters(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
     if not fleet.bench:
         return []
     return pcie_error_findings(fleet) + retraining_findings(fleet) + pause_findings(fleet) + cc_findings(fleet) + loss_findings(fleet)
-

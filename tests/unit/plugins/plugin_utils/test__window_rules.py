@@ -65,8 +65,8 @@ def test_sequence_records_carry_each_tests_window():
               'memory': 'host', 'status': 'ok', 'summary': {'bw_avg_gbps': 300.0}}]
     start = {'devices': [], 'window': OLD}
     moved = {'devices': [], 'window': _new(aer={HCA: {'BadTLP': 2605, 'TOTAL_ERR_COR': 2605}})}
-    result = {'counters_start': start, 'steps': [{'step': 1, 'tests': tests, 'counters': moved},
-                                                  {'step': 2, 'tests': tests, 'counters_same_at': 5.0}]}
+    result = {'counters_start': start,
+              'steps': [{'step': 1, 'tests': tests, 'counters': moved}, {'step': 2, 'tests': tests, 'counters_same_at': 5.0}]}
     records = _bench.sequence_records('b', [{'tests': tests}] * 2, result)
     assert records[0]['window']['aer'][0]['rise'] == {'BadTLP': 2600, 'TOTAL_ERR_COR': 2600}
     assert 'aer' not in records[1]['window']         # nothing changed in step 2: counters_same_at, the same window
