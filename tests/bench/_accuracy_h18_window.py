@@ -21,6 +21,7 @@ Usage: python -m tests.bench._accuracy_h18_window   (JSON on stdout; tests/bench
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
 import json
@@ -222,5 +223,13 @@ def run():
             'unexplained': sum(len(c['unexplained']) for c in cases), 'cases': cases}
 
 
-if __name__ == '__main__':
+def main(argv=None):
+    argparse.ArgumentParser(prog='python -m tests.bench._accuracy_h18_window', description=(
+        "Accuracy of the window rules on the simulator's faults under load (tests/sim/faults.py WINDOW_FAULTS) and the "
+        "healthy-congestion trap: one line per case on stderr, the JSON result on stdout.")).parse_args(argv)
     print(json.dumps(run(), indent=1))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -14,6 +14,7 @@ Usage: python -m tests.bench.window_cost   (JSON on stdout)
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -81,7 +82,10 @@ def measure(profile_name):
                 'window_bytes': len(json.dumps(window))}
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(prog='python -m tests.bench.window_cost', description=(
+        'What the window costs a pair test: one counters read with and without the window, one link sample, on rendered '
+        'simulator nodes. JSON on stdout.')).parse_args(argv)
     result = [measure(name) for name in ('nvidia_h100_8x_ndr', 'amd_mi300x_roce')]
     print(json.dumps(result, indent=1))
     return 0
