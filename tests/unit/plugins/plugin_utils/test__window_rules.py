@@ -208,3 +208,12 @@ def test_kinds_left_out_at_zero_and_static_parts_sent_once():
     assert window['aer'] == [{'bdf': HCA, 'role': 'hca', 'rise': {'BadTLP': 5, 'TOTAL_ERR_COR': 5}}] and window['roce'] is True
     # A function absent from the earlier read (not read then) gives no rise: nothing is known of it.
     assert 'aer' not in _window.window_of(dict(OLD, aer={}), _window.carried(OLD, later), 'mlx5_0', None, 2.0)
+
+
+def test_an_unexplained_hca_whose_window_was_read_is_not_sent_to_lnksta():
+    from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _linker
+    test = ({'rail': 0, 'memory': 'host', 'server': 'node', 'client': 'peer1'}, {'code': 'BENCH_PAIR_LOW', 'subject': 's'})
+    plain = _linker._device_finding(('hca', 'node', 'mlx5_2'), [test], {'peer1', 'peer2'})  # pylint: disable=protected-access
+    windowed = _linker._device_finding(('hca', 'node', 'mlx5_2'), [test], {'peer1', 'peer2'}, {'node'})  # pylint: disable=protected-access
+    assert 'LnkSta against LnkCap' in plain['remedy'] and 'aer_dev_correctable' in plain['remedy']
+    assert 'LnkSta' not in windowed['remedy'] and 'sampled under load' in windowed['remedy']
