@@ -551,10 +551,11 @@ def _result(test, keep_output):
 
 
 def _counter_values(read):
-    """A counters read (error_counters()' shape) without its read times: what two reads compare by."""
+    """A counters read (error_counters()' shape) without its read times: what two reads compare by (with the
+    window's counters where the read has them: module_utils/_window.py)."""
     return [(device.get('name'), [(port.get('port'), port.get('counters'), port.get('hw_counters'))
                                   for port in device.get('ports') or []])
-            for device in (read or {}).get('devices') or []]
+            for device in (read or {}).get('devices') or []] + [(read or {}).get('window')]
 
 
 def _read_time(read):
@@ -564,7 +565,39 @@ def _read_time(read):
     return None
 
 
-def run_sequence(steps, build, options, counters=None, env=None, keep_output=False):
+# How often the PCIe links are sampled while a step's tests run (``sampler`` of run_sequence): each sample is
+# two sysfs reads per HCA and GPU, and one sample at the start of every step sees a link that trained down
+# under load; a link that retrains many times a minute shows in the samples of a longer test.
+SAMPLE_EVERY_S = 0.5
+
+
+class _Sampler(object):
+    """The link samples of one step: the first once the step's tests run, then every SAMPLE_EVERY_S; each
+    function's distinct consecutive values, and how many samples were taken."""
+
+    def __init__(self, sample):
+        self.sample = sample
+        self.taken = 0
+        self.seen = {}
+        self.next_at = 0.0
+
+    def tick(self, now):
+        if self.sample is None or now < self.next_at:
+            return
+        self.next_at = now + SAMPLE_EVERY_S
+        self.taken += 1
+        for bdf, value in (self.sample() or {}).items():
+            values = self.seen.setdefault(bdf, [])
+            if not values or values[-1] != value:
+                values.append(value)
+
+    def add_to(self, record):
+        if self.sample is not None:
+            record['links'] = self.seen
+            record['link_samples'] = self.taken
+
+
+def run_sequence(steps, build, options, counters=None, env=None, keep_output=False, sampler=None):
     """Run ``steps`` (list of {'step', 'tests': [entry...]}) and return one result per step.
 
     ``build(entry)`` gives a test's argv; ``options``: address, beacon_port, run_id,
@@ -578,6 +611,10 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
     ``counters_same_at`` (the time of its read) instead of ``counters``: on a healthy fabric
     that is every step, and the counters of every port were most of a step's result (a
     256-node full mesh has 510 steps on each node: tests/bench/controller_scale.py).
+
+    ``sampler()`` (optional) reads the PCIe links of the HCAs and GPUs ({bdf: [speed, width]}) while a
+    step's tests run (_Sampler): each step record then has ``links`` (each function's distinct values in
+    the order seen) and ``link_samples``.
     """
     env = env if env is not None else _process.c_locale_env()
     beacon = Beacon(options['address'], options['beacon_port'], options['run_id'])
@@ -597,8 +634,10 @@ def run_sequence(steps, build, options, counters=None, env=None, keep_output=Fal
             for index, spec in enumerate(steps, 1):
                 step_started = time.time()
                 live = _step_tests(spec, peers, build, options, started, beacon)
-                _run_step(live, peers, index, env, beacon, wakeup, stop)
+                sampling = _Sampler(sampler if spec.get('tests') else None)
+                _run_step(live, peers, index, env, beacon, wakeup, stop, sampling)
                 record = _step_record(index, spec, time.time() - step_started, step_started - started, live, keep_output)
+                sampling.add_to(record)
                 if counters:
                     last_values = _add_counters(record, counters(), last_values)
                 results.append(record)
@@ -633,7 +672,7 @@ def _step_tests(spec, peers, build, options, started, beacon):
     return tests
 
 
-def _run_step(tests, peers, index, env, beacon, wakeup, stop):
+def _run_step(tests, peers, index, env, beacon, wakeup, stop, sampling=None):
     """Run one step's tests to their end: servers first, then (once they listen) the clients; a stop of the
     controller's lease fails the tests not done as stopped."""
     now = time.time()
@@ -655,6 +694,8 @@ def _run_step(tests, peers, index, env, beacon, wakeup, stop):
         for test in tests:
             if not test.done:
                 _step_tick(test, peers[test.entry['peer']], index, env, now)
+        if sampling is not None and any(test.launched is not None and not test.done for test in tests):
+            sampling.tick(now)
         if not all(test.done for test in tests):
             beacon.wait(TICK_S, wakeup)
     beacon.serve()

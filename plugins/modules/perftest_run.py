@@ -242,6 +242,11 @@ options:
       - With O(sequence), read the ports' error counters below this filesystem root (V(/) on a live node) before
         the first step and after each step (RV(counters_start), and C(counters) of each of RV(steps)); V(null)
         reads none.
+      - With it, each read also holds C(window) (module_utils/_window.py) - the PCIe AER counts of every HCA, of
+        every GPU the sequence's tests use and of each bridge on their path, the ports' congestion counters and,
+        on RoCE ports, the per-priority pause counters of C(ethtool -S) (one run per netdev and read, 5 s at
+        most; without ethtool the window says so) - and each step C(links), the PCIe speed and width of the HCAs
+        and GPUs sampled while its tests ran.
     type: path
     aliases: [root]
   keep_output:
@@ -409,8 +414,8 @@ elapsed_s:
   sample: 1.82
 steps:
   description:
-    - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(counters_root) is given) and
-      C(tests). A step after which no error counter differs from the last read returned has C(counters_same_at) (the
+    - With O(sequence), one entry per step - C(step), C(elapsed_s), C(counters) (when O(counters_root) is given),
+      C(links) and C(link_samples) (the same) and C(tests). A step after which no error counter differs from the last read returned has C(counters_same_at) (the
       time of its read, epoch seconds) instead of C(counters) - on a healthy fabric, most steps.
     - Each of C(tests) is the test as given in O(sequence) (less C(peer)) with C(status), C(failure), C(results),
       C(summary), C(tool_warnings), C(units), C(rc), C(attempts), C(elapsed_s); a test that did not end C(ok) (every
@@ -433,7 +438,7 @@ counters_start:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _paths, _perftest, _process, _sequence
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _argv, _paths, _perftest, _process, _sequence, _window
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import error_counters, read_ib
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
@@ -561,15 +566,13 @@ def run_sequence(module, params):
         return {'status': 'skipped', 'skipped': True, 'results': [], 'settings': {}, 'tool_warnings': [], 'failure': None,
                 'units': None, 'msg': 'perftest is not run in check mode',
                 'cmds': [[build(t) for t in step.get('tests') or []] for step in params['sequence']]}
-    counters = None
-    if params['counters_root']:
-        def counters():
-            return error_counters(read_ib(SysRoot(params['counters_root'])))
+    counters, sampler = window_reads(module, params)
     options = dict((key, params[key]) for key in ('address', 'beacon_port', 'run_id', 'timeout', 'wait_for_server',
                                                   'dead_after', 'start_grace', 'anchors'))
     options['lease_s'] = params['controller_lease']
     try:
-        done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'])
+        done = _sequence.run_sequence(params['sequence'], build, options, counters, keep_output=params['keep_output'],
+                                      sampler=sampler)
     except _sequence.BeaconError as exc:
         # Its port taken (another run, a leftover server): no test of the sequence ran.
         raise SetupError('setup_failed', str(exc))
@@ -585,6 +588,40 @@ def run_sequence(module, params):
         result['failure'] = {'kind': kinds[0] if len(kinds) == 1 else 'several', 'lines': [],
                              'message': '%d of %d tests failed (%s)' % (len(failed), len(tests), ', '.join(kinds))}
     return result
+
+
+def window_reads(module, params):
+    """(counters, sampler) for the sequence: the ports' error counters with the window's (module_utils/_window.py)
+    before the first step and after each, and the links of the HCAs and GPUs while a step runs; (None, None)
+    without counters_root."""
+    if not params['counters_root']:
+        return None, None
+    gpus = set()
+    for step in params['sequence'] or []:
+        for test in step.get('tests') or []:
+            gpu = test.get('gpu') if isinstance(test, dict) else None
+            if isinstance(gpu, dict) and isinstance(gpu.get('bdf'), str):
+                gpus.add(gpu['bdf'])
+    ethtool = module.get_bin_path('ethtool', required=False)
+    links = []
+
+    def counters():
+        sysroot = SysRoot(params['counters_root'])
+        devices = read_ib(sysroot)
+        read = error_counters(devices)
+        window = _window.read_window(sysroot, devices, sorted(gpus), ethtool)
+        if links:
+            # The PCI paths and link layers do not change while the node runs: the first read alone carries them
+            # (plugin_utils/bench/_window.py carried), the others only what counts.
+            window = dict((key, value) for key, value in window.items() if key not in _window.STATIC)
+        else:
+            links.extend(_window.link_bdfs(window) or [''])
+        read['window'] = window
+        return read
+
+    def sampler():
+        return _window.sample_links(SysRoot(params['counters_root']), [bdf for bdf in links if bdf])
+    return counters, sampler
 
 
 def side_options(params, client=False):

@@ -40,6 +40,7 @@ from tests.sim import render
 from tests.sim import node_facts as _node_facts
 from tests.bench import _accuracy_h17_subnet
 from tests.bench import _accuracy_h13_ncclconf
+from tests.bench import _accuracy_h18_window  # issue 34: the counters over each pair test's window
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -526,6 +527,7 @@ def main(argv=None):
         result['subnet_h17'] = _accuracy_h17_subnet.run()
     result['h13_ncclconf'] = _accuracy_h13_ncclconf.run()
     result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
+    result['h18_window'] = _accuracy_h18_window.run()
     print(json.dumps(result, indent=1))
     return 0
 

@@ -118,6 +118,9 @@ def test_pairwise_benchmark_with_faults(tmp_path, engine):
             '%s.records.json.gz' % h for h in ('hang', 'n1', 'n2', 'n3')]
         assert 'records_unreadable' not in bench
         assert os.path.isdir(os.path.join(dest, 'async')) and os.listdir(os.path.join(dest, 'async')) == []
+        # Each test's window was read (AER, congestion and pause counters, PCIe links: module_utils/_window.py) on
+        # every node that ran tests; on these healthy links nothing in it rose, so bench.json holds none of them.
+        assert bench['windowed'] == ['hang', 'n1', 'n2', 'n3'] and bench['windows'] == []
     # Nothing of the benchmark outlives it, on any node (they all share this machine).
     # This test's stand-ins only (other tests run in parallel): they carry its port.
     leftover = subprocess.run(['pgrep', '-f', r'tools_perftest\.py .* -p %d( |$)' % PORTS[engine]['fabric_bench_base_port']],

@@ -606,3 +606,69 @@ CATALOG.update({
     'gpu_remap_pending': _fault(gpu_remap_pending, 'A row remap pending on a GPU (applied at the next reset).', [
         ("gpu.gpus[?bdf=='{gpu_bdf}'] | [0].remapped_rows_pending", True)]),
 })
+
+
+# ---------------------------------------------------------------------------- faults under load (issue 34)
+# They show in no fact at rest: only in the counters each pair test's window reads (the PCIe AER files, the
+# mlx5 congestion counters, ethtool -S, the PCIe link sampled during the test), which tests/sim/tools_window.py
+# moves at each perftest run of the simulated node. So they are not in CATALOG (whose faults the facts show);
+# the accuracy benchmark (tests/bench/_accuracy_h18_window.py) and the window tests inject them.
+
+def _window(profile, target, spec, roce=False):
+    hca = (_roce_hcas(profile)[0] if target is None else _hca(profile, target)) if roce else _hca(profile, target)
+    profile.setdefault('window', {})[hca['name']] = spec
+    return {'hca': hca['name'], 'bdf': hca['pci']}
+
+
+def pcie_replays(profile, target):
+    # Correctable errors by thousands per test (a marginal riser or slot): the HCA counts receiver and link-layer
+    # errors, the port above it (its link partner) the replays it had to send.
+    return _window(profile, target, {'aer': {'RxErr': 40, 'BadTLP': 2600, 'BadDLLP': 1400, 'Rollover': 3, 'Timeout': 800},
+                                     'aer_link': {'BadDLLP': 900, 'Timeout': 450}})
+
+
+def pcie_retraining(profile, target):
+    # The link drops to Gen4 and back while the test runs (a link that retrains many times a minute).
+    return _window(profile, target, {'retrain': [[32.0, 16], [16.0, 16], [32.0, 16]]})
+
+
+def pfc_pause_storm(profile, target):
+    # The switch pauses the port's priority 3 for 30 % of the test, and the NIC reports storm warnings.
+    return _window(profile, target, {'pause': {'rx': {3: 0.3}}, 'storm': 2}, roce=True)
+
+
+def cc_unhandled(profile, target):
+    # The receivers send CNPs, this HCA (as sender) handles none: its reaction point is off or the CNPs are dropped.
+    return _window(profile, target, {'cc': 'unhandled'}, roce=True)
+
+
+def lossless_loss(profile, target):
+    # Go-back-N on a PFC-enabled priority: a switch port that drops what it should pause.
+    return _window(profile, target, {'loss': {'out_of_sequence': 3100, 'packet_seq_err': 120, 'local_ack_timeout_err': 8}},
+                   roce=True)
+
+
+def congestion_healthy(profile, target):
+    # Healthy congestion (the trap): CNPs sent and handled, a little pause time, no loss, bandwidth within its threshold.
+    return _window(profile, target, {'cc': 'healthy', 'pause': {'tx': {3: 0.02}}}, roce=True)
+
+
+# name -> (mutation, words, the code the window rules must give: None for the healthy trap).
+WINDOW_FAULTS = {
+    'pcie_replays': (pcie_replays, 'PCIe AER correctable errors by thousands per test on an HCA whose link trained fine.',
+                     'PCIE_ERRORS_UNDER_LOAD'),
+    'pcie_retraining': (pcie_retraining, 'An HCA\'s PCIe link changes speed while the tests run.', 'PCIE_LINK_RETRAINING'),
+    'pfc_pause_storm': (pfc_pause_storm, 'The switch pauses priority 3 of a RoCE port 30 % of the test; storm warnings.',
+                        'ROCE_PFC_PAUSE_STORM'),
+    'cc_unhandled': (cc_unhandled, 'CNPs sent to a RoCE HCA that handles none of them.', 'ROCE_CC_NOT_WORKING'),
+    'lossless_loss': (lossless_loss, 'RoCE loss counters rise under load on the PFC-enabled priority.', 'ROCE_LOSSLESS_LOSS'),
+    'congestion_healthy': (congestion_healthy, 'Healthy congestion: CNPs sent and handled, 2 % pause time, no loss.', None),
+}
+
+
+def apply_window(profile, name, target=None):
+    """Inject a WINDOW_FAULTS fault into ``profile``; returns {'hca', 'bdf'} of its target."""
+    if name not in WINDOW_FAULTS:
+        raise ValueError('unknown window fault %s (known: %s)' % (name, ', '.join(sorted(WINDOW_FAULTS))))
+    profile.setdefault('faults', []).append(name)
+    return WINDOW_FAULTS[name][0](profile, target)

@@ -35,10 +35,12 @@ try:
     from tests.sim import faults
     from tests.sim import tools_qos  # RoCE QoS
     from tests.sim import tools_gpu  # the GPUs' own state
+    from tests.sim import tools_window  # AER, ethtool -S: what the pair tests' windows read
 except ImportError:  # run as a script from tests/sim
     import faults
     import tools_qos
     import tools_gpu
+    import tools_window
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROFILE_DIR = os.path.join(HERE, 'profiles')
@@ -293,6 +295,8 @@ def render_pci(root, profile):
             os.makedirs(os.path.join(root, 'sys/bus/pci/drivers', driver), exist_ok=True)
         _link(root, '/sys/bus/pci/devices/' + bdf, base)
     render_iommu(root, profile, paths)
+    # The counters the pair tests' windows read (AER, ethtool -S) at rest, and what each test moves.
+    tools_window.render_window(root, profile, paths, links)
     return paths
 
 

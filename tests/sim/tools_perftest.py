@@ -77,6 +77,12 @@ except ImportError:
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _pci
     from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
+try:
+    from tests.sim import tools_window  # the counters a test moves
+except ImportError:  # run as a script from tests/sim/bin
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tools_window
+
 VERSION = '6.06'
 FAILURE = 1
 DEF_PORT = 18515
@@ -669,7 +675,9 @@ def run(params, node, features, side):
     else:
         conn = connect(params)
     peer = Peer(conn)
-    me = {'tool': params.tool, 'gbps': port['gbps'], 'link': port['link'], 'gpu_factor': 1.0, 'extra_us': 0.0}
+    # The window spec of this end's HCA (tools_window.py): the peer needs it to move its counters (CNPs it sends).
+    me = {'tool': params.tool, 'gbps': port['gbps'], 'link': port['link'], 'gpu_factor': 1.0, 'extra_us': 0.0,
+          'window': tools_window.spec_of(node.root, params.device)}
     free = ''
     factor = 1.0
     peer.send(me)
@@ -703,6 +711,9 @@ def run(params, node, features, side):
     peer.recv()
 
     state = {}
+    started = time.time()
+    # A retraining link changes speed and width while the test runs (the sequence samples it meanwhile).
+    tools_window.during_test(node.root, params.device, step_s=0.6)
     if params.tst == 'lat' and params.verb == 'read' and side == 'server':
         # read_lat.c main(): only the client posts reads; the server waits in
         # ctx_close_connection() for the client's end, then prints the dashes.
@@ -761,6 +772,10 @@ def run(params, node, features, side):
             out(format_bw(params, tuple(row)) if params.tst == 'bw' else format_lat(params, tuple(row)))
         peer.send({'bye': True})
         out(RESULT_LINE)
+    # The data flows from the client (write, send) or to it (read: the server's memory is read); the counters move
+    # as this test moved them, on this end (tools_window.py).
+    tools_window.after_test(node.root, params.device, remote.get('window'), (side == 'client') != (params.verb == 'read'),
+                            max(time.time() - started, 1e-3))
     return free
 
 

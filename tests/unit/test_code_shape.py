@@ -82,6 +82,7 @@ ANNOTATED = {
     'plugins/plugin_utils/diagnosis/_pcie_rules.py': 1.0,
     'plugins/plugin_utils/diagnosis/rules/_bench.py': 1.0,
     'plugins/plugin_utils/diagnosis/rules/_collective.py': 1.0,
+    'plugins/plugin_utils/diagnosis/rules/_window.py': 1.0,
     'plugins/plugin_utils/fleet': 1.0,
     'plugins/plugin_utils/_controller_watch.py': 1.0,
     'plugins/plugin_utils/_boot_script.py': 1.0,

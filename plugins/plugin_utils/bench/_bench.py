@@ -24,6 +24,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths  # bo
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _printable  # what a console line may hold
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rates  # counter-rate rules
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # compute rails in position order
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _window  # each test's window of counters
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report._files import write_atomic
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._shape import integer, key, mapping, mappings, number, sequence, text
 
@@ -68,7 +69,7 @@ def _nearest_gpus(gdr: Optional[Dict[str, Any]], names: Sequence[str]) -> Dict[s
             rank = (DISTANCE_CLASSES.index(distance), gpu['name'])
             if best is None or rank < best[0]:
                 best = (rank, {'gpu': gpu['name'], 'index': gpu['_index'], 'vendor': gpu['vendor'],
-                               'flag': GPU_FLAGS[gpu['vendor']], 'distance': distance})
+                               'flag': GPU_FLAGS[gpu['vendor']], 'distance': distance, 'bdf': gpu.get('pci_address')})
         nearest[hca] = best[1] if best else None
     for gpu in gpus:
         gpu.pop('_index', None)
@@ -276,9 +277,12 @@ def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
         return records
     before = result.get('counters_start')
     old = _snapshot(before) if before is not None else None
+    old_window = mapping(before).get('window')
     for step in done:
         after = step.get('counters')
         same_at = number(step.get('counters_same_at'))
+        new_window = _window.carried(old_window, mapping(after).get('window')) if after is not None \
+            else old_window if same_at is not None else None
         if after is not None:
             new = _snapshot(after)
         elif same_at is not None and old is not None:
@@ -286,13 +290,28 @@ def sequence_records(me: str, steps: Any, result: Any) -> List[Record]:
             new = dict((hca, (values, same_at)) for hca, (values, _at) in old.items())
         else:
             new = None
-        for test in mappings(step.get('tests')):
-            if test.get('side') in ('server', 'client'):
-                hca = key(test.get('%s_hca' % test['side']))
-                records.append(record_of(test, test, None, None,
-                                         _changes(old, new, hca) if old is not None and new is not None else None))
+        records.extend(_step_records(step, old, new, old_window, new_window))
         if new is not None:
             old = new
+        if new_window is not None:
+            old_window = new_window
+    return records
+
+
+def _step_records(step: Dict[str, Any], old: Any, new: Any, old_window: Any, new_window: Any) -> List[Record]:
+    """The records of one step's tests: each with its HCA's error counters' change and its window (plugin_utils/bench/_window.py)
+    between the reads around the step."""
+    records = []
+    for test in mappings(step.get('tests')):
+        if test.get('side') in ('server', 'client'):
+            hca = key(test.get('%s_hca' % test['side']))
+            changes = _changes(old, new, hca) if old is not None and new is not None else None
+            record = record_of(test, test, None, None, changes)
+            gpu_bdf = mapping(test.get('gpu')).get('bdf') if test.get('memory') == 'gpu' else None
+            window = _window.window_of(old_window, new_window, hca, gpu_bdf, changes[1] if changes else None, step)
+            if window is not None:
+                record['window'] = window
+            records.append(record)
     return records
 
 
@@ -463,6 +482,7 @@ def _checked(record: Any) -> Optional[Record]:
     checked['counters_delta'] = mapping(record.get('counters_delta'))
     checked['counters_seconds'] = number(record.get('counters_seconds'))
     checked['elapsed_s'] = number(record.get('elapsed_s'))
+    checked['window'] = _window.checked(record.get('window'))
     return checked
 
 
@@ -750,6 +770,14 @@ def _counters_entry(host: str, plan: Any, record: Record) -> Dict[str, Any]:
             'verdicts': _rates.judge(record['counters_delta'], record.get('counters_seconds'), _rate(plan, record['hca']))}
 
 
+def _window_entry(host: str, record: Record) -> Dict[str, Any]:
+    """A record's window (plugin_utils/bench/_window.py) with the test it belongs to: the rules of
+    plugin_utils/diagnosis/rules/_window.py read them."""
+    return {'host': host, 'side': record['side'], 'hca': record['hca'], 'peer_hca': record['peer_hca'], 'round': record['round'],
+            'memory': record['memory'], 'server': record['server'], 'client': record['client'], 'rail': record['rail'],
+            'gpu': text(record['gpu'].get('gpu')) or None, 'window': record['window']}
+
+
 def _judge_entry(entry: Dict[str, Any], record: Record, expected: Optional[float], rail_rate: Optional[float], limits: Dict[str, float]) -> None:
     """The client's verdict of a pair: failed, low (bandwidth below bw_ratio of its rate, latency above lat_max_us) or ok."""
     bw_ratio, lat_max = limits['bw_ratio'], limits['lat_max_us']
@@ -867,6 +895,8 @@ def report(nodes: Dict[str, Any], options: Optional[Mapping[str, Any]]) -> Dict[
     pairs = []
     matrix: Dict[str, Dict[str, Dict[str, Dict[str, Optional[float]]]]] = {}
     counters: List[Dict[str, Any]] = []
+    windows: List[Dict[str, Any]] = []
+    windowed: Set[str] = set()
     # What a client's record needs from its server's (the GPU distance, the failure) and what a
     # pair without a client record is shown with, per pair. Each node's records are read once, one
     # node at a time, and never held together (a 256-node full mesh over 8 rails and two memory
@@ -884,6 +914,10 @@ def report(nodes: Dict[str, Any], options: Optional[Mapping[str, Any]]) -> Dict[
             reported.add(host)
             if record.get('counters_delta'):
                 counters.append(_counters_entry(host, plan, record))
+            if record.get('window') is not None:
+                windowed.add(host)
+                if _window.notable(record['window']):
+                    windows.append(_window_entry(host, record))
             if record['side'] == 'server':
                 server_side[(record['memory'], record['server'], record['client'], record['rail'])] = (
                     record['gpu'].get('distance'), record['failure'], record['status'], record['hca'], record['peer_hca'],
@@ -900,7 +934,8 @@ def report(nodes: Dict[str, Any], options: Optional[Mapping[str, Any]]) -> Dict[
     verdicts: Dict[str, int] = {}
     for entry in pairs:
         verdicts[entry['verdict']] = verdicts.get(entry['verdict'], 0) + 1
-    result = {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'verdicts': verdicts,
+    result = {'pairs': pairs, 'matrix': matrix, 'counters': counters, 'windows': windows, 'windowed': sorted(windowed),
+              'verdicts': verdicts,
               'thresholds': {'bw_ratio': limits['bw_ratio'], 'gpu_ratio': limits['gpu_ratio'], 'lat_max_us': limits['lat_max_us']}}
     if unreadable:
         result['records_unreadable'] = unreadable

@@ -19,7 +19,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import RULES, Fleet, Rule
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _linker
 # The rule modules: importing one registers its rules (_rule.RULES).
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _gpu, _node, _run  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _gpu, _node, _run, _window  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _nccl_settings  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric, _fleet, _pcie_rules, _roce_rules, _search_findings  # noqa: F401 pylint: disable=unused-import
 

@@ -231,7 +231,8 @@ ROCE_CONGESTION = _register(
     'ROCE_CONGESTION', 'ib', 'warning',
     'RoCE loss counters (out_of_sequence, packet_seq_err, local_ack_timeout_err) counted: packets were dropped and retransmitted',
     'check PFC on the switch ports of %(subject)s (pause counters: ethtool -S IF | grep prio3_pause) and the lossless '
-    'findings; clear the counters and watch whether they rise under load', explains=('BENCH_PAIR_LOW',))
+    'findings; clear the counters and watch whether they rise under load',
+    other={'info': 'totals since boot, and no benchmark window said whether they rose under load'}, explains=('BENCH_PAIR_LOW',))
 
 # ---------------------------------------------------------------------------- fleet (plugin_utils/diagnosis/_fleet.py)
 # The remedy is the compared attribute's (_fleet.ATTRIBUTES).
@@ -436,15 +437,22 @@ BENCH_DEVICE_UNEXPLAINED = _register(
     'BENCH_DEVICE_UNEXPLAINED', 'benchmark', 'error',
     'every test through one device (an HCA port, a GPU<->NIC path, a node) with two or more peers is slow or failed, '
     'and no finding on the tests\' path explains it (`at` names the device, evidence the tests)',
-    'nothing in the facts of %(host)s explains it: check the PCIe link of %(device)s (lspci -vv: LnkSta against LnkCap), '
-    'its cable or transceiver and the switch port (iblinkinfo, perfquery -x under load)',
+    'nothing in the facts of %(host)s explains it: check the PCIe link of %(device)s (lspci -vv: LnkSta against LnkCap; '
+    'where it trained at full speed and width, its AER counters under load: /sys/bus/pci/devices/BDF/aer_dev_correctable '
+    'before and after a test), its cable or transceiver and the switch port (iblinkinfo, perfquery -x under load)',
     explains=('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'FABRIC_SLOW_PAIR_PATH',
               'COLLECTIVE_CULPRIT'),
     remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (nvidia-smi '
                          'topo -m, lspci -vv: LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
                          'IOMMU)',
               'node': 'nothing in the facts of %(host)s explains it: compare the node with a healthy peer (PCIe links: '
-                      'lspci -vv LnkSta, BIOS settings, firmware, its cables and switch ports)'})
+                      'lspci -vv LnkSta, BIOS settings, firmware, its cables and switch ports)',
+              # The tests' windows were read (plugin_utils/bench/_window.py): the PCIe link of the HCA sampled under load
+              # and its AER counters, with the bridges above it, did not rise - the link is not the suspect.
+              'hca_windowed': 'nothing in the facts of %(host)s nor in the counters read during the tests (the PCIe link of '
+                              '%(device)s sampled under load, its AER counters and its bridges\', the pause and congestion '
+                              'counters) explains it: check its cable or transceiver and the switch port (iblinkinfo, '
+                              'perfquery -x under load), then the card itself (firmware, temperature: mlxlink, mget_temp)'})
 
 _CULPRITS = 'see the culprit nodes and their lower-layer findings'
 _RUN_OUTPUT = 'see the run\'s output and the node\'s lower-layer findings'
@@ -693,6 +701,49 @@ ROCE_DCBX_MISMATCH = _register(
     'where the switch manages (roce_qos_dcbx: switch): run DCBX in the firmware (mlnx_qos -i IF -d fw) or a willing lldpad, '
     'and do not run roce_qos there',
     other={'info': 'the DCBX mode could not be read (mlnx_qos, dcb dcbx and lldptool gave nothing): not checked'})
+
+# ---- h18-window
+# Counters over each pair test's window (plugin_utils/bench/_window.py; rules: plugin_utils/diagnosis/rules/_window.py).
+PCIE_ERRORS_UNDER_LOAD = _register(
+    'PCIE_ERRORS_UNDER_LOAD', 'ib_gpu', 'error',
+    'PCIe AER errors of an HCA, a GPU or a bridge on their path rose during the pair tests: correctable errors (replays: '
+    'RxErr, BadTLP, BadDLLP, Rollover, Timeout) above the rate a link within the PCIe bit error ratio allows, or any '
+    'uncorrectable error; the link may have trained at full speed and width (evidence: the device, the bridge, the counts, '
+    'the tests)',
+    'reseat or replace %(device)s (or its riser/cable) at %(bdf)s on %(host)s and check the slot; the counters rose under '
+    'load while the link trained at full speed and width, so LnkSta against LnkCap will not show it '
+    '(cat /sys/bus/pci/devices/%(bdf)s/aer_dev_correctable before and after a test does)',
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+PCIE_LINK_RETRAINING = _register(
+    'PCIE_LINK_RETRAINING', 'ib_gpu', 'error',
+    'the PCIe link of an HCA or a GPU changed speed or width while the pair tests ran (sampled under load): it retrained, '
+    'which a sound link does not do - unlike PCIE_LINK_DEGRADED, a link that trained low and stays so',
+    'reseat %(device)s (its riser or cable) at %(bdf)s on %(host)s and check the slot and its power; then watch '
+    'current_link_speed/current_link_width under /sys/bus/pci/devices/%(bdf)s during a test',
+    explains=('BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'))
+ROCE_PFC_PAUSE_STORM = _register(
+    'ROCE_PFC_PAUSE_STORM', 'ib', 'error',
+    'PFC pause storm events (ethtool -S tx_pause_storm_*), or pause time on a priority above a share of the test time '
+    '(rx: the switch paused this host\'s sending; tx: this host paused the switch); subject names the direction and priority',
+    'find who pauses whom on %(subject)s: rx pauses come from the switch (a congested or misconfigured switch port, '
+    'a slow receiver behind it), tx pauses from this host (its receive side cannot drain: PCIe, host memory, the NIC\'s '
+    'buffers); check the PFC and buffer settings of the switch port and watch ethtool -S %(netdev)s | grep pause',
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
+ROCE_CC_NOT_WORKING = _register(
+    'ROCE_CC_NOT_WORKING', 'ib', 'error',
+    'congestion without congestion control: the receiving end sent CNPs (or saw ECN marks) during a pair test and the '
+    'sending HCA handled few or none of them (rp_cnp_handled), so it never slowed down (DCQCN)',
+    'enable the reaction point for the RDMA priority on %(hca)s of %(host)s (/sys/class/net/IF/ecn/roce_rp/enable/N) and '
+    'check that CNPs reach it: their priority and DSCP (ecn/roce_np/cnp_802p_prio, cnp_dscp) must be forwarded by the '
+    'switches, lossless or strict',
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
+ROCE_LOSSLESS_LOSS = _register(
+    'ROCE_LOSSLESS_LOSS', 'ib', 'error',
+    'RoCE loss counters (out_of_sequence, packet_seq_err, local_ack_timeout_err) rose during the pair tests on a port '
+    'whose RDMA traffic is set lossless (PFC on its priority): packets were dropped where nothing should drop them',
+    'a lossless class that drops: check that the switch ports of %(hca)s on %(host)s run PFC on the same priority and '
+    'map the same DSCP, and their buffers (headroom); ethtool -S IF | grep -E "discard|pause" on the node',
+    explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
 
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the

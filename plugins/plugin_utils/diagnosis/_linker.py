@@ -8,7 +8,7 @@ explains, said once on the device their tests share (unexplained_findings)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Set, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import LAYERS, Finding, Place, finding
@@ -187,8 +187,10 @@ def _suspects(bad: List[Test], pairs: List[Dict[str, Any]]) -> Dict[Tuple[str, .
     return suspects
 
 
-def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str]) -> Finding:
-    """BENCH_DEVICE_UNEXPLAINED on ``place``, every test ``through`` it slow or failed."""
+def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str], windowed: AbstractSet[str] = frozenset()) -> Finding:
+    """BENCH_DEVICE_UNEXPLAINED on ``place``, every test ``through`` it slow or failed. ``windowed``: the hosts whose
+    tests had their window read (plugin_utils/bench/_window.py): there the PCIe link was sampled and its AER counters
+    read under load and nothing rose (else a root explains it), so the remedy does not send the user to LnkSta."""
     host = place[1]
     rails = sorted(set(str(t[0].get('rail')) for t in through), key=natural_key)
     memories = sorted(set(str(t[0].get('memory')) for t in through))
@@ -204,11 +206,11 @@ def _device_finding(place: Tuple[str, ...], through: List[Test], peers: Set[str]
          'subjects': sorted(t[1]['subject'] for t in through)[:20]},
         '%s is slow or failed in every test it is in (%d test(s) with %d peers: %s memory, as %s), and no finding on '
         'their path explains it' % (words, len(through), len(peers), ' and '.join(memories), ' and '.join(sides)),
-        remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0]),
+        remedy={'gpu_nic': 'gpu_nic', 'gpu': 'gpu_nic', 'node': 'node'}.get(place[0], 'hca_windowed' if host in windowed else None),
         device=subject.replace('<->', ' and '), at=[place], path=[place])
 
 
-def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]) -> Tuple[List[Finding], Set[int]]:
+def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]], windowed: AbstractSet[str] = frozenset()) -> Tuple[List[Finding], Set[int]]:
     """The devices that together cover the failing tests, each a finding: the device that covers the
     most tests not yet covered first; ties: the most specific, then by name. Returns (findings, ids of
     the tests covered)."""
@@ -222,7 +224,7 @@ def _cover(suspects: Dict[Tuple[str, ...], Tuple[List[Test], Set[str]]]) -> Tupl
         place = ranked[0][1]
         through, peers = suspects.pop(place)
         covered.update(id(t) for t in through)
-        found.append(_device_finding(place, through, peers))
+        found.append(_device_finding(place, through, peers, windowed))
 
 
 def unexplained_findings(findings: List[Finding], bench: Optional[Dict[str, Any]]) -> List[Finding]:
@@ -239,7 +241,7 @@ def unexplained_findings(findings: List[Finding], bench: Optional[Dict[str, Any]
     pairs = [p for p in (bench or {}).get('pairs') or [] if isinstance(p, dict) and p.get('server') and p.get('client')]
     bad = [(pair, open_[pair_subject(pair)], _places_of(pair)) for pair in pairs
            if pair.get('verdict') != 'ok' and pair_subject(pair) in open_]
-    found, covered = _cover(_suspects(bad, pairs))
+    found, covered = _cover(_suspects(bad, pairs), set(str(h) for h in (bench or {}).get('windowed') or []))
     for pair, symptom, _places in (t for t in bad if id(t) not in covered):
         symptom['cause'] = '%s; no finding on its path explains it, and its failing tests share no device that fails with two ' \
             'or more peers: the fault is on this pair\'s path (either node\'s port, cable or PCIe path of rail %s); tests ' \

@@ -162,9 +162,9 @@ _CAUSES = {
 }
 
 
-def _code_finding(host, code, hits, ports):
-    """One finding of ``code`` for the node, its ports' hits in the subject and evidence."""
-    severity = None
+def _code_finding(host, code, hits, ports, severity=None):
+    """One finding of ``code`` for the node, its ports' hits in the subject and evidence (ROCE_CONGESTION from the
+    facts, totals since boot: info - whether they rose under load is the benchmark window's to say)."""
     if code == F.ROCE_TRUST_PCP and all(not (integer(p.get('roce_tos')) or 0) >> 2 for p, _e, _w in hits):
         severity = 'warning'
     if code == F.ROCE_DSCP_CONFLICT and not any(e['used'] for _p, e, _w in hits):
@@ -192,7 +192,7 @@ def _unread_others(host, others, role_of):
                    severity='info', at=[('hca', host, text(p.get('hca'))) for p in others])
 
 
-def roce_findings(host, roce, role_of=None):
+def roce_findings(host, roce, role_of=None, windowed=False):
     """Findings of one node's gpu_fabric_roce (None: not gathered, nothing to say).
 
     Lossless RoCE matters where the collectives' RDMA traffic goes: the ports of the compute rails
@@ -206,7 +206,12 @@ def roce_findings(host, roce, role_of=None):
     for port in ports:
         for code, (evidence, words) in port_checks(port).items():
             per_code.setdefault(code, []).append((port, evidence, words))
-    found = [_code_finding(host, code, per_code[code], ports) for code in _CAUSES if code in per_code]
+    if windowed:
+        # The pair tests read the loss counters around each test (plugin_utils/diagnosis/rules/_window.py judges their
+        # rise): totals since boot say nothing more.
+        per_code.pop(F.ROCE_CONGESTION, None)
+    found = [_code_finding(host, code, per_code[code], ports, 'info' if code == F.ROCE_CONGESTION else None)
+             for code in _CAUSES if code in per_code]
     if others:
         found.append(_unread_others(host, others, role_of))
     return found
@@ -262,9 +267,11 @@ def nccl_traffic_class(roce, role_of=None):
 
 
 @rule(produces=(F.ROCE_QOS_UNKNOWN, F.ROCE_TRUST_PCP, F.ROCE_PFC_OFF, F.ROCE_TC_NOT_LOSSLESS, F.ROCE_DSCP_CONFLICT, F.ROCE_ECN_OFF,
-                F.ROCE_CNP_LOSSY, F.ROCE_MTU_MISMATCH, F.ROCE_CONGESTION), parts=('judged', 'roles'))
+                F.ROCE_CNP_LOSSY, F.ROCE_MTU_MISMATCH, F.ROCE_CONGESTION), parts=('judged', 'roles', 'bench'))
 def roce_lossless(fleet, _findings):
-    return [item for host in sorted(fleet.judged) for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host])]
+    windowed = set((fleet.bench or {}).get('windowed') or [])
+    return [item for host in sorted(fleet.judged)
+            for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host], host in windowed)]
 
 
 # ---- h16-parsers: DCBX

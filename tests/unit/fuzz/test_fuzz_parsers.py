@@ -51,6 +51,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _slurm, _sysroot
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _aer, _ethtool  # h18-window
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.unit.fuzz import _mutate
@@ -193,6 +194,12 @@ PARSERS = {
     'nccl_size': (_nccl.parse_size, (), (b'8', b'1K', b'64M', b'8G', b' 128 MB ', b'1T')),
     'offline_names': (_offline_names, (), (b'/logs/n1__n2__0__host.txt\n/logs/n1__n2__mlx5_1__gpu.log\n/logs/all_reduce.json\n'
                                            b'/logs/a_b__c_d__1__gpu.txt\n/logs/run.log\n/logs/notes.md\n',)),
+    # h18-window: the PCIe AER files and ethtool -S (tests/unit/plugins/module_utils/test_fuzz_h18.py fuzzes them too).
+    'aer': (lambda text: (_aer.parse_aer(text), _aer.parse_count(text)), ('public/aer',),
+            (b'RxErr 0\nBadTLP 2600\nBadDLLP 1400\nRollover 3\nTimeout 800\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 4803\n',
+             b'17\n')),
+    'ethtool': (lambda text: _ethtool.pfc(_ethtool.parse_stats(text)['counters']), ('public/ethtool',),
+                (b'NIC statistics:\n     rx_prio3_pause: 1523\n     rx_prio3_pause_duration: 48736\n     tx_pause_storm_warning_events: 2\n',)),
     'report_files': (_report_files, (),
                      (json.dumps({'schema': 'hpc.gpu_fabric/report', 'schema_version': 1, 'summary': {'hosts': 2, 'errors': 0},
                                   'hosts': {'n1': {'status': 'ok', 'ports': 8}}, 'findings': [],
@@ -229,6 +236,8 @@ COVERED = {
     '_dcbx': {'parse_lldptool': 'test_fuzz_h16.py', 'parse_dcb_dcbx': 'test_fuzz_h16.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_h16.py'},
     '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_h16.py'},
     '_aer_log': {'parse_aer_log': 'test_fuzz_h16.py'},
+    '_aer': {'parse_aer': 'aer', 'parse_count': 'aer'},
+    '_ethtool': {'parse_stats': 'ethtool'},
 }
 
 

@@ -14,6 +14,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _f
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, natural_key
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._window import LOSS_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.bench import _bench
 
 # NCCL_NET_GDR_LEVEL default (PXB, module_utils/_gdr.py): a GPU farther from its NIC than this is not used for GDR.
@@ -135,7 +136,14 @@ def _counters_under_load(bench: Dict[str, Any]) -> List[Finding]:
     whole benchmark is one fault, not one per test."""
     found = []
     rises: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = {}
+    # RoCE loss counters of a port whose tests had their window read are the window rules' (rules/_window.py:
+    # ROCE_LOSSLESS_LOSS, ROCE_CONGESTION): no cable fault.
+    roce = set((w.get('host'), w.get('hca')) for w in bench.get('windows') or [] if (w.get('window') or {}).get('roce'))
     for rise in bench.get('counters') or []:
+        if (rise['host'], rise['hca']) in roce:
+            rise = dict(rise, increase=dict((k, v) for k, v in (rise.get('increase') or {}).items() if k not in LOSS_COUNTERS))
+            if not rise['increase']:
+                continue
         rises.setdefault((rise['host'], rise['hca']), []).append(rise)
     for (host, hca), items in sorted(rises.items(), key=lambda item: (item[0][0], natural_key(item[0][1]))):
         total: Dict[str, int] = {}

@@ -18,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.d
 PLUGINS = os.path.join(REPO, 'plugins')
 # The files whose rules make findings.
 RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/diagnosis/rules/_bench.py',
+         'plugins/plugin_utils/diagnosis/rules/_window.py',
          'plugins/plugin_utils/diagnosis/rules/_collective.py', 'plugins/plugin_utils/diagnosis/rules/_run.py',
          # Pair symptoms no root explains, said once on their device.
          'plugins/plugin_utils/diagnosis/_linker.py', 'plugins/plugin_utils/diagnosis/_fleet.py',

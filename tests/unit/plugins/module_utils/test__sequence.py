@@ -472,3 +472,57 @@ def _answer(answer):
             return _sequence.probe_lease('127.0.0.1', port, 'r', timeout=2)
         finally:
             os.waitpid(pid, 0)
+
+
+def _node_window(address, root, steps, options, queue):
+    """_node with the window's reads: the counters (and their window) around each step, the links sampled meanwhile."""
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _ib, _window
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
+    env = _process.c_locale_env(dict(os.environ, GF_SIM_ROOT=root, GF_SIM_ADDR=address, GF_SIM_PYTHON=sys.executable,
+                                     GF_SIM_PERFTEST_MAX_S='0.2'))
+
+    def counters():
+        sysroot = SysRoot(root)
+        devices = _ib.read_ib(sysroot)
+        read = _ib.error_counters(devices)
+        read['window'] = _window.read_window(sysroot, devices, (), None)
+        return read
+
+    def build(entry):
+        argv = [BIN, '-d', entry['device'], '-p', str(entry['tcp_port']), '-s', '65536']
+        return argv + ([entry['peer']] if entry['side'] == 'client' else [])
+
+    def sampler():
+        return _window.sample_links(SysRoot(root), ['0000:03:00.0'])
+    try:
+        queue.put(json.dumps(_sequence.run_sequence(steps, build, dict(options, address=address), counters, env=env, sampler=sampler)))
+    except Exception as exc:  # report it to the test rather than hang it
+        queue.put(json.dumps({'error': repr(exc)}))
+
+
+def test_a_step_reads_the_window_and_samples_the_links(tmp_path):
+    """The stand-in perftest moves the AER counters of a node with PCIe replays (tests/sim/tools_window.py); the read
+    after the step holds them, and the links sampled while the step ran come back with the step."""
+    import copy as _copy
+    from tests.sim import faults, render
+    profile = _copy.deepcopy(render.load_profile('homelab_cx4'))
+    target = faults.apply_window(profile, 'pcie_replays', 'mlx5_0')
+    root = str(tmp_path / 'node')
+    render.render(profile, root)
+    port = _free_port()
+    a, b = '127.0.1.1', '127.0.1.2'
+    ctx = multiprocessing.get_context('fork')
+    queues, procs = {}, {}
+    options = _options()
+    for name, address, steps, target_func in (('a', a, [{'tests': [_test('server', b, port)]}], _node_window),
+                                              ('b', b, [{'tests': [_test('client', a, port)]}], _node)):
+        queues[name] = ctx.Queue()
+        procs[name] = ctx.Process(target=target_func, args=(address, root, steps, options, queues[name]))
+        procs[name].start()
+    results = _collect(queues, procs)
+    assert 'error' not in results['a'] and 'error' not in results['b'], results
+    start, step = results['a']['counters_start']['window'], results['a']['steps'][0]
+    bdf = target['bdf']
+    assert start['aer'][bdf]['TOTAL_ERR_COR'] == 0 and start['paths']['mlx5_0'][-1] == bdf
+    assert step['counters']['window']['aer'][bdf]['BadTLP'] >= 2600
+    assert step['links'] == {bdf: [[8.0, 16]]} and step['link_samples'] >= 1
