@@ -101,13 +101,22 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             problems.append(str(exc))
         now = datetime.datetime.now(datetime.timezone.utc)
+        # The baseline, read once: the drift, and a lone node's comparison with its own earlier run (a baseline
+        # that cannot be read is said in the report too, BASELINE_NOT_USED).
+        earlier: dict[str, Any] | None = None
+        if baseline:
+            try:
+                earlier = _report_stage.read_baseline(os.path.expanduser(baseline))
+            except ValueError as exc:
+                problems.append(str(exc))
+                earlier = {'error': str(exc)}
         report = _report_stage.from_model(model, bench or None, model['collective'] or None,
                                           # As the report always had it: ISO 8601, UTC, no offset.
-                                          now.replace(tzinfo=None).isoformat())
-        if baseline:
+                                          now.replace(tzinfo=None).isoformat(), baseline=earlier)
+        if earlier is not None and not earlier.get('error'):
             # A baseline that cannot be used still leaves this run's report written; the run fails.
             try:
-                report = _report_stage.with_drift(report, _report_stage.read_baseline(os.path.expanduser(baseline)), pct)
+                report = _report_stage.with_drift(report, earlier, pct)
             except ValueError as exc:
                 problems.append(str(exc))
 
