@@ -65,9 +65,8 @@ def _baseline_entry(baseline: Dict[str, Any], host: str) -> Tuple[Optional[Dict[
             'collective run of its own (launcher local)' if report else 'report', host)
     verdict = _map(run.get('verdict'))
     why = []
-    if report.get('status') == 'error':
-        roots: List[Any] = report['roots'] if isinstance(report.get('roots'), list) else []
-        why.append('its status there was error (roots: %s)' % ', '.join(str(r)[:100] for r in roots[:4]))
+    # Its own run decides, not the node's status: a finding elsewhere on the node (a storage port down) leaves
+    # its GPUs' run a fair measure of them.
     if verdict.get('status') not in _HEALTHY_STATUS or run.get('slow'):
         why.append('its own run there was %s' % ('slow against its peers' if run.get('slow') else str(verdict.get('status'))[:40]))
     busbw = run.get('busbw_gbs')
