@@ -26,10 +26,10 @@ Profile = Dict[str, Any]
 # Where a key's value comes from, in words (a source a node lacks is named in ``not_read``).
 SOURCES = {
     'run': "NCCL's log of the node's own collective run (its settings and version)",
-    'gpu': "the GPUs' state (gpu_fabric_gpu: processes, clocks, NVLink, PCIe link, driver)",
-    'conf': "NCCL's settings and library read on the node (gpu_fabric_nccl)",
-    'ib': 'the HCAs (gpu_fabric_ib: firmware, port rates)',
-    'host': 'the host (gpu_fabric_gdr: kernel, OFED, peer memory, CPU governor, IOMMU, modules)',
+    'gpu': "the GPUs' state (gpu_state_facts: processes, clocks, NVLink, PCIe link, driver)",
+    'conf': "NCCL's settings and library read on the node (nccl_facts)",
+    'ib': 'the HCAs (ib_link_facts: firmware, port rates)',
+    'host': 'the host (gdr_facts: kernel, OFED, peer memory, CPU governor, IOMMU, modules)',
 }
 COSTS = ('high', 'medium', 'low')
 # A value longer than this is cut: a profile is compared and shown, never parsed further.
@@ -242,7 +242,7 @@ def _read(item: Profile, source: str) -> bool:
 
 
 def _part(key: str) -> Optional[str]:
-    """The part of gpu_fabric_gpu (its ``not_read`` names) a key comes from, where the tool reads it apart."""
+    """The part of the GPUs' state (gpu_state_facts: its ``not_read`` names) a key comes from, where the tool reads it apart."""
     source, device, attribute = (key.split('/', 2) + ['', ''])[:3]
     if source != 'gpu' or device == '-':
         return None

@@ -27,7 +27,9 @@ RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/
          # RoCE lossless.
          'plugins/plugin_utils/diagnosis/_roce_rules.py',
          # PCIe links and the IOMMU.
-         'plugins/plugin_utils/diagnosis/_pcie_rules.py')
+         'plugins/plugin_utils/diagnosis/_pcie_rules.py',
+         # A slow node no root explains, against its peers or its baseline.
+         'plugins/plugin_utils/diagnosis/rules/_differential.py')
 CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 

@@ -123,7 +123,7 @@ def test_nothing_differs_gives_no_root_and_says_what_was_not_read():
     assert not [f for f in found if f['code'] == 'NODE_DIFFERS_FROM_PEERS']
     cause = by['COLLECTIVE_NODE_SLOW@nodeB']['cause']
     assert by['COLLECTIVE_NODE_SLOW@nodeB']['explained_by'] is None
-    assert 'nothing recorded differs from nodeA; not compared: ' in cause and 'gpu_fabric_gpu' in cause and 'gpu_fabric_nccl' in cause
+    assert 'nothing recorded differs from nodeA; not compared: ' in cause and 'gpu_state_facts' in cause and 'nccl_facts' in cause
 
 
 def test_a_specific_root_wins_and_the_differential_does_not_run():
