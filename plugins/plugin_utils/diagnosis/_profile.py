@@ -261,6 +261,37 @@ def _theirs(values: List[Optional[str]]) -> Tuple[Optional[str], List[str]]:
     return (counts[0][0] if counts and counts[0][1] * 2 > len(values) else None), seen
 
 
+def _not_compared(mine: Profile, references: Sequence[Profile], sources: Sequence[str]) -> Dict[str, str]:
+    """{source or part: why} of what is not compared: not read on the node, or on none of its references."""
+    not_compared: Dict[str, str] = {}
+    for source in sources:
+        if not _read(mine, source):
+            not_compared[source] = 'not read on this node: %s' % mine['not_read'][source]
+        elif not [ref for ref in references if _read(ref, source)]:
+            not_compared[source] = 'not read on %s' % ('the baseline' if len(references) == 1 else 'its peers')
+    prefixes = [{'conf': 'nccl'}.get(source, source) for source in sources]
+    for part, why in sorted(mine['not_read'].items()):
+        if part not in SOURCES and part.split(' ', 1)[0] in prefixes:
+            not_compared[part] = why
+    return not_compared
+
+
+def _difference(key: str, mine: Profile, references: Sequence[Profile], not_compared: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """The difference of one key ({key, label, cost, mine, theirs}), or None."""
+    source, part = key.split('/', 1)[0], _part(key)
+    if source in not_compared or (part is not None and part in not_compared):
+        return None
+    values = [ref['values'].get(key) for ref in references if _read(ref, source) and (part is None or part not in ref['not_read'])]
+    if not values:
+        return None
+    majority, seen = _theirs(values)
+    value = str(mine['values'].get(key) or 'not set')
+    if (majority is not None and value == majority) or (majority is None and value in seen):
+        return None
+    cost, label = describe(key)
+    return {'key': key, 'label': label, 'cost': cost, 'mine': value, 'theirs': majority or ' or '.join(seen)}
+
+
 def differences(mine: Profile, references: Sequence[Profile], sources: Sequence[str] = tuple(SOURCES),
                 device: Optional[str] = None) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """What differs between ``mine`` and its ``references`` (healthy peers, or one earlier healthy
@@ -268,30 +299,8 @@ def differences(mine: Profile, references: Sequence[Profile], sources: Sequence[
     both sides read, where ``mine`` is not what most references hold (or, without a majority, none of
     what they hold), ranked by cost then key. Returns (differences [{key, label, cost, mine, theirs}],
     {source: why} of the sources not compared)."""
-    not_compared: Dict[str, str] = {}
-    for source in sources:
-        read_by = [ref for ref in references if _read(ref, source)]
-        if not _read(mine, source):
-            not_compared[source] = 'not read on this node: %s' % mine['not_read'][source]
-        elif not read_by:
-            not_compared[source] = 'not read on %s' % ('the baseline' if len(references) == 1 else 'its peers')
-    for part, why in sorted(mine['not_read'].items()):
-        if part not in SOURCES and part.split(' ', 1)[0] in [{'gpu': 'gpu', 'conf': 'nccl'}.get(s, s) for s in sources]:
-            not_compared[part] = why
+    not_compared = _not_compared(mine, references, sources)
     keys = set(key for item in [mine] + list(references) for key in item['values'] if _in_scope(key, sources, device))
-    found = []
-    for key in keys:
-        source = key.split('/', 1)[0]
-        part = _part(key)
-        if source in not_compared or (part is not None and part in not_compared):
-            continue
-        values = [ref['values'].get(key) for ref in references if _read(ref, source) and (part is None or part not in ref['not_read'])]
-        if not values:
-            continue
-        majority, seen = _theirs(values)
-        value = str(mine['values'].get(key) or 'not set')
-        if (majority is not None and value != majority) or (majority is None and value not in seen):
-            cost, label = describe(key)
-            found.append({'key': key, 'label': label, 'cost': cost, 'mine': value, 'theirs': majority or ' or '.join(seen)})
+    found = [item for item in (_difference(key, mine, references, not_compared) for key in keys) if item is not None]
     found.sort(key=lambda item: (COSTS.index(item['cost']), [natural_key(part) for part in item['key'].split('/')]))
     return found, not_compared

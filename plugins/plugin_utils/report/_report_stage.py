@@ -69,13 +69,9 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
             continue
         if 'ib' in facts or 'gdr' in facts or host in failures:
             nodes[host] = {'ib': facts.get('ib'), 'gdr': facts.get('gdr')}
-            if 'fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
-                nodes[host]['fabric'] = facts['fabric']
-            if 'roce' in facts:   # RoCE lossless facts (roce_qos_facts)
-                nodes[host]['roce'] = facts['roce']
-            for key in ('gpu', 'nccl'):   # the GPUs' state and NCCL's settings (gpu_state_facts, nccl_facts), where read
-                if key in facts:
-                    nodes[host][key] = facts[key]
+            # Where read: the fabric beyond the node (ib_fabric_facts), RoCE lossless facts (roce_qos_facts), the GPUs'
+            # state (gpu_state_facts) and NCCL's settings (nccl_facts).
+            nodes[host].update((key, facts[key]) for key in ('fabric', 'roce', 'gpu', 'nccl') if key in facts)
             # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py);
             # role fabric_bench passes the same settings to bench_node_plan, so the rails it tests are the ones judged here.
             if node['nccl_ib_hca']:
