@@ -441,8 +441,8 @@ BENCH_DEVICE_UNEXPLAINED = _register(
     'its cable or transceiver and the switch port (iblinkinfo, perfquery -x under load)',
     explains=('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'FABRIC_SLOW_PAIR_PATH',
               'COLLECTIVE_CULPRIT'),
-    remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (nvidia-smi '
-                         'topo -m, lspci -vv: LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
+    remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (lspci -vv: '
+                         'LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
                          'IOMMU)',
               'node': 'nothing in the facts of %(host)s explains it: compare the node with a healthy peer (PCIe links: '
                       'lspci -vv LnkSta, BIOS settings, firmware, its cables and switch ports)'})
