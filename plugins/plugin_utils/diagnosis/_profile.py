@@ -213,7 +213,7 @@ def profile(node: Any, run: Any = None) -> Profile:
     node = _mapping(node)
     not_read: Dict[str, str] = {}
     values: Dict[str, Optional[str]] = {}
-    sources = (('run', run, lambda facts: _run_values(facts)),
+    sources = (('run', run, _run_values),
                ('gpu', node.get('gpu'), lambda facts: _gpu_values(facts, _mapping(node.get('gdr')), not_read)),
                ('conf', node.get('nccl'), lambda facts: _conf_values(facts, not_read)),
                ('ib', node.get('ib'), _ib_values), ('host', node.get('gdr'), _host_values))

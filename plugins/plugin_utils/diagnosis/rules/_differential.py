@@ -24,6 +24,9 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO
 
+# A node's collective symptoms (its own run, a culprit of the search) are compared on the whole node and their root
+# sits on ('gpus', host), where every collective through the node went (rules/_collective.py, _linker.collective_path):
+# it explains those, never a device of the pairwise benchmark, whose own comparison is on that device's facts.
 # A node's own collective, and a culprit of the search: the sources each is compared on (a culprit ran in
 # the fleet's run, whose NCCL settings are one for all nodes: its own run's are not there to compare).
 _LOCAL_SOURCES = tuple(_profile.SOURCES)
@@ -152,7 +155,7 @@ def _not_compared(missing: Dict[str, str]) -> str:
     return '; '.join('%s (%s)' % (_profile.SOURCES.get(source, source), why) for source, why in sorted(missing.items())) or 'nothing'
 
 
-def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, peers: List[str], sources: Sequence[str],
+def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, peers: List[str], sources: Sequence[str],  # pylint: disable=too-many-arguments
              devices: Optional[Tuple[str, ...]]) -> Tuple[List[Dict[str, Any]], Dict[str, str], str, Any]:
     """(differences, not compared, what it was compared with in words, basis)."""
     basis: Dict[str, Any]
@@ -175,13 +178,14 @@ def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, pee
     return [dict(d, against=against) for d in found[:DIFFERENCES_MAX]], missing, against, basis
 
 
-def _root(host: str, subject: str, at: List[Tuple[Any, ...]], diffs: List[Dict[str, Any]], missing: Dict[str, str], basis: Any) -> Finding:
+def _root(host: str, subject: str, at: List[Tuple[Any, ...]], diffs: List[Dict[str, Any]], missing: Dict[str, str],  # pylint: disable=too-many-arguments
+          basis: Any) -> Finding:
     worst = diffs[0]
     return finding(F.NODE_DIFFERS_FROM_PEERS, host, subject,
                    {'differences': [dict((k, d[k]) for k in ('key', 'label', 'cost', 'mine', 'theirs')) for d in diffs],
                     'compared_with': basis, 'not_compared': missing},
                    '%s differs from %s in %d recorded fact(s) that can shape its speed, the costliest first: %s%s; not compared: %s' % (
-                       host if subject == 'node' else '%s of %s' % (subject, host), worst['against'], len(diffs),
+                       host if subject in ('node', 'collective') else '%s of %s' % (subject, host), worst['against'], len(diffs),
                        '; '.join(_words(d) for d in diffs[:NAMED]), ' (and %d more in the evidence)' % (len(diffs) - NAMED) if len(diffs) > NAMED else '',
                        _not_compared(missing)),
                    severity='warning' if all(d['cost'] == 'low' for d in diffs) else None, first=worst['label'], at=at)
@@ -197,8 +201,8 @@ def _scope(symptom: Finding, fleet: Fleet, host: str,
         peers = sorted(h for h in fleet.judged if h != host and h not in device_hosts)
         return str(symptom.get('subject') or 'node'), [place], _DEVICE_SOURCES.get(str(place[0]), _FACT_SOURCES), devices, peers
     if symptom['code'] == F.COLLECTIVE_CULPRIT:
-        return 'node', [('node', host)], _FACT_SOURCES, None, _cleared(fleet, host)
-    return 'node', [('node', host)], _LOCAL_SOURCES, None, _healthy_local(fleet, host)
+        return 'collective', [('gpus', host)], _FACT_SOURCES, None, _cleared(fleet, host)
+    return 'collective', [('gpus', host)], _LOCAL_SOURCES, None, _healthy_local(fleet, host)
 
 
 _OPEN = (F.COLLECTIVE_NODE_SLOW, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_CULPRIT, F.BENCH_DEVICE_UNEXPLAINED)
@@ -219,8 +223,9 @@ def differential(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
     for symptom in sorted(open_, key=lambda f: (order[f['code']], f['host'], str(f.get('subject')))):
         host = symptom['host']
         subject, at, sources, devices, peers = _scope(symptom, fleet, host, device_hosts)
+        # One comparison of the node for its collective symptoms, one per device of the pairwise benchmark.
         key = '%s/%s' % (host, subject)
-        if key in made or ('%s/node' % host in made and symptom['code'] != F.BENCH_DEVICE_UNEXPLAINED):
+        if key in made:
             continue
         diffs, missing, against, basis = _compare(fleet, profiles, host, peers, sources, devices)
         if diffs:

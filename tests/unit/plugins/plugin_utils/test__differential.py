@@ -78,10 +78,11 @@ def test_a_setting_only_the_slow_node_had_is_its_root(log, variable, value):
     root = by['NODE_DIFFERS_FROM_PEERS@nodeB']
     differences = root['evidence']['differences']
     first = next(d for d in differences if d['key'] == 'run/-/%s' % variable)
-    assert differences[0]['cost'] == 'high' and first == {'key': 'run/-/%s' % variable, 'label': '%s (NCCL\'s log of the run)' % variable, 'cost': 'high',
+    assert differences[0]['cost'] == 'high'
+    assert first == {'key': 'run/-/%s' % variable, 'label': '%s (NCCL\'s log of the run)' % variable, 'cost': 'high',
                      'mine': value, 'theirs': 'not set'}
     assert '%s (NCCL\'s log of the run): %s here, not set on its peers' % (variable, value) in root['cause']
-    assert root['at'] == [['node', 'nodeB']] and root['severity'] == 'error' and root['explained_by'] is None
+    assert root['at'] == [['gpus', 'nodeB']] and root['severity'] == 'error' and root['explained_by'] is None
     assert by['COLLECTIVE_NODE_SLOW@nodeB']['explained_by'] == root['id']
     # The guess is gone: the symptom says only what NCCL's log shows.
     assert 'clocks differ' not in by['COLLECTIVE_NODE_SLOW@nodeB']['cause']
@@ -137,7 +138,7 @@ def test_a_specific_root_wins_and_the_differential_does_not_run():
 def test_a_fallback_root_never_wins_over_another():
     slow = F.finding(F.COLLECTIVE_NODE_SLOW, 'n', 'x', {}, 'slow', path=[('node', 'n'), ('gpus', 'n')])
     other = F.finding(F.COLLECTIVE_GPUS_NOT_P2P, 'n', 'x', {'variables': {}}, 'p2p', at=[('gpus', 'n')])
-    fallback = F.finding(F.NODE_DIFFERS_FROM_PEERS, 'n', 'node', {}, 'differs', at=[('node', 'n')], first='x')
+    fallback = F.finding(F.NODE_DIFFERS_FROM_PEERS, 'n', 'node', {}, 'differs', at=[('gpus', 'n')], first='x')
     _diagnose.link_causes([fallback, slow, other])
     assert slow['explained_by'] == other['id']
 
@@ -240,3 +241,20 @@ def test_the_report_records_each_hosts_profile():
     profile = baseline['hosts']['solo']['profile']
     assert profile['values']['gpu/GPU1/processes'] == 'none' and profile['values']['run/-/nccl_version'] == '2.28.9+cuda13.0'
     assert profile['not_read'] == {'conf': 'not recorded in this run', 'ib': 'not recorded in this run'}
+
+
+def test_a_nodes_collective_comparison_never_explains_a_pairwise_device():
+    """The node's NCCL settings differ (its collective's root); its slow HCA has the peers' facts: the device is not
+    pinned on the NCCL settings, which perftest never read, and says that nothing recorded differs on it."""
+    nodes = dict((host, node()) for host in ('a', 'b', 'c'))
+    for facts in nodes.values():
+        facts['ib'] = {'devices': [{'name': 'mlx5_0', 'fw_ver': '28.41.1000', 'hca_type': 'MT4129', 'ports': [{'port': 1, 'rate_gbps': 400.0}]}]}
+    local = _collective.judge_nodes({'a': result('nccl_maxnch1.txt'), 'b': result('nccl_healthy.txt'), 'c': result('nccl_healthy.txt')})
+    slow = [f for f in _diagnose.local_collective_findings(local) if f['code'] == 'COLLECTIVE_NODE_SLOW']
+    device = F.finding(F.BENCH_DEVICE_UNEXPLAINED, 'a', 'mlx5_0', {}, 'mlx5_0 of a is slow', at=[('hca', 'a', 'mlx5_0')],
+                       path=[('hca', 'a', 'mlx5_0')], device='mlx5_0')
+    made = _differential.differential(Fleet(nodes, nodes, {}, collective={'nodes': local}), slow + [device])
+    assert [f['id'] for f in made] == ['NODE_DIFFERS_FROM_PEERS@a/collective']
+    _diagnose.link_causes(made + slow + [device])
+    assert slow[0]['explained_by'] == made[0]['id'] and device['explained_by'] is None
+    assert 'nothing recorded differs from its peers; not compared: ' in device['cause']
