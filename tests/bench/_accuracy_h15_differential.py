@@ -66,12 +66,15 @@ def _node(processes=None):
     return facts
 
 
-def _run(host, gbs, env=None):
-    """A node's collective_bench result (launcher local) as judge_nodes takes it."""
+def _run(host, gbs, env=None, nvlink_gbs=None):
+    """A node's collective_bench result (launcher local) as judge_nodes takes it; ``nvlink_gbs``: NCCL's totalBw of
+    its GPUs (the run's verdict is then against it)."""
+    topology = {host: {'total_bw_gbs': nvlink_gbs, 'max_bw_gbs': nvlink_gbs, 'links': ['NVL'], 'nvlink_gbs': 20.6}} if nvlink_gbs else {}
     return {'status': 'ok', 'failure': None, 'benchmark': 'all_reduce_perf', 'max_busbw_gbs': gbs, 'avg_busbw_gbs': gbs,
             'ranks': [{'rank': r, 'host': host} for r in range(8)], 'versions': {'library_version': '2.28.9+cuda13.0'},
             'env': {}, 'verdict': {'status': 'unknown', 'reasons': []}, 'wrong_total': 0,
-            'transport': {'env': dict({'NCCL_DEBUG': 'INFO'}, **(env or {})), 'intra_by_host': {host: {'P2P': 56, 'via': ['P2P/CUMEM']}}}}
+            'transport': {'env': dict({'NCCL_DEBUG': 'INFO'}, **(env or {})), 'intra_by_host': {host: {'P2P': 56, 'via': ['P2P/CUMEM']}},
+                          'topology': topology}}
 
 
 def _dcgm(gdr):
@@ -197,6 +200,13 @@ def trap_run():
         gpu['vbios'] = '96.00.99.00.01'
     results['one_unusual_node'] = {'false_positives': len([f for f in _diagnose.diagnose(nodes, collective=collective)
                                                            if f['code'] == 'NODE_DIFFERS_FROM_PEERS'])}
+    # Every node's run a warning against its NVLink (a ring that does not use every link), one node unusual: no slow node.
+    nodes, _collective_run, _key = _fleet()
+    nodes['peer1']['gdr']['kernel']['release'] = '6.8.0-31-generic'
+    warning = {'nodes': _collective.judge_nodes(dict((h, _run(h, HEALTHY_GBS, nvlink_gbs=740.0)) for h in nodes))}
+    found = _diagnose.diagnose(nodes, collective=warning)
+    results['all_warning_one_unusual'] = {'false_positives': len([f for f in found if f['code'] == 'NODE_DIFFERS_FROM_PEERS'
+                                                                  or (f['code'].startswith('COLLECTIVE_') and f['severity'] == 'error')])}
     nodes, collective, key = _fleet('unknown_nccl_variable', dcgm=True, env_all={'NCCL_IB_QPS_PER_CONNECTION': '4'})
     check = _judge(_diagnose.diagnose(nodes, collective=collective), 'node', key)
     root = [f for f in _diagnose.diagnose(nodes, collective=collective) if f['code'] == 'NODE_DIFFERS_FROM_PEERS']

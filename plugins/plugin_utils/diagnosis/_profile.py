@@ -78,6 +78,7 @@ _ATTRIBUTES: Dict[Tuple[str, str], Tuple[str, str]] = {
     ('host', 'cpu_governor'): ('medium', 'the CPU frequency governor'),
     ('host', 'iommu'): ('medium', 'the IOMMU mode'),
     ('host', 'modules'): ('low', 'the kernel modules loaded'),
+    ('host', 'peer_memory_build'): ('medium', 'the peer-memory modules and the driver each was built for'),
 }
 
 
@@ -201,7 +202,10 @@ def _host_values(gdr: Dict[str, Any]) -> Dict[str, Optional[str]]:
             'host/-/peer_memory': _text(' '.join(str(p) for p in (nvidia.get('module_loaded'), nvidia.get('client_version')) if p)),
             'host/-/cpu_governor': _text(sorted(str(name) for name in governors)),
             'host/-/iommu': _text(_mapping(gdr.get('iommu')).get('mode')),
-            'host/-/modules': _text(sorted(str(m) for m in host.get('modules_loaded') or [])) if isinstance(host.get('modules_loaded'), list) else None}
+            'host/-/modules': _text(sorted(str(m) for m in host.get('modules_loaded') or [])) if isinstance(host.get('modules_loaded'), list) else None,
+            # What each peer-memory module was built for against the driver loaded (gdr_facts' peer_memory_build, where read).
+            'host/-/peer_memory_build': _text(sorted('%s %s for driver %s' % (b.get('module'), b.get('loaded_version'), b.get('driver_version'))
+                                                     for b in _items(gdr.get('peer_memory_build'))))}
 
 
 def profile(node: Any, run: Any = None) -> Profile:

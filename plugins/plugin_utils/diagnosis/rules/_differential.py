@@ -36,8 +36,10 @@ _DEVICE_SOURCES = {'hca': ('ib', 'host'), 'gpu': ('gpu', 'host'), 'gpu_nic': ('g
 # How many differences the cause names (evidence.differences holds them all, up to DIFFERENCES_MAX).
 NAMED = 4
 DIFFERENCES_MAX = 64
-# A local run's verdicts of a healthy node (module_utils/_collective.py judge_nodes).
-_HEALTHY_STATUS = ('ok', 'measured')
+# A local run's verdicts of a healthy node (module_utils/_collective.py judge_nodes): a warning is below the healthy
+# share of its NVLink but above NVLINK_LOW_RATIO, which a ring that does not use every link of a GPU reaches on some
+# topologies (module_utils/_collective.py): such nodes are peers to compare with (and a baseline), a low one is not.
+_HEALTHY_STATUS = ('ok', 'measured', 'warning')
 
 
 def _local(fleet: Fleet) -> Dict[str, Any]:
@@ -133,7 +135,7 @@ def _baseline_profile(fleet: Fleet, host: str) -> Optional[_profile.Profile]:
 
 def _healthy_local(fleet: Fleet, host: str) -> List[str]:
     local = _local(fleet)
-    bad = set(local.get('slow') or []) | set(local.get('failed') or []) | set(local.get('bad') or [])
+    bad = set(local.get('slow') or []) | set(local.get('failed') or [])
     return sorted(h for h, e in _runs(fleet).items() if h != host and h not in bad and h in fleet.judged
                   and (e.get('verdict') or {}).get('status') in _HEALTHY_STATUS)
 
@@ -212,7 +214,8 @@ _OPEN = (F.COLLECTIVE_NODE_SLOW, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_CULPRIT, F
 def differential(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
     """NODE_DIFFERS_FROM_PEERS for each slow symptom no root explains; where nothing recorded differs, the
     symptom's cause says so (and what was not read)."""
-    open_ = [f for f in findings if f['explained_by'] is None and f['severity'] != 'info' and f.get('host')
+    # Errors only: a node's run between the warn and the healthy share of its NVLink is no slow node to explain.
+    open_ = [f for f in findings if f['explained_by'] is None and f['severity'] == 'error' and f.get('host')
              and f['host'] in fleet.judged and F.explains(F.NODE_DIFFERS_FROM_PEERS, f)]
     if not open_:
         return []
