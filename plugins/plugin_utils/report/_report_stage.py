@@ -87,8 +87,9 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
     # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
     nccl = _nccl_env.advice(nodes)
     # Each node's speed profile (diagnosis/_profile.py), kept so that a later run can compare with this one.
-    runs = ((collective or {}).get('nodes') or {}).get('hosts') or {}
-    profiles = dict((host, _profile.profile(node, runs.get(host))) for host, node in nodes.items())
+    local = (collective or {}).get('nodes')
+    runs = local.get('hosts') if isinstance(local, dict) else None
+    profiles = dict((host, _profile.profile(node, runs.get(host) if isinstance(runs, dict) else None)) for host, node in nodes.items())
     report: dict[str, Any] = _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl, profiles)
     return report
 

@@ -16,6 +16,7 @@ symptom's cause with what was not read, and makes no root: a cause that was not 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
@@ -75,11 +76,18 @@ def _baseline_entry(baseline: Dict[str, Any], host: str) -> Tuple[Optional[Dict[
     if verdict.get('status') not in _HEALTHY_STATUS or run.get('slow'):
         why.append('its own run there was %s' % ('slow against its peers' if run.get('slow') else str(verdict.get('status'))[:40]))
     busbw = run.get('busbw_gbs')
-    if not isinstance(busbw, (int, float)) or isinstance(busbw, bool) or busbw <= 0:
+    # Python's JSON reader takes NaN and Infinity: another run's file is read as numbers only where they are finite.
+    if not isinstance(busbw, (int, float)) or isinstance(busbw, bool) or not math.isfinite(busbw) or busbw <= 0:
         why.append('its run there measured no busbw')
     if why:
         return None, 'the baseline run of %s was not healthy: %s' % (host, '; '.join(why))
     return run, None
+
+
+def _generated(fleet: Fleet) -> Optional[str]:
+    """When the baseline report was made, as it says (another run's file: a short text, or None)."""
+    value = (fleet.baseline or {}).get('generated_at')
+    return str(value)[:40] if value is not None else None
 
 
 def _lone_slow(host: str, entry: Dict[str, Any], run: Dict[str, Any], healthy: float, generated: Any) -> Optional[Finding]:
@@ -114,7 +122,7 @@ def lone_node_baseline(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
             found.append(finding(F.BASELINE_NOT_USED, host, 'baseline', {'why': why},
                                  'the baseline report was not used for %s: %s' % (host, why)))
             continue
-        item = _lone_slow(host, _runs(fleet)[host], run, healthy, fleet.baseline.get('generated_at'))
+        item = _lone_slow(host, _runs(fleet)[host], run, healthy, _generated(fleet))
         if item:
             found.append(item)
     return found
@@ -169,7 +177,7 @@ def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, pee
         if base is None:
             return [], {}, '', None
         refs, against = [base], 'its baseline'
-        basis = {'baseline': (fleet.baseline or {}).get('generated_at')}
+        basis = {'baseline': _generated(fleet)}
     found: List[Dict[str, Any]] = []
     missing: Dict[str, str] = {}
     for device in devices or (None,):

@@ -199,6 +199,12 @@ def test_a_hostile_baseline_profile_is_bounded_or_ignored():
     by, found = run({'solo': result('nccl_maxnch1.txt')}, {'solo': node()}, baseline=hostile)
     assert 'no healthy peer or usable baseline' in by['COLLECTIVE_NODE_SLOW@solo']['cause']
     assert not [f for f in found if f['code'] == 'NODE_DIFFERS_FROM_PEERS']
+    for busbw in (float('nan'), float('inf'), True, '300', -1):
+        bad = copy.deepcopy(baseline)
+        bad['collective']['nodes']['hosts']['solo']['busbw_gbs'] = busbw
+        by, found = run({'solo': result('nccl_maxnch1.txt')}, {'solo': node()}, baseline=json.loads(json.dumps(bad)))
+        assert 'its run there measured no busbw' in by['BASELINE_NOT_USED@solo']['cause'], busbw
+        assert not [f for f in found if f['code'] == 'COLLECTIVE_NODE_SLOW']
     many = dict(('host/-/k%d' % i, 'x' * 10000) for i in range(10000))
     read = _profile.from_report({'values': many, 'not_read': {}})
     assert len(read['values']) == _profile.KEYS_MAX and max(len(v) for v in read['values'].values()) == _profile.VALUE_MAX
