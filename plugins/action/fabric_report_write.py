@@ -63,6 +63,18 @@ def _judged(result: Any) -> str | None:
     return to_text(path) if isinstance(path, string_types) and path else None
 
 
+def _earlier(baseline: str | None, problems: list[str]) -> dict[str, Any] | None:
+    """The baseline report, read once: for the drift, and a lone node's comparison with its own earlier run.
+    One that cannot be read is {'error': why}, said in the report too (BASELINE_NOT_USED), and in ``problems``."""
+    if not baseline:
+        return None
+    try:
+        return _report_stage.read_baseline(os.path.expanduser(baseline))
+    except ValueError as exc:
+        problems.append(str(exc))
+        return {'error': str(exc)}
+
+
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -101,13 +113,14 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             problems.append(str(exc))
         now = datetime.datetime.now(datetime.timezone.utc)
+        earlier = _earlier(baseline, problems)
         report = _report_stage.from_model(model, bench or None, model['collective'] or None,
                                           # As the report always had it: ISO 8601, UTC, no offset.
-                                          now.replace(tzinfo=None).isoformat())
-        if baseline:
+                                          now.replace(tzinfo=None).isoformat(), baseline=earlier)
+        if earlier is not None and not earlier.get('error'):
             # A baseline that cannot be used still leaves this run's report written; the run fails.
             try:
-                report = _report_stage.with_drift(report, _report_stage.read_baseline(os.path.expanduser(baseline)), pct)
+                report = _report_stage.with_drift(report, earlier, pct)
             except ValueError as exc:
                 problems.append(str(exc))
 

@@ -57,6 +57,9 @@ options:
       - A C(report.json) of an earlier run (a regular file, at most 1 GiB; a relative path is relative to the
         directory C(ansible-playbook) runs in). C(report.json) then has its C(drift) - new and cleared findings,
         measured values that fell by more than O(regression_pct).
+      - A node whose own collective ran with no peer to compare with is judged against its own run there, and, when
+        slow, its recorded facts against the baseline's C(hosts.<node>.profile) (matched by inventory name; a baseline
+        whose run of the node was not healthy is refused, finding C(BASELINE_NOT_USED)).
       - Unset or empty - no comparison. A baseline that cannot be read, or is no report, fails the task after the
         report is written without drift.
     type: path

@@ -41,6 +41,7 @@ from tests.sim import node_facts as _node_facts
 from tests.bench import _accuracy_h17_subnet
 from tests.bench import _accuracy_h13_ncclconf
 from tests.bench import _accuracy_h18_window  # issue 34: the counters over each pair test's window
+from tests.bench import _accuracy_h15_differential
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -528,6 +529,7 @@ def main(argv=None):
     result['h13_ncclconf'] = _accuracy_h13_ncclconf.run()
     result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
     result['h18_window'] = _accuracy_h18_window.run()
+    result['h15_differential'] = _accuracy_h15_differential.run()
     print(json.dumps(result, indent=1))
     return 0
 

@@ -79,6 +79,8 @@ ANNOTATED = {
     'plugins/plugin_utils/diagnosis/rules/_run.py': 1.0,
     'plugins/plugin_utils/diagnosis/_engine.py': 1.0,
     'plugins/plugin_utils/diagnosis/_linker.py': 1.0,
+    'plugins/plugin_utils/diagnosis/_profile.py': 1.0,
+    'plugins/plugin_utils/diagnosis/rules/_differential.py': 1.0,
     'plugins/plugin_utils/diagnosis/_pcie_rules.py': 1.0,
     'plugins/plugin_utils/diagnosis/rules/_bench.py': 1.0,
     'plugins/plugin_utils/diagnosis/rules/_collective.py': 1.0,

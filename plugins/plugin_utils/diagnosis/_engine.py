@@ -19,7 +19,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import RULES, Fleet, Rule
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _linker
 # The rule modules: importing one registers its rules (_rule.RULES).
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _gpu, _node, _run, _window  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _gpu, _node, _run, _window, _differential  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _nccl_settings  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric, _fleet, _pcie_rules, _roce_rules, _search_findings  # noqa: F401 pylint: disable=unused-import
 
@@ -43,17 +43,23 @@ def ordered(rules: Optional[List[Rule]] = None) -> List[Rule]:
     return done
 
 
-def run_rules(fleet: Fleet, rules: Optional[List[Rule]] = None) -> List[Finding]:
-    """Every rule's findings, each rule handed the findings so far of the codes it reads."""
-    findings: List[Finding] = []
+def run_rules(fleet: Fleet, rules: Optional[List[Rule]] = None, late: bool = False,
+              findings: Optional[List[Finding]] = None) -> List[Finding]:
+    """The findings the rules make, each rule handed the findings so far of the codes it reads.
+    ``late``: the late rules only (Rule.late), over ``findings`` (those of the first pass, linked);
+    else the others."""
+    so_far: List[Finding] = list(findings or [])
+    made: List[Finding] = []
     for item in ordered(rules):
+        if item.late != late:
+            continue
         reads = set(item.reads)
-        found = item.run(fleet, [f for f in findings if f['code'] in reads])
+        found = item.run(fleet, [f for f in so_far + made if f['code'] in reads])
         stray = sorted(set(f['code'] for f in found) - set(item.produces))
         if stray:
             raise ValueError('rule %s made findings of codes it does not declare: %s' % (item.name, ', '.join(stray)))
-        findings.extend(found)
-    return findings
+        made.extend(found)
+    return made
 
 
 def _sort(findings: List[Finding]) -> None:
@@ -63,14 +69,15 @@ def _sort(findings: List[Finding]) -> None:
 
 def diagnose(nodes: Dict[str, Any], bench: Optional[Dict[str, Any]] = None, collective: Optional[Dict[str, Any]] = None,
              unreachable: Any = None, stages: Optional[Dict[str, Any]] = None,
-             failures: Optional[Dict[str, Any]] = None) -> List[Finding]:
+             failures: Optional[Dict[str, Any]] = None, baseline: Optional[Dict[str, Any]] = None) -> List[Finding]:
     """All findings, bottom-up, causes linked. ``nodes``: {host: {'ib': ..., 'gdr': ...}}
-    (both None for a node whose facts tasks failed: ``failures`` says why)."""
+    (both None for a node whose facts tasks failed: ``failures`` says why); ``baseline``: an earlier
+    report.json (gpu_fabric_baseline) as a mapping, {'error': why} where it could not be read."""
     # Only nodes with facts are judged by the rules; a node without is named by its failure.
     judged = dict((host, node) for host, node in nodes.items() if node.get('ib') is not None or node.get('gdr') is not None)
     # What each HCA is for (compute rail, storage, management): one decision per node, for every rule.
     roles = dict((host, _rails.node_roles(node)) for host, node in judged.items())
-    fleet = Fleet(nodes, judged, roles, bench, collective, unreachable, stages, failures)
+    fleet = Fleet(nodes, judged, roles, bench, collective, unreachable, stages, failures, baseline)
     findings = run_rules(fleet)
     _linker.complete_paths(findings, judged, bench, collective, roles)
     _sort(findings)
@@ -79,6 +86,12 @@ def diagnose(nodes: Dict[str, Any], bench: Optional[Dict[str, Any]] = None, coll
     unexplained = _linker.unexplained_findings(findings, bench)
     if unexplained:
         findings.extend(unexplained)
+        _sort(findings)
+        _linker.link_causes(findings)
+    # What still no root explains, judged by the late rules (a slow node against its peers: rules/_differential.py).
+    late = run_rules(fleet, late=True, findings=findings)
+    if late:
+        findings.extend(late)
         _sort(findings)
         _linker.link_causes(findings)
     return findings

@@ -43,6 +43,7 @@ ROLES = {
     'mtu': 'the fleet\'s MTU rule names the port (_fleet.MTU_CODES)',
     'pair_symptom': 'a pair\'s symptom of the pairwise benchmark, judged per device where no root explains it (_linker.PAIR_SYMPTOMS)',
     'not_checked': 'the node\'s checks did not all run (report/_report_stage.py NOT_CHECKED)',
+    'fallback': 'a root said only where no other root explains the symptom: it never wins over another (_linker.link_causes)',
 }
 Code = namedtuple('Code', 'code layers severity other explains doc remedy remedies scope gpu_memory roles')
 
@@ -442,8 +443,8 @@ BENCH_DEVICE_UNEXPLAINED = _register(
     'before and after a test), its cable or transceiver and the switch port (iblinkinfo, perfquery -x under load)',
     explains=('BENCH_PAIR_LOW', 'BENCH_PAIR_FAILED', 'BENCH_GPU_MEMORY_LOW', 'BENCH_GPU_MEMORY_FAILED', 'FABRIC_SLOW_PAIR_PATH',
               'COLLECTIVE_CULPRIT'),
-    remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (nvidia-smi '
-                         'topo -m, lspci -vv: LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
+    remedies={'gpu_nic': 'nothing in the facts of %(host)s explains it: check the PCIe path between %(device)s (lspci -vv: '
+                         'LnkSta against LnkCap of the GPU, the NIC and the switch between them; ACS, '
                          'IOMMU)',
               'node': 'nothing in the facts of %(host)s explains it: compare the node with a healthy peer (PCIe links: '
                       'lspci -vv LnkSta, BIOS settings, firmware, its cables and switch ports)',
@@ -460,7 +461,8 @@ _INSTALL = 'install the benchmark (nccl-tests, rccl-tests) or give fabric_collec
 COLLECTIVE_BUSBW_LOW = _register(
     'COLLECTIVE_BUSBW_LOW', 'collective', 'error', 'fleet busbw below the healthy share of the NICs', _CULPRITS,
     other={'warning': 'between the warn and the healthy share'},
-    remedies={'node': 'check the GPUs\' links (nvidia-smi topo -m, nvidia-smi nvlink -s) and the node\'s findings'})
+    remedies={'node': 'see what the report compared on %(host)s: its root NODE_DIFFERS_FROM_PEERS names what differs from its '
+                      'peers, or this finding says that nothing recorded differs and what was not read'})
 COLLECTIVE_DATA_CORRUPTION = _register(
     'COLLECTIVE_DATA_CORRUPTION', 'collective', 'error', '`#wrong` > 0 or out of bounds', _CULPRITS,
     remedies={'node': _RUN_OUTPUT, 'missing_binary': _INSTALL})
@@ -522,9 +524,11 @@ COLLECTIVE_CULPRIT = _register(
     explains=('COLLECTIVE_BUSBW_LOW', 'COLLECTIVE_DATA_CORRUPTION'))
 COLLECTIVE_NODE_SLOW = _register(
     'COLLECTIVE_NODE_SLOW', 'collective', 'error',
-    'launcher local: the node\'s busbw over its own GPUs below `fabric_collective_healthy_ratio` of its peers\' median',
-    'compare the node with its peers: GPU links (nvidia-smi topo -m, nvidia-smi nvlink -s), PCIe ACS, clocks and power '
-    'limits, the fleet findings')
+    'launcher local: the node\'s busbw over its own GPUs below `fabric_collective_healthy_ratio` of its peers\' median '
+    '(`evidence.basis` peers), or, a lone node, of its own run in the baseline report (basis baseline)',
+    'see its root: NODE_DIFFERS_FROM_PEERS names what the run recorded on %(host)s that differs from its peers (or its '
+    'baseline); where this finding says nothing recorded differs, read what it says was not read (the GPUs\' state, '
+    'NCCL\'s settings) and give those facts (playbooks/validate.yml) before comparing by hand')
 COLLECTIVE_SUSPECT = _register(
     'COLLECTIVE_SUSPECT', 'collective', 'warning', 'the search could not clear or name this node',
     'give fabric_collective a known-good reference node')
@@ -744,6 +748,27 @@ ROCE_LOSSLESS_LOSS = _register(
     'a lossless class that drops: check that the switch ports of %(hca)s on %(host)s run PFC on the same priority and '
     'map the same DSCP, and their buffers (headroom); ethtool -S IF | grep -E "discard|pause" on the node',
     explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
+
+# ---- h15-differential
+# A slow node, GPU or HCA that no root on its path explains, compared with its healthy peers (or with its own
+# earlier healthy report, gpu_fabric_baseline) on every fact the run recorded that can shape its speed
+# (plugin_utils/diagnosis/_profile.py; rule: rules/_differential.py, run after the causes are linked).
+_SLOW_LOCAL = (lambda symptom: bool(symptom.get('host')), 'a node\'s own run')
+NODE_DIFFERS_FROM_PEERS = _register(
+    'NODE_DIFFERS_FROM_PEERS', 'host', 'error',
+    'a slow node (its own collective, a culprit of the search, a device of the pairwise benchmark) that no other root '
+    'explains differs from its healthy peers\' majority (or from its baseline) in recorded facts that shape speed: '
+    '`evidence.differences` ranked by cost (NCCL settings, GPU processes, clocks, NVLink, PCIe; then driver, firmware, '
+    'kernel, versions), each with `mine` and `theirs`; where nothing recorded differs, the symptom says so and names what was not read',
+    'make %(host)s like its peers in what the evidence names, the costliest first (%(first)s), then run the benchmark again',
+    other={'warning': 'only differences that cost little (a debug setting, a module list)'},
+    explains=('COLLECTIVE_NODE_SLOW', 'COLLECTIVE_CULPRIT', 'BENCH_DEVICE_UNEXPLAINED', ('COLLECTIVE_BUSBW_LOW', _SLOW_LOCAL)),
+    roles=('fallback',))
+BASELINE_NOT_USED = _register(
+    'BASELINE_NOT_USED', 'collective', 'warning',
+    'the baseline report (gpu_fabric_baseline) could not be used for a node: unreadable, not a report, no run or profile of '
+    'the node, or the node was not healthy in it (`evidence.why`)',
+    'give as gpu_fabric_baseline a report.json of a healthy run of the same node (its collective run ok, its status not error)')
 
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the

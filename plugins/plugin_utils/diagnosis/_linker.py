@@ -24,6 +24,19 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules._be
 EXPLAINS = F.EXPLAINS
 # A pair's symptoms (bench_findings), judged again per device when no root on their path explains them.
 PAIR_SYMPTOMS = F.codes_with('pair_symptom')
+# Roots said only where nothing else explains a symptom (the differential diagnosis): never preferred to another.
+FALLBACK = F.codes_with('fallback')
+
+
+def _measured(root: Finding) -> float:
+    """How bad the runs that named a culprit of the culprit search were: the lowest ratio (busbw over the
+    expectation) of its own runs (evidence.run, _search_findings); other roots, and a culprit named from its
+    facts (no run of its own), inf. Of several culprits on a fleet symptom's path, the one whose own runs
+    account for the fleet's measured ratio - the lowest - explains it."""
+    evidence = root.get('evidence')
+    run = evidence.get('run') if isinstance(evidence, dict) else None
+    ratio = run.get('ratio') if isinstance(run, dict) and root['code'] == F.COLLECTIVE_CULPRIT else None
+    return float(ratio) if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) else float('inf')
 
 
 def link_causes(findings: List[Finding]) -> List[Finding]:
@@ -37,7 +50,8 @@ def link_causes(findings: List[Finding]) -> List[Finding]:
     closed): a symptom is never pinned on a device it did not touch. Where several roots are on
     the path, the one the symptom's own evidence names wins (F.named: GPUDirect RDMA not used ->
     the GDR chain, not a slow port), then a root whose own place is on the path before a node-wide
-    one, then the lowest layer, then the order given. A failed pair is judged by the failure that
+    one, then the lowest layer, then (culprits of the culprit search) the one whose own runs measured the lowest
+    ratio, then the order given; a fallback root (the differential) only where no other one is. A failed pair is judged by the failure that
     made it fail (evidence.failed_side, _bench.failure_cause): GPU memory its end could not register
     is that end's peer-memory chain, never its peer's (F.explains with the root's host). A symptom
     explained by something that is itself explained points at that root.
@@ -60,7 +74,8 @@ def link_causes(findings: List[Finding]) -> List[Finding]:
             # A root whose own place is on the path before a node-wide one, whatever their layers (a port that
             # is down, or an HCA's PCIe link trained low, before the node's missing HCA, for a test through it).
             exact = any(place[0] != 'node' and list(place) in symptom['path'] for place in root['at'])
-            rank = (not F.named(root['code'], symptom), not exact, order.get(root['layer'], len(order)), position)
+            rank = (root['code'] in FALLBACK, not F.named(root['code'], symptom), not exact, order.get(root['layer'], len(order)),
+                    _measured(root), position)
             if best is None or rank < best[0]:
                 best = (rank, root)
         if best:

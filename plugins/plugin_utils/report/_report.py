@@ -9,7 +9,7 @@ the exit policy (a JMESPath expression over the report).
 Schema (SCHEMA_VERSION 1; docs/report.md describes every field):
   schema, schema_version, generated_at, options
   summary: hosts, hosts_ok, hosts_failed, hosts_unreachable, errors, warnings, roots
-  hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids], nccl}}
+  hosts: {host: {status: ok|warning|error|unreachable, ports_active, ports, gpus, gdr_ready, roots: [ids], nccl, profile}}
   findings: [{id, code, layer, severity, host, hosts?, subject, evidence, cause, remedy, at, path, explained_by}]
   bench: bench_report's output or null;  collective: fabric_collective's outcome or null
   drift: null, or {baseline_generated_at, new_findings, cleared_findings, regressions}
@@ -71,9 +71,9 @@ def _summary(hosts: dict[str, dict[str, Any]], findings: list[Finding]) -> dict[
 
 def build(nodes: dict[str, Any], findings: list[Finding], bench: dict[str, Any] | None = None, collective: dict[str, Any] | None = None,
           unreachable: Iterable[str] | None = None, generated_at: str | None = None, options: dict[str, Any] | None = None,
-          nccl: dict[str, Any] | None = None) -> dict[str, Any]:
+          nccl: dict[str, Any] | None = None, profiles: dict[str, Any] | None = None) -> dict[str, Any]:
     """``nodes``: {host: {'ib', 'gdr'}} of the hosts that answered; ``findings`` from _diagnose;
-    ``nccl``: {host: _nccl_env.recommend(...)}."""
+    ``nccl``: {host: _nccl_env.recommend(...)}; ``profiles``: {host: diagnosis/_profile.py profile()}."""
     hosts = {}
     by_id = dict((f['id'], f) for f in findings)
     lost = set(unreachable or [])
@@ -87,6 +87,8 @@ def build(nodes: dict[str, Any], findings: list[Finding], bench: dict[str, Any] 
         entry['findings'] = [f['id'] for f in mine]
         if (nccl or {}).get(host) is not None:
             entry['nccl'] = (nccl or {})[host]
+        if (profiles or {}).get(host) is not None:
+            entry['profile'] = (profiles or {})[host]
         hosts[host] = entry
     return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION, 'generated_at': generated_at, 'options': options or {},
             'summary': _summary(hosts, findings), 'hosts': hosts, 'findings': findings, 'bench': bench or None,

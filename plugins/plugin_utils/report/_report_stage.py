@@ -25,7 +25,7 @@ from ansible.module_utils.common.json import AnsibleJSONEncoder
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _paths, _printable
-from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _nccl_env
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _nccl_env, _profile
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _html, _report
 
 # report.json is indented, a line per pair test, up to 100,000 pair tests (a full mesh of 112 nodes x 8
@@ -43,9 +43,12 @@ MATCHED_SHOWN = 20
 
 
 def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, collective: dict[str, Any] | None = None,
-               generated_at: str | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+               generated_at: str | None = None, options: dict[str, Any] | None = None,
+               baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """report.json's content for the nodes of ``model`` (plugin_utils/fleet/_fleet_model.py read(), parts
-    facts and run), in its order; ``collective``: the collective's result (None: none ran)."""
+    facts and run), in its order; ``collective``: the collective's result (None: none ran); ``baseline``: the
+    report.json given as gpu_fabric_baseline ({'error': why} where it could not be read), for a lone node's
+    comparison with its own earlier run (rules/_differential.py)."""
     nodes: dict[str, dict[str, Any]] = {}
     unreachable: dict[str, Any] = {}
     stages: dict[str, list[Any]] = {}
@@ -66,14 +69,9 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
             continue
         if 'ib' in facts or 'gdr' in facts or host in failures:
             nodes[host] = {'ib': facts.get('ib'), 'gdr': facts.get('gdr')}
-            if 'fabric' in facts:   # the fabric beyond the node (ib_fabric_facts)
-                nodes[host]['fabric'] = facts['fabric']
-            if 'roce' in facts:   # RoCE lossless facts (roce_qos_facts)
-                nodes[host]['roce'] = facts['roce']
-            if 'gpu' in facts:   # the GPUs' own state (gpu_state_facts)
-                nodes[host]['gpu'] = facts['gpu']
-            if 'nccl' in facts:   # NCCL's configuration files and release (nccl_facts)
-                nodes[host]['nccl'] = facts['nccl']
+            # Where read: the fabric beyond the node (ib_fabric_facts), RoCE lossless facts (roce_qos_facts), the GPUs'
+            # state (gpu_state_facts) and NCCL's settings (nccl_facts).
+            nodes[host].update((key, facts[key]) for key in ('fabric', 'roce', 'gpu', 'nccl') if key in facts)
             # Where the node's NCCL settings name HCAs, they say which are its compute rails (module_utils/_rails.py);
             # role fabric_bench passes the same settings to bench_node_plan, so the rails it tests are the ones judged here.
             if node['nccl_ib_hca']:
@@ -84,11 +82,15 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
             unreachable[host] = None   # no facts and no record: left the run without a word (or marked offline)
     # None: facts from elsewhere (a play without the stage marks), nothing to compare.
     staged = stages if any(stages.values()) else None
-    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, staged, failures)
+    findings = _diagnose.diagnose(nodes, bench or None, collective or None, unreachable, staged, failures, baseline)
     # What NCCL should be told on each node, from the same facts (role nccl_conf writes it) and the
     # same roles as the diagnosis and the benchmark's rails (module_utils/_rails.py node_roles).
     nccl = _nccl_env.advice(nodes)
-    report: dict[str, Any] = _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl)
+    # Each node's speed profile (diagnosis/_profile.py), kept so that a later run can compare with this one.
+    local = (collective or {}).get('nodes')
+    runs = local.get('hosts') if isinstance(local, dict) else None
+    profiles = dict((host, _profile.profile(node, runs.get(host) if isinstance(runs, dict) else None)) for host, node in nodes.items())
+    report: dict[str, Any] = _report.build(nodes, findings, bench, collective, unreachable, generated_at, options, nccl, profiles)
     return report
 
 

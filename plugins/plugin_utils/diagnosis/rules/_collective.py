@@ -83,10 +83,12 @@ def _local_slow(host: str, entry: Dict[str, Any], intra: Dict[str, Any], local: 
     mine = ', '.join(intra.get('via') or []) or 'unknown'
     peers = sorted(set(via for other, item in (local.get('hosts') or {}).items() if other != host
                        for found_intra in (item.get('intra') or {}).values() for via in found_intra.get('via') or []))
+    # Only what the log shows; what else differs on the node is the differential's (rules/_differential.py).
     differs = ('its GPUs talked via %s, its peers\' via %s' % (mine, ', '.join(peers))
                if peers and mine != 'unknown' and set(intra.get('via') or []) != set(peers) else
-               'NCCL\'s log shows the same transports as its peers\': the GPUs, their links or clocks differ')
-    return finding(F.COLLECTIVE_NODE_SLOW, host, subject, evidence,
+               'its GPUs talked via %s, as its peers\' did' % mine if peers and mine != 'unknown' else
+               'NCCL\'s log does not say how its GPUs talked')
+    return finding(F.COLLECTIVE_NODE_SLOW, host, subject, dict(evidence, basis='peers'),
                    'busbw %.2f GB/s over the GPUs of %s is %.0f %% of the median of its peers (%.2f GB/s; '
                    'below %.0f %% is slow): %s'
                    % (entry.get('busbw_gbs') or 0, host, 100 * (entry.get('peer_ratio') or 0),

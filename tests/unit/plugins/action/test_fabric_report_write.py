@@ -240,3 +240,34 @@ def test_a_long_list_of_matches_is_cut_in_the_message():
     matched, reasons = _report_stage.verdict(report)
     shown = ', '.join('X@n%d/node' % i for i in range(20))
     assert len(matched) == 25 and reasons[0].endswith(': %s and 5 more (report.md lists them)' % shown)
+
+
+def _local_run(gbs, env):
+    """A lone node's collective (launcher local) as fabric_collective_result holds it: judge_nodes of its result."""
+    from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
+    result = {'status': 'ok', 'failure': None, 'benchmark': 'all_reduce_perf', 'max_busbw_gbs': gbs, 'avg_busbw_gbs': gbs,
+              'ranks': [{'rank': 0, 'host': 'a'}, {'rank': 1, 'host': 'a'}], 'env': {}, 'verdict': {'status': 'unknown', 'reasons': []},
+              'versions': {'library_version': '2.28.9+cuda13.0'}, 'wrong_total': 0,
+              'transport': {'env': env, 'intra_by_host': {'a': {'P2P': 4, 'via': ['P2P/CUMEM']}}}}
+    return {'nodes': _collective.judge_nodes({'a': result})}
+
+
+def test_a_lone_node_against_its_baseline_through_the_task(tmp_path):
+    old, new, bad = tmp_path / 'old', tmp_path / 'new', tmp_path / 'bad'
+    healthy = {'a': dict(GOOD, fabric_collective_result=_local_run(300.0, {'NCCL_NVLS_ENABLE': '0'}))}
+    assert not run({'hosts': ['a'], 'dest': str(old)}, healthy).get('failed')
+    profile = report_of(old)['hosts']['a']['profile']
+    assert profile['values']['run/-/NCCL_NVLS_ENABLE'] == '0' and 'gpu' in profile['not_read']
+    slow = {'a': dict(GOOD, fabric_collective_result=_local_run(20.0, {'NCCL_NVLS_ENABLE': '0', 'NCCL_MAX_NCHANNELS': '1'}))}
+    run({'hosts': ['a'], 'dest': str(new), 'baseline': str(old / 'report.json')}, slow)
+    found = dict((f['id'].split('/')[0], f) for f in report_of(new)['findings'])
+    assert found['COLLECTIVE_NODE_SLOW@a']['evidence']['basis'] == 'baseline'
+    root = found['NODE_DIFFERS_FROM_PEERS@a']
+    assert found['COLLECTIVE_NODE_SLOW@a']['explained_by'] == root['id'] and root['id'] in report_of(new)['hosts']['a']['roots']
+    assert root['evidence']['differences'][0]['key'] == 'run/-/NCCL_MAX_NCHANNELS'
+    # A baseline that cannot be read: said in the report (and the task fails, as for the drift).
+    (tmp_path / 'garbled.json').write_bytes(b'\x00{"schema": [')
+    result = run({'hosts': ['a'], 'dest': str(bad), 'baseline': str(tmp_path / 'garbled.json')}, slow)
+    assert result['failed'] is True and 'is not JSON' in result['msg']
+    refused = [f for f in report_of(bad)['findings'] if f['code'] == 'BASELINE_NOT_USED']
+    assert len(refused) == 1 and 'garbled.json is not JSON' in refused[0]['cause']

@@ -32,7 +32,9 @@ RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/
          # NCCL's settings.
          'plugins/plugin_utils/diagnosis/rules/_nccl_settings.py',
          # The GPUs' own state.
-         'plugins/plugin_utils/diagnosis/rules/_gpu.py')
+         'plugins/plugin_utils/diagnosis/rules/_gpu.py',
+         # A slow node no root explains, against its peers or its baseline.
+         'plugins/plugin_utils/diagnosis/rules/_differential.py')
 CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
