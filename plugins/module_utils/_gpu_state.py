@@ -131,9 +131,13 @@ def _number(raw: str | None, kind: type) -> Any:
     if not match:
         return None
     try:
-        return int(float(match.group(1))) if kind is int else float(match.group(1))
+        number = float(match.group(1))
     except ValueError:
         return None
+    # A run of digits past float's range reads as inf: no value, never a crash or an infinite reading.
+    if number != number or number in (float('inf'), float('-inf')):
+        return None
+    return int(number) if kind is int else number
 
 
 def _flag(raw: str | None) -> bool | None:

@@ -51,7 +51,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _slurm, _sysroot
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _aer, _ethtool  # h18-window
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _aer, _ethtool, _gpu_state, _nccl_conf
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.unit.fuzz import _mutate
@@ -194,12 +194,20 @@ PARSERS = {
     'nccl_size': (_nccl.parse_size, (), (b'8', b'1K', b'64M', b'8G', b' 128 MB ', b'1T')),
     'offline_names': (_offline_names, (), (b'/logs/n1__n2__0__host.txt\n/logs/n1__n2__mlx5_1__gpu.log\n/logs/all_reduce.json\n'
                                            b'/logs/a_b__c_d__1__gpu.txt\n/logs/run.log\n/logs/notes.md\n',)),
-    # h18-window: the PCIe AER files and ethtool -S (tests/unit/plugins/module_utils/test_fuzz_h18.py fuzzes them too).
+    # The PCIe AER files and ethtool -S (tests/unit/plugins/module_utils/test_fuzz_h18.py fuzzes them too).
     'aer': (lambda text: (_aer.parse_aer(text), _aer.parse_count(text)), ('public/aer',),
             (b'RxErr 0\nBadTLP 2600\nBadDLLP 1400\nRollover 3\nTimeout 800\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 4803\n',
              b'17\n')),
     'ethtool': (lambda text: _ethtool.pfc(_ethtool.parse_stats(text)['counters']), ('public/ethtool',),
                 (b'NIC statistics:\n     rx_prio3_pause: 1523\n     rx_prio3_pause_duration: 48736\n     tx_pause_storm_warning_events: 2\n',)),
+    # nvidia-smi's outputs and the kernel log's XID lines (module_utils/_gpu_state.py), on the real and public outputs.
+    'gpu_state': (lambda text: [parse(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text) for parse in (
+        _gpu_state.parse_query_gpu, _gpu_state.parse_compute_apps, _gpu_state.parse_nvlink_status, _gpu_state.parse_nvlink_errors,
+        _gpu_state.parse_xid)],
+                  ('public/gpu_state', 'real/h200x2/state/nvsmi_query_gpu.txt', 'real/h200x2/state/nvsmi_apps_busy.txt',
+                   'real/h200x2/state/nvsmi_nvlink_s.txt', 'real/h200x2/state/nvsmi_nvlink_e.txt', 'real/h200x2/state/dmesg_xid.txt'), ()),
+    # NCCL's configuration files as NCCL reads them (module_utils/_nccl_conf.py).
+    'nccl_conf': (lambda text: _nccl_conf.parse_conf(text.encode('utf-8', 'surrogateescape') if isinstance(text, str) else text), (), (b'NCCL_MAX_NCHANNELS=2\n# comment\nNCCL_ALGO=Ring\n', b'NCCL_PROTO=Simple\r\nNCCL_NTHREADS=64\n')),
     'report_files': (_report_files, (),
                      (json.dumps({'schema': 'hpc.gpu_fabric/report', 'schema_version': 1, 'summary': {'hosts': 2, 'errors': 0},
                                   'hosts': {'n1': {'status': 'ok', 'ports': 8}}, 'findings': [],
@@ -232,12 +240,15 @@ COVERED = {
     '_offline': {'classify': 'offline_names'},
     '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
     '_bench': {'read_records': 'test_fuzz_records.py'},
-    # h16-parsers: fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_h16.py.
+    # Fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_h16.py.
     '_dcbx': {'parse_lldptool': 'test_fuzz_h16.py', 'parse_dcb_dcbx': 'test_fuzz_h16.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_h16.py'},
     '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_h16.py'},
     '_aer_log': {'parse_aer_log': 'test_fuzz_h16.py'},
     '_aer': {'parse_aer': 'aer', 'parse_count': 'aer'},
     '_ethtool': {'parse_stats': 'ethtool'},
+    '_gpu_state': dict((name, 'gpu_state') for name in (
+        'parse_query_gpu', 'parse_compute_apps', 'parse_nvlink_status', 'parse_nvlink_errors', 'parse_xid')),
+    '_nccl_conf': {'parse_conf': 'nccl_conf'},
 }
 
 
