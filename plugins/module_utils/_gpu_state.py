@@ -72,7 +72,7 @@ REASON_BITS = (
 # "N/A" (-q, nvsmi_q_perf.txt there), and its other placeholders in brackets, read alike: no value, never a 0.
 _NO_VALUE = re.compile(r'^\[?(N/A|Not Supported|Unknown Error|GPU is lost|Insufficient Permissions|Requested functionality has been deprecated)\]?$',
                        re.I)
-_UNIT = re.compile(r'\s*\[[^\]]*\]$')
+_UNIT = re.compile(r'\[[^\]]*\]$')
 _VALUE_UNIT = re.compile(r'^(-?[0-9]+(?:\.[0-9]+)?)\s*(W|MHz|MiB|%|C)?$')
 # "Field "no.such.field" is not a valid field to query." with rc 2 (real: nvsmi_query_bad.txt).
 _BAD_FIELD = re.compile(r'Field "([^"]{1,200})" is not a valid field to query')
@@ -145,9 +145,14 @@ def _flag(raw: str | None) -> bool | None:
     return {'yes': True, 'no': False, 'active': True, 'not active': False, 'enabled': True, 'disabled': False}.get(raw)
 
 
+def _unitless(cell: str) -> str:
+    """A header cell without its unit ('used_gpu_memory [MiB]' -> 'used_gpu_memory')."""
+    return _UNIT.sub('', cell.strip()).rstrip()
+
+
 def field_name(header: str) -> str:
     """A header cell ('power.draw [W]', 'clocks_throttle_reasons.hw_slowdown') -> the field name as requested."""
-    name = _UNIT.sub('', header.strip())
+    name = _UNIT.sub('', header.strip()).rstrip()
     return NEW_PREFIX + name[len(OLD_PREFIX):] if name.startswith(OLD_PREFIX) else name
 
 
@@ -223,7 +228,7 @@ def parse_compute_apps(text: str | None, fields: Sequence[str] = APPS_FIELDS) ->
     lines = [line for line in _lines(text) if line.strip()]
     names = list(fields)
     if lines and lines[0].split(',')[0].strip() in ('gpu_bus_id', 'gpu_uuid', 'pid', 'process_name', 'gpu_name', 'name'):
-        names = [_APPS_HEADER.get(_UNIT.sub('', cell.strip()), _UNIT.sub('', cell.strip())) for cell in lines[0].split(',')]
+        names = [_APPS_HEADER.get(_unitless(cell), _unitless(cell)) for cell in lines[0].split(',')]
         lines = lines[1:]
     processes, unread = [], []
     for line in lines:
@@ -250,7 +255,8 @@ def parse_compute_apps(text: str | None, fields: Sequence[str] = APPS_FIELDS) ->
 
 
 _GPU_HEAD = re.compile(r'^GPU (\d+): (.*?) \(UUID: ([^)]*)\)\s*$')
-_LINK_SPEED = re.compile(r'^\s*Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>|(.*))\s*$')
+# Matched against the stripped line: no run of blanks is left for two quantifiers to share.
+_LINK_SPEED = re.compile(r'^Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>|(.*))$')
 _LINK_ERROR = re.compile(r'^\s*Link (\d+): ([A-Za-z ]+?) Errors?: (\d+|N/A)\s*$')
 
 
@@ -272,7 +278,7 @@ def parse_nvlink_status(text: str | None) -> dict[str, Any]:
             continue
         if current is None or not line.strip():
             continue
-        link = _LINK_SPEED.match(line)
+        link = _LINK_SPEED.match(line.strip())
         if link and current['links'] < LINKS_MAX:
             current['links'] += 1
             if link.group(2) is not None:

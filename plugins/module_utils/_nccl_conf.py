@@ -58,14 +58,15 @@ LIBRARY_NAME = 'libnccl.so.2'
 _LIB_FILE_RE = re.compile(r'^libnccl\.so\.(?P<version>\d+\.\d+\.\d+)$')
 # src/init.cc: #define VERSION_STRING "NCCL version " STR(NCCL_MAJOR) "." ... "+cuda" ..., a literal in
 # the library's read-only data (the 'NCCL version 2.28.9+cuda13.0' line of every INFO log).
-_LIB_STRING_RE = re.compile(rb'NCCL version (?P<version>\d{1,3}\.\d{1,3}\.\d{1,3})')
+_LIB_STRING = b'NCCL version '
+_LIB_STRING_RE = re.compile(r'^(?P<version>\d{1,3}\.\d{1,3}\.\d{1,3})')
 # A library is some hundred MiB (fat binaries for every GPU architecture); the string was in the first 4 MiB of
 # PyTorch's 207 MiB libnccl.so.2 (2.28.9) and of the system's 2.28.3, 3 ms each
 # (tests/fixtures/real/h200x2/state/nccl_libraries.txt). The scan stops here.
 LIBRARY_SCAN_LIMIT = 2 << 30
 _CHUNK = 4 << 20
 # nccl.h: '#define NCCL_MAJOR 2' (tests/fixtures/real/h200x2/state/nccl_h_version.txt).
-_HEADER_RE = dict((part, re.compile(r'^\s*#\s*define\s+NCCL_%s\s+(\d+)\s*$' % part, re.M)) for part in ('MAJOR', 'MINOR', 'PATCH'))
+_HEADER_RE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+NCCL_(MAJOR|MINOR|PATCH)[ \t]+(\d{1,9})[ \t]*$', re.M)
 _NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0)
 
@@ -198,6 +199,17 @@ def conf_files(root: SysRoot, env: dict[str, Any], home: str | None) -> list[dic
     return files
 
 
+def _version_in(data: bytes) -> str | None:
+    """X.Y.Z after the first 'NCCL version ' in ``data`` that is followed by one, or None."""
+    start = data.find(_LIB_STRING)
+    while start >= 0:
+        found = _LIB_STRING_RE.match(data[start + len(_LIB_STRING):start + len(_LIB_STRING) + 16].decode('ascii', 'replace'))
+        if found:
+            return found.group('version')
+        start = data.find(_LIB_STRING, start + 1)
+    return None
+
+
 def _scan_version(root: SysRoot, path: str) -> str | None:
     """The release in the library's 'NCCL version X.Y.Z' string, reading at most LIBRARY_SCAN_LIMIT bytes."""
     flags = _OPEN_FLAGS if root.live else _OPEN_FLAGS | os.O_NOFOLLOW
@@ -212,9 +224,9 @@ def _scan_version(root: SysRoot, path: str) -> str | None:
             if not chunk:
                 return None
             done += len(chunk)
-            found = _LIB_STRING_RE.search(tail + chunk)
-            if found:
-                return found.group('version').decode('ascii')
+            version = _version_in(tail + chunk)
+            if version:
+                return version
             tail = chunk[-64:]
         return None
     finally:
@@ -256,10 +268,12 @@ def header(root: SysRoot, dirs: list[str]) -> tuple[dict[str, Any] | None, str |
             text = root._read(path, CONF_LIMIT, 'whole').decode('utf-8', 'replace')  # pylint: disable=protected-access
         except OSError as exc:
             return None, '%s: %s' % (path, _why(exc))
-        parts = [_HEADER_RE[part].search(text) for part in ('MAJOR', 'MINOR', 'PATCH')]
-        if not all(parts):
+        macros: dict[str, str] = {}
+        for found in _HEADER_RE.finditer(text):
+            macros.setdefault(found.group(1), found.group(2))
+        if len(macros) < 3:
             return None, '%s defines no NCCL_MAJOR, NCCL_MINOR and NCCL_PATCH' % path
-        return {'version': '.'.join(str(int(m.group(1))) for m in parts if m), 'path': path}, None
+        return {'version': '.'.join(str(int(macros[part])) for part in ('MAJOR', 'MINOR', 'PATCH')), 'path': path}, None
     return None, 'no nccl.h in %s' % (', '.join(looked) or 'no directory')
 
 
