@@ -21,6 +21,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _l
 # The rule modules: importing one registers its rules (_rule.RULES).
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _node, _run  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric, _fleet, _pcie_rules, _roce_rules, _search_findings  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _inventory  # noqa: F401 pylint: disable=unused-import
 
 
 def ordered(rules: Optional[List[Rule]] = None) -> List[Rule]:
