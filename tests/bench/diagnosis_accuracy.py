@@ -37,6 +37,7 @@ import time
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
+from tests.bench import _accuracy_h14_peermem
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -517,6 +518,7 @@ def main(argv=None):
     result = run(pairs=not args.quick, faults=args.fault, jobs=max(1, args.jobs))
     if not args.quick and not args.fault:
         result['fabric'] = fabric_run()
+    result['h14_peermem'] = _accuracy_h14_peermem.run()     # peer-memory build, RDMA functions, expected inventory
     print(json.dumps(result, indent=1))
     return 0
 

@@ -131,12 +131,15 @@ def _devices_by_role(node: Dict[str, Any], role_of: Dict[str, Any]) -> Dict[str,
     return by_role
 
 
-def _count_finding(host: str, subject: str, have: int, want: int, what: str, names: List[str]) -> Finding:
+def _count_finding(host: str, subject: str, have: int, want: int, what: str, names: List[str], counts: str = '') -> Finding:
     fewer = have < want
     return finding(F.INVENTORY_EXPECTED_MISMATCH, host, subject, {'have': have, 'expected': want, 'devices': names},
-                   '%d %s where %s says %d%s' % (have, what, VARIABLE, want,
-                                                 ': a device did not enumerate, lost its driver, or the inventory is out of date'
-                                                 if fewer else ': more than expected (the inventory may be out of date)'),
+                   '%d %s where %s says %d%s%s' % (have, what, VARIABLE, want,
+                                                   ': a device did not enumerate, lost its driver, or the inventory is out of date'
+                                                   if fewer else ': more than expected (the inventory may be out of date)',
+                                                   # A card's role is _rails.py's: the one whose netdev carries the default
+                                                   # route is management, not storage.
+                                                   '; the node\'s HCAs by role: %s' % counts if counts else ''),
                    severity=None if fewer else 'warning')
 
 
@@ -154,11 +157,13 @@ def expected_findings(host: str, node: Dict[str, Any], role_of: Dict[str, Any]) 
     if node.get('ib') is None:
         return found
     by_role = _devices_by_role(node, role_of)
+    counts = ', '.join('%s %d (%s)' % (role, len(devices), ' '.join(d['name'] for d in devices))
+                       for role, devices in by_role.items() if devices) or 'none'
     for role, want in sorted(spec['hcas'].items()):
         devices = by_role.get(role) or []
         if want.get('count') is not None and len(devices) != want['count']:
             found.append(_count_finding(host, 'hcas.%s' % role, len(devices), want['count'], '%s HCA(s)' % role,
-                                        [d['name'] for d in devices]))
+                                        [d['name'] for d in devices], counts))
         rate = want.get('rate_gbps')
         for device in devices if rate is not None else []:
             for port in device.get('ports') or []:
