@@ -27,8 +27,10 @@ RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/
          # RoCE lossless.
          'plugins/plugin_utils/diagnosis/_roce_rules.py',
          # PCIe links and the IOMMU.
-         'plugins/plugin_utils/diagnosis/_pcie_rules.py')
-CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE)_[A-Z0-9_]+)['"]""")
+         'plugins/plugin_utils/diagnosis/_pcie_rules.py',
+         # RDMA functions without an RDMA device, the expected inventory.
+         'plugins/plugin_utils/diagnosis/_inventory.py')
+CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU_NIC|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE|INVENTORY|RDMA)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
 
