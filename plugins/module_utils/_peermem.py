@@ -53,7 +53,7 @@ _MAX_DECOMPRESSED = 32 << 20
 _MODULES_DEP_LIMIT = 16 << 20
 # A modules.dep line of the modules read here: 'path/name.ko[.xz|.gz|.zst]: deps' (depmod(8)); a file name may
 # spell '_' as '-' (nvidia-peermem.ko).
-_DEP_LINE_RE = re.compile(rb'^([^:\n/]*/)*(nvidia|nvidia[-_]peermem|nv[-_]peer[-_]mem)\.ko(?:\.xz|\.gz|\.zst)?:', re.M)
+_DEP_LINE_RE = re.compile(r'^([^:\n]*/)?(nvidia|nvidia[-_]peermem|nv[-_]peer[-_]mem)\.ko(?:\.xz|\.gz|\.zst)?:', re.M)
 
 
 def _version(text):
@@ -195,9 +195,9 @@ def module_files(sysroot, release, names):
     if data is None:
         return {}, '%s/modules.dep not readable' % base
     found = {}
-    for match in _DEP_LINE_RE.finditer(data):
-        name = match.group(2).decode('ascii').replace('-', '_')
-        path = match.group(0)[:-1].decode('utf-8', 'replace')
+    for match in _DEP_LINE_RE.finditer(data.decode('utf-8', 'replace')):
+        name = match.group(2).replace('-', '_')
+        path = match.group(0)[:-1]
         if name in names and name not in found and '..' not in path.split('/'):
             found[name] = path if path.startswith('/') else '%s/%s' % (base, path)
     return found, None
