@@ -556,7 +556,7 @@ CATALOG.update({
     'rdma_unbound': _fault(
         rdma_unbound, 'A ConnectX function whose mlx5_core probe failed: on the PCI bus, no driver, no RDMA device.', [
             ("gdr.rdma_unbound[?bdf=='{bdf}'] | [0].driver", None),
-            ("length(gdr.rdma_unbound[?bdf=='{bdf}'] | [0].log)", 4),
+            ("gdr.rdma_unbound[?bdf=='{bdf}'] | [0].log[-1] == 'mlx5_core: probe of {bdf} failed with error -22'", True),
             ("contains(ib.devices[*].name, '{hca}')", False),
         ]),
     'gpus_outnumber_rails': _fault(

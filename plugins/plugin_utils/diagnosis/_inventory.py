@@ -180,8 +180,11 @@ def expected_findings(host: str, node: Dict[str, Any], role_of: Dict[str, Any]) 
     return found
 
 
-def gpu_rail_findings(host: str, node: Dict[str, Any], role_of: Dict[str, Any]) -> List[Finding]:
-    """INVENTORY_GPU_WITHOUT_RAIL: more GPUs than compute rails on a node with two or more rails."""
+def gpu_rail_findings(host: str, node: Dict[str, Any], role_of: Optional[Dict[str, Any]] = None) -> List[Finding]:
+    """INVENTORY_GPU_WITHOUT_RAIL: more GPUs than compute rails on a node with two or more rails. The rails are
+    the hardware's (module_utils/_rails.py roles without NCCL_IB_HCA): a job's NCCL_IB_HCA that uses two of eight
+    NICs is its own choice, not a GPU without a NIC. ``role_of``: those roles where the caller has them."""
+    role_of = role_of if role_of is not None else _rails.roles(node.get('ib'), node.get('gdr'))
     gdr = node.get('gdr') or {}
     gpus = sorted((g.get('name') for g in gdr.get('gpus') or [] if g.get('name')), key=_rails.natural_key)
     rails = [d['name'] for d in _devices_by_role(node, role_of)[_rails.COMPUTE] if d.get('ports')]
@@ -246,12 +249,17 @@ def unbound_findings(host: str, gdr: Optional[Dict[str, Any]]) -> List[Finding]:
     return found
 
 
-@rule(produces=(F.RDMA_DEVICE_UNBOUND, F.INVENTORY_GPU_WITHOUT_RAIL, F.INVENTORY_EXPECTED_MISMATCH), parts=('judged', 'roles'))
-def inventory(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
+@rule(produces=(F.RDMA_DEVICE_UNBOUND, F.INVENTORY_GPU_WITHOUT_RAIL, F.INVENTORY_EXPECTED_MISMATCH), reads=(F.FLEET_HW_MISSING,),
+      parts=('judged', 'roles'))
+def inventory(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
+    # A node the fleet comparison already finds short of a device (FLEET_HW_MISSING): one fault, one root - the
+    # GPU it leaves without a rail is that finding's; this rule is for the fleet where every node is alike.
+    short = set(f['host'] for f in findings if f['code'] == F.FLEET_HW_MISSING)
     found: List[Finding] = []
     for host in sorted(fleet.judged):
         node = fleet.judged[host]
         found += unbound_findings(host, node.get('gdr'))
-        found += gpu_rail_findings(host, node, fleet.roles[host])
+        if host not in short:
+            found += gpu_rail_findings(host, node)
         found += expected_findings(host, node, fleet.roles[host])
     return found

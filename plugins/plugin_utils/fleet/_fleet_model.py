@@ -185,7 +185,8 @@ def _run(node: _Node) -> dict[str, Any]:
     seen = _seen(node)
     settings = list(seen['nccl']) if seen else [_get(node.view(), name) for name in SETTINGS]
     # The inventory the user expects of the node (plugin_utils/diagnosis/_inventory.py), as validate recorded it.
-    expected = seen.get('expected') if seen and 'expected' in seen else _get(node.view(), EXPECTED)
+    # A record without it (written before the variable existed) stands for no expectation: no view for it alone.
+    expected = seen.get('expected') if seen else _get(node.view(), EXPECTED)
     return {'stages': list(_get(raw, 'gpu_fabric_stages', [])), 'failures': failures,
             'nccl_ib_hca': _rails.settings_ib_hca(*settings), 'expected': expected}
 
