@@ -17,12 +17,16 @@ no modprobe, nothing run. The kernel log is read only where a function has no RD
 from __future__ import annotations
 
 import errno
-import lzma
 import os
 import re
 import stat
 import struct
 import zlib
+
+try:
+    import lzma
+except ImportError:         # a Python built without liblzma: .ko.xz modules are said not read
+    lzma = None  # type: ignore[assignment]
 
 # Which comparison each separate peer-memory module allows (PEER_PATHS in _gdr.py names them):
 # - nvidia_peermem ships in the driver's own tree (open-gpu-kernel-modules kernel-open/nvidia-peermem,
@@ -54,6 +58,10 @@ _MODULES_DEP_LIMIT = 16 << 20
 # A modules.dep line of the modules read here: 'path/name.ko[.xz|.gz|.zst]: deps' (depmod(8)); a file name may
 # spell '_' as '-' (nvidia-peermem.ko).
 _DEP_LINE_RE = re.compile(r'^([^:\n]*/)?(nvidia|nvidia[-_]peermem|nv[-_]peer[-_]mem)\.ko(?:\.xz|\.gz|\.zst)?:', re.M)
+
+
+# What reading and decompressing a module file may raise.
+_READ_ERRORS = (OSError, ValueError, EOFError, zlib.error, struct.error) + ((lzma.LZMAError,) if lzma else ())
 
 
 def _version(text):
@@ -140,6 +148,8 @@ def _open_regular(sysroot, rel):
 
 def _decompress(rel, data):
     if rel.endswith('.xz'):
+        if lzma is None:
+            raise ValueError('compressed (xz: this Python has no lzma module)')
         inflate = lzma.LZMADecompressor()
         out = inflate.decompress(data, _MAX_DECOMPRESSED + 1)
     else:
@@ -173,7 +183,7 @@ def module_file_info(sysroot, rel):
             section = elf_section(image)
         else:
             section = elf_section(lambda offset, length: os.pread(fd, length, offset) if 0 <= offset <= size else b'')
-    except (OSError, ValueError, EOFError, lzma.LZMAError, zlib.error, struct.error) as exc:
+    except _READ_ERRORS as exc:
         result['state'] = 'not read: %s' % (getattr(exc, 'strerror', None) or exc)
         return result
     finally:

@@ -603,9 +603,9 @@ def render_module_files(root, profile):
     lines = []
     for stem, version in sorted(files.items()):
         rel = 'updates/dkms/%s.ko' % stem
-        _write(root, '%s/%s' % (base, rel), module_elf({'version': version, 'srcversion': '0123456789ABCDEF0123456',
-                                                         'vermagic': '%s SMP mod_unload modversions ' % release,
-                                                         'name': stem.replace('-', '_')}))
+        info = {'version': version, 'srcversion': '0123456789ABCDEF0123456', 'vermagic': '%s SMP mod_unload modversions ' % release,
+                'name': stem.replace('-', '_')}
+        _write(root, '%s/%s' % (base, rel), module_elf(info))
         lines.append('%s:%s' % (rel, ' updates/dkms/nvidia.ko' if stem != 'nvidia' else ''))
     _write(root, base + '/modules.dep', '\n'.join(lines))
 
@@ -615,8 +615,8 @@ def render_kmsg(root, profile):
     a regular file of the node's tree, from the profile's ``kmsg`` ([[priority, seconds, message]])."""
     records = profile.get('kmsg') or []
     if records:
-        _write(root, '/dev/kmsg', '\n'.join('%d,%d,%d,-;%s' % (prio, seq, int(seconds * 1e6), message)
-                                             for seq, (prio, seconds, message) in enumerate(records, 1000)))
+        lines = ['%d,%d,%d,-;%s' % (prio, seq, int(seconds * 1e6), message) for seq, (prio, seconds, message) in enumerate(records, 1000)]
+        _write(root, '/dev/kmsg', '\n'.join(lines))
 
 
 def render(profile, dest):

@@ -110,8 +110,8 @@ def parse_expected(value: Any) -> Tuple[Optional[Dict[str, Any]], List[str]]:
                 continue
             number = _number(want[key], whole)
             if number is None or number < 0 or (key == 'rate_gbps' and number == 0):
-                errors.append('%s.hcas.%s.%s=%s is not %s' % (VARIABLE, role, key, repr(want[key])[:40],
-                                                               'a whole number' if whole else 'a rate in Gb/s above 0'))
+                what = 'a whole number' if whole else 'a rate in Gb/s above 0'
+                errors.append('%s.hcas.%s.%s=%s is not %s' % (VARIABLE, role, key, repr(want[key])[:40], what))
             else:
                 entry[key] = number
         spec['hcas'][role] = entry
