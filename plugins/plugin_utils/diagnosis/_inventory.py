@@ -216,13 +216,14 @@ def gpu_rail_findings(host: str, node: Dict[str, Any], role_of: Optional[Dict[st
                                  'NIC)%s' % (share, '; %s says so' % VARIABLE if declared or allowed else ''))
     words = ', '.join('%s shared by %s' % (rail, ' and '.join(names)) for rail, names in sorted(
         shared.items(), key=lambda item: _rails.natural_key(item[0])))
-    places = [('gpu', host, gpu) for gpu in lacking]
+    # An even share by design is no test's cause: said on a place no path holds.
+    places = [('gpu', host, gpu) for gpu in lacking] if severity != 'info' else [('inventory', host)]
     return [finding(
         F.INVENTORY_GPU_WITHOUT_RAIL, host, 'node',
         {'gpus': len(gpus), 'compute_rails': len(rails), 'serving': serving, 'without_own_rail': lacking, 'even': even},
         '%d GPUs and %d compute rails: %s without a compute NIC of its own (%s); %s' % (
             len(gpus), len(rails), ', '.join(lacking) or 'no GPU', words or 'no GPU topology', why),
-        severity=severity, at=places or [('node', host)], path=[('node', host)] + places)]
+        severity=severity, at=places or [('node', host)], path=[('node', host)] + [('gpu', host, gpu) for gpu in lacking])]
 
 
 def unbound_findings(host: str, gdr: Optional[Dict[str, Any]]) -> List[Finding]:
