@@ -61,22 +61,52 @@ def _number(value: Any, whole: bool) -> Optional[float]:
     return value
 
 
+def _from_text(value: Any) -> Tuple[Any, List[str]]:
+    """A string (every -e value is one) read as JSON; anything else as it is."""
+    if not isinstance(value, (str, bytes)):
+        return value, []
+    text = value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
+    if len(text) > _MAX_TEXT:
+        return None, ['%s is longer than %d characters' % (VARIABLE, _MAX_TEXT)]
+    try:
+        return json.loads(text), []
+    except ValueError as exc:
+        # No ': ' in the line: the yaml result format prints it unquoted (plugins/filter/role_variables.py).
+        return None, ['%s is a string that is not a JSON object (%s) - give a mapping in the inventory, or -e with '
+                      'JSON, e.g. -e \'{"%s":{"gpus":8,"hcas":{"compute":{"count":8,"rate_gbps":400}}}}\''
+                      % (VARIABLE, getattr(exc, 'msg', exc), VARIABLE)]
+
+
+def _role_entry(role: str, want: Any, errors: List[str]) -> Dict[str, Any]:
+    """{'count', 'rate_gbps'} of one role of ``hcas`` (a bare number is its count); errors appended."""
+    if isinstance(want, (int, str)) and not isinstance(want, bool):
+        want = {'count': want}
+    if not isinstance(want, dict):
+        errors.append('%s.hcas.%s is not a mapping of count and rate_gbps' % (VARIABLE, role))
+        return {}
+    errors.extend('%s.hcas.%s has %s, which is not one of %s' % (VARIABLE, role, repr(key)[:40], ', '.join(_ROLE_KEYS))
+                  for key in want if key not in _ROLE_KEYS)
+    entry = {}
+    for key, whole in (('count', True), ('rate_gbps', False)):
+        if want.get(key) is None:
+            continue
+        number = _number(want[key], whole)
+        if number is None or number < 0 or (key == 'rate_gbps' and number == 0):
+            what = 'a whole number' if whole else 'a rate in Gb/s above 0'
+            errors.append('%s.hcas.%s.%s=%s is not %s' % (VARIABLE, role, key, repr(want[key])[:40], what))
+        else:
+            entry[key] = number
+    return entry
+
+
 def parse_expected(value: Any) -> Tuple[Optional[Dict[str, Any]], List[str]]:
     """(the expectation as {'gpus', 'gpus_per_rail', 'hcas': {role: {'count', 'rate_gbps'}}}, errors) of a
     ``gpu_fabric_expected`` value; (None, []) for null or an empty value."""
     if value is None or value == '' or value == {}:
         return None, []
-    if isinstance(value, (str, bytes)):
-        text = value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
-        if len(text) > _MAX_TEXT:
-            return None, ['%s is longer than %d characters' % (VARIABLE, _MAX_TEXT)]
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            # No ': ' in the line: the yaml result format prints it unquoted (plugins/filter/role_variables.py).
-            return None, ['%s is a string that is not a JSON object (%s) - give a mapping in the inventory, or -e with '
-                          'JSON, e.g. -e \'{"%s":{"gpus":8,"hcas":{"compute":{"count":8,"rate_gbps":400}}}}\''
-                          % (VARIABLE, getattr(exc, 'msg', exc), VARIABLE)]
+    value, errors = _from_text(value)
+    if errors:
+        return None, errors
     if not isinstance(value, dict):
         return None, ['%s is a %s, not a mapping of gpus, gpus_per_rail and hcas' % (VARIABLE, type(value).__name__)]
     errors = ['%s has %s, which is not one of %s' % (VARIABLE, repr(key)[:40], ', '.join(_TOP_KEYS))
@@ -96,25 +126,8 @@ def parse_expected(value: Any) -> Tuple[Optional[Dict[str, Any]], List[str]]:
     for role, want in (hcas or {}).items():
         if role not in _rails.ROLES:
             errors.append('%s.hcas has role %s, which is not one of %s' % (VARIABLE, repr(role)[:40], ', '.join(_rails.ROLES)))
-            continue
-        if isinstance(want, (int, str)) and not isinstance(want, bool):
-            want = {'count': want}
-        if not isinstance(want, dict):
-            errors.append('%s.hcas.%s is not a mapping of count and rate_gbps' % (VARIABLE, role))
-            continue
-        errors.extend('%s.hcas.%s has %s, which is not one of %s' % (VARIABLE, role, repr(key)[:40], ', '.join(_ROLE_KEYS))
-                      for key in want if key not in _ROLE_KEYS)
-        entry = {}
-        for key, whole in (('count', True), ('rate_gbps', False)):
-            if want.get(key) is None:
-                continue
-            number = _number(want[key], whole)
-            if number is None or number < 0 or (key == 'rate_gbps' and number == 0):
-                what = 'a whole number' if whole else 'a rate in Gb/s above 0'
-                errors.append('%s.hcas.%s.%s=%s is not %s' % (VARIABLE, role, key, repr(want[key])[:40], what))
-            else:
-                entry[key] = number
-        spec['hcas'][role] = entry
+        else:
+            spec['hcas'][role] = _role_entry(role, want, errors)
     return (None if errors else spec), errors
 
 
@@ -143,6 +156,24 @@ def _count_finding(host: str, subject: str, have: int, want: int, what: str, nam
                    severity=None if fewer else 'warning')
 
 
+def _rate_findings(host: str, role: str, devices: List[Dict[str, Any]], rate: Any) -> List[Finding]:
+    """INVENTORY_EXPECTED_MISMATCH for each ACTIVE port of ``devices`` at another rate than ``rate`` (a port down is IB_PORT_DOWN's)."""
+    found = []
+    for device in devices:
+        for port in device.get('ports') or []:
+            have = port.get('rate_gbps')
+            if port.get('state') != 'ACTIVE' or not isinstance(have, (int, float)) or have == rate:
+                continue
+            found.append(finding(
+                F.INVENTORY_EXPECTED_MISMATCH, host, '%s/%s' % (device['name'], port.get('port')),
+                {'rate_gbps': have, 'expected_gbps': rate, 'role': role},
+                'the %s port runs at %g Gb/s where %s says %g Gb/s%s' % (
+                    role, have, VARIABLE, rate, ': every test and ring through it runs at this rate' if have < rate
+                    else ' (the inventory may be out of date)'),
+                severity=None if have < rate else 'warning', at=[('hca', host, device['name'])]))
+    return found
+
+
 def expected_findings(host: str, node: Dict[str, Any], role_of: Dict[str, Any]) -> List[Finding]:
     """The node against its ``expected`` (a gpu_fabric_expected value parse_expected accepts)."""
     spec, errors = parse_expected(node.get('expected'))
@@ -164,20 +195,37 @@ def expected_findings(host: str, node: Dict[str, Any], role_of: Dict[str, Any]) 
         if want.get('count') is not None and len(devices) != want['count']:
             found.append(_count_finding(host, 'hcas.%s' % role, len(devices), want['count'], '%s HCA(s)' % role,
                                         [d['name'] for d in devices], counts))
-        rate = want.get('rate_gbps')
-        for device in devices if rate is not None else []:
-            for port in device.get('ports') or []:
-                have = port.get('rate_gbps')
-                if port.get('state') != 'ACTIVE' or not isinstance(have, (int, float)) or have == rate:
-                    continue        # a port down is IB_PORT_DOWN's
-                found.append(finding(
-                    F.INVENTORY_EXPECTED_MISMATCH, host, '%s/%s' % (device['name'], port.get('port')),
-                    {'rate_gbps': have, 'expected_gbps': rate, 'role': role},
-                    'the %s port runs at %g Gb/s where %s says %g Gb/s%s' % (
-                        role, have, VARIABLE, rate, ': every test and ring through it runs at this rate' if have < rate
-                        else ' (the inventory may be out of date)'),
-                    severity=None if have < rate else 'warning', at=[('hca', host, device['name'])]))
+        if want.get('rate_gbps') is not None:
+            found.extend(_rate_findings(host, role, devices, want['rate_gbps']))
     return found
+
+
+def _serving(gdr: Dict[str, Any], gpus: List[str], rails: List[str]) -> Tuple[Dict[str, List[str]], List[str], bool]:
+    """({rail: the GPUs it is the nearest compute NIC of}, the GPUs without a rail of their own, whether the share is even)."""
+    nearest = _gdr.nearest_nics(gdr.get('topology'), set(rails))
+    serving: Dict[str, List[str]] = dict((rail, []) for rail in rails)
+    for gpu in gpus:
+        if gpu in nearest:
+            serving[nearest[gpu][1]].append(gpu)
+    lacking = [gpu for names in serving.values() for gpu in names[1:]] + [gpu for gpu in gpus if gpu not in nearest]
+    share = len(gpus) // len(rails)
+    return serving, lacking, len(gpus) % len(rails) == 0 and all(len(names) == share for names in serving.values())
+
+
+def _rail_verdict(node: Dict[str, Any], even: bool, share: int, rails: int) -> Tuple[Optional[str], str]:
+    """(severity, why) of a node whose GPUs outnumber its rails: uneven, more per rail than expected, or by design."""
+    spec, _errors = parse_expected(node.get('expected'))
+    allowed = (spec or {}).get('gpus_per_rail')
+    declared = ((spec or {}).get('hcas') or {}).get(_rails.COMPUTE, {}).get('count') == rails
+    if not even:
+        return None, ('the rails are shared unevenly: a rail-optimised node gives each GPU its own compute NIC, and the '
+                      'GPUs sharing one get a fraction of its bandwidth in every collective')
+    if allowed is not None and share > allowed:
+        return 'warning', 'each compute rail serves %d GPUs, more than gpus_per_rail %d of %s' % (share, allowed, VARIABLE)
+    # NVIDIA DGX-1 (System Architecture white paper WP-08437-002: 8 Tesla V100, four 100 Gb/s EDR NICs, two
+    # GPUs and one NIC under each PCIe switch) shares each NIC between a pair of GPUs by design.
+    return 'info', ('each compute rail serves %d GPUs, an even share by design (as DGX-1\'s pair of GPUs per NIC)%s'
+                    % (share, '; %s says so' % VARIABLE if declared or allowed else ''))
 
 
 def gpu_rail_findings(host: str, node: Dict[str, Any], role_of: Optional[Dict[str, Any]] = None) -> List[Finding]:
@@ -192,30 +240,10 @@ def gpu_rail_findings(host: str, node: Dict[str, Any], role_of: Optional[Dict[st
     # No rail at all: GDR_NO_RDMA_NIC's and RDMA_DEVICE_UNBOUND's.
     if len(rails) < 2 or len(gpus) <= len(rails):
         return []
-    nearest = _gdr.nearest_nics(gdr.get('topology'), set(rails))
-    serving: Dict[str, List[str]] = dict((rail, []) for rail in rails)
-    for gpu in gpus:
-        if gpu in nearest:
-            serving[nearest[gpu][1]].append(gpu)
-    shared = dict((rail, names) for rail, names in serving.items() if len(names) > 1)
-    lacking = [gpu for names in shared.values() for gpu in names[1:]] + [gpu for gpu in gpus if gpu not in nearest]
-    share = len(gpus) // len(rails)
-    even = len(gpus) % len(rails) == 0 and all(len(names) == share for names in serving.values())
-    spec, _errors = parse_expected(node.get('expected'))
-    allowed = (spec or {}).get('gpus_per_rail')
-    declared = ((spec or {}).get('hcas') or {}).get(_rails.COMPUTE, {}).get('count') == len(rails)
-    if not even:
-        severity, why = None, ('the rails are shared unevenly: a rail-optimised node gives each GPU its own compute NIC, '
-                               'and the GPUs sharing one get a fraction of its bandwidth in every collective')
-    elif allowed is not None and share > allowed:
-        severity, why = 'warning', 'each compute rail serves %d GPUs, more than gpus_per_rail %d of %s' % (share, allowed, VARIABLE)
-    else:
-        # NVIDIA DGX-1 (System Architecture white paper WP-08437-002: 8 Tesla V100, four 100 Gb/s EDR NICs, two
-        # GPUs and one NIC under each PCIe switch) shares each NIC between a pair of GPUs by design.
-        severity, why = 'info', ('each compute rail serves %d GPUs, an even share by design (as DGX-1\'s pair of GPUs per '
-                                 'NIC)%s' % (share, '; %s says so' % VARIABLE if declared or allowed else ''))
-    words = ', '.join('%s shared by %s' % (rail, ' and '.join(names)) for rail, names in sorted(
-        shared.items(), key=lambda item: _rails.natural_key(item[0])))
+    serving, lacking, even = _serving(gdr, gpus, rails)
+    severity, why = _rail_verdict(node, even, len(gpus) // len(rails), len(rails))
+    words = ', '.join('%s shared by %s' % (rail, ', '.join(names)) for rail, names in sorted(
+        serving.items(), key=lambda item: _rails.natural_key(item[0])) if len(names) > 1)
     # An even share by design is no test's cause: said on a place no path holds.
     places = [('gpu', host, gpu) for gpu in lacking] if severity != 'info' else [('inventory', host)]
     return [finding(
