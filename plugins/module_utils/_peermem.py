@@ -22,6 +22,9 @@ import re
 import stat
 import struct
 import zlib
+from typing import Any, Callable, Iterable
+
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 try:
     import lzma
@@ -63,18 +66,18 @@ _SUFFIXES = (b'', b'.xz', b'.gz', b'.zst')
 _READ_ERRORS = (OSError, ValueError, EOFError, zlib.error, struct.error) + ((lzma.LZMAError,) if lzma else ())
 
 
-def _version(text):
+def _version(text: str | None) -> str | None:
     text = (text or '').strip()
     return text if _VERSION_RE.match(text) else None
 
 
-def nvrm_version(text):
+def nvrm_version(text: str | None) -> str | None:
     """The driver version of /proc/driver/nvidia/version, or None."""
     match = _NVRM_RE.search(text or '')
     return match.group(1) if match else None
 
 
-def parse_modinfo(data):
+def parse_modinfo(data: bytes | None) -> dict[str, str]:
     """{key: value} of an ELF .modinfo section (NUL-separated 'key=value'); the first value of a key wins,
     except that repeated keys (alias, depends) are joined - only version, vermagic, srcversion, name are read."""
     info = {}
@@ -85,7 +88,7 @@ def parse_modinfo(data):
     return info
 
 
-def elf_section(data_or_reader, name=b'.modinfo'):
+def elf_section(data_or_reader: bytes | Callable[[int, int], bytes], name: bytes = b'.modinfo') -> bytes:
     """Bytes of section ``name`` of an ELF image; ``data_or_reader``: the bytes, or pread(offset, size).
     ValueError for anything that is not a well-formed ELF within the bounds."""
     read = data_or_reader if callable(data_or_reader) else (lambda offset, size: data_or_reader[offset:offset + size])
@@ -110,7 +113,7 @@ def elf_section(data_or_reader, name=b'.modinfo'):
     if len(table) != shnum * shentsize:
         raise ValueError('ELF section table past the end of the file')
 
-    def header(index):
+    def header(index: int) -> tuple[int, int, int]:
         raw = table[index * shentsize:(index + 1) * shentsize]
         if wide:
             sh_name, _type, _flags, _addr, offset, size = struct.unpack(end + 'IIQQQQ', raw[:40])
@@ -133,7 +136,7 @@ def elf_section(data_or_reader, name=b'.modinfo'):
     raise ValueError('no %s section' % name.decode())
 
 
-def _open_regular(sysroot, rel):
+def _open_regular(sysroot: SysRoot, rel: str) -> tuple[int, int]:
     """A file descriptor of the regular file ``rel`` below the root (never a FIFO or device; no symlink
     followed outside the root), and its size. OSError otherwise."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | (0 if sysroot.live else os.O_NOFOLLOW)
@@ -145,21 +148,19 @@ def _open_regular(sysroot, rel):
     return fd, info.st_size
 
 
-def _decompress(rel, data):
+def _decompress(rel: str, data: bytes) -> bytes:
     if rel.endswith('.xz'):
         if lzma is None:
             raise ValueError('compressed (xz: this Python has no lzma module)')
-        inflate = lzma.LZMADecompressor()
-        out = inflate.decompress(data, _MAX_DECOMPRESSED + 1)
+        out = lzma.LZMADecompressor().decompress(data, _MAX_DECOMPRESSED + 1)
     else:
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out = inflate.decompress(data, _MAX_DECOMPRESSED + 1)
+        out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, _MAX_DECOMPRESSED + 1)
     if len(out) > _MAX_DECOMPRESSED:
         raise ValueError('expands past %d MiB' % (_MAX_DECOMPRESSED >> 20))
     return out
 
 
-def module_file_info(sysroot, rel):
+def module_file_info(sysroot: SysRoot, rel: str) -> dict[str, Any]:
     """{'file', 'state', 'version', 'vermagic', 'srcversion'} of a module file: its .modinfo read from the
     ELF (section headers and that section only: pread, whatever the file's size). State 'read', or why not:
     'not read: compressed (zstd)' (no zstd in Python's standard library), a .xz/.gz module larger than
@@ -193,7 +194,7 @@ def module_file_info(sysroot, rel):
     return result
 
 
-def module_files(sysroot, release, names):
+def module_files(sysroot: SysRoot, release: str | None, names: Iterable[str]) -> tuple[dict[str, str], str | None]:
     """{module name: node path of its file} for ``names`` from /lib/modules/<release>/modules.dep (the file
     modprobe loads: depmod writes the one it chose, updates/ and DKMS before the distribution's), and the
     reason when modules.dep was not read (None when it was)."""
@@ -223,11 +224,12 @@ def module_files(sysroot, release, names):
     return found, None
 
 
-def read_peer_memory_build(sysroot, modules, release):
+def read_peer_memory_build(sysroot: SysRoot, modules: Iterable[str], release: str | None) -> list[dict[str, Any]]:
     """gpu_fabric_gdr ``peer_memory_build``: per separate peer-memory module loaded or installed for the
     running kernel, {module, loaded, loaded_version, loaded_srcversion, file, file_state, file_version,
     file_vermagic, driver_version, driver_source, driver_file_version, state: match|mismatch|unknown, why}."""
-    driver, source = _version(sysroot.text('/sys/module/%s/version' % DRIVER_MODULE, quiet=True)), '/sys/module/nvidia/version'
+    source: str | None = '/sys/module/nvidia/version'
+    driver = _version(sysroot.text(source, quiet=True))
     if driver is None:
         driver, source = nvrm_version(sysroot.text('/proc/driver/nvidia/version', quiet=True)), '/proc/driver/nvidia/version'
     if driver is None:
@@ -254,7 +256,7 @@ def read_peer_memory_build(sysroot, modules, release):
     return entries
 
 
-def _judge(entry):
+def _judge(entry: dict[str, Any]) -> tuple[str, str]:
     """(state, why) of one peer_memory_build entry."""
     name, driver = entry['module'], entry['driver_version']
     if name in OWN_VERSION:
@@ -302,7 +304,7 @@ LOG_BYTES = 4 << 20
 _LINE_LIMIT = 240
 
 
-def rdma_candidates(pci, rdma_devices):
+def rdma_candidates(pci: dict[str, dict[str, Any]], rdma_devices: Iterable[tuple[str, str | None]] | None) -> list[tuple[str, dict[str, Any], bool]]:
     """[(bdf, device, strict)] of the PCI functions of an RDMA-capable class or vendor without an RDMA device:
     ``strict`` False where the card is often run as plain Ethernet (Broadcom, Intel)."""
     with_device = set(bdf for _name, bdf in rdma_devices or [] if bdf)
@@ -324,7 +326,7 @@ def rdma_candidates(pci, rdma_devices):
     return found
 
 
-def parse_kmsg(text):
+def parse_kmsg(text: str | None) -> list[str]:
     """The messages of /dev/kmsg records ('prio,seq,usec,flags;message', continuation lines ' KEY=value'
     dropped) or of dmesg lines ('[   5.66] message'), in order."""
     messages = []
@@ -339,7 +341,7 @@ def parse_kmsg(text):
     return messages
 
 
-def read_kernel_log(sysroot):
+def read_kernel_log(sysroot: SysRoot) -> tuple[str | None, str | None]:
     """(text, None) of the kernel log, or (None, why not). Live: /dev/kmsg opened non-blocking, one record per
     read(2) until EAGAIN (Documentation/ABI/testing/dev-kmsg), at most LOG_RECORDS records and LOG_BYTES bytes;
     it needs CAP_SYSLOG where kernel.dmesg_restrict is 1. Below another root: a regular file /dev/kmsg of
@@ -373,11 +375,12 @@ def read_kernel_log(sysroot):
     return b''.join(chunks).decode('utf-8', 'replace'), None
 
 
-def _printable_line(text):
+def _printable_line(text: str) -> str:
     return ''.join(c if c.isprintable() else '?' for c in text)[:_LINE_LIMIT]
 
 
-def read_rdma_unbound(sysroot, pci, rdma_devices, modules):
+def read_rdma_unbound(sysroot: SysRoot, pci: dict[str, dict[str, Any]], rdma_devices: Iterable[tuple[str, str | None]] | None,
+                      modules: Iterable[str]) -> list[dict[str, Any]]:
     """gpu_fabric_gdr ``rdma_unbound``: [{bdf, vendor, class, driver, strict, why, log, log_state}] of the RDMA-capable
     PCI functions without an RDMA device (/sys/class/infiniband). The kernel log is read only when there is one."""
     candidates = rdma_candidates(pci, rdma_devices)
@@ -388,7 +391,7 @@ def read_rdma_unbound(sysroot, pci, rdma_devices, modules):
     result = []
     for bdf, dev, strict in candidates:
         driver = dev.get('driver')
-        sibling = RDMA_SIBLING.get(driver)
+        sibling = RDMA_SIBLING.get(driver or '')
         if driver is None:
             why = 'no driver is bound to the function (its probe failed, or no driver claims it)'
         elif sibling and sibling not in modules:
