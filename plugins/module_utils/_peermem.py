@@ -229,7 +229,7 @@ def read_peer_memory_build(sysroot: SysRoot, modules: Iterable[str], release: st
     running kernel, {module, loaded, loaded_version, loaded_srcversion, file, file_state, file_version,
     file_vermagic, driver_version, driver_source, driver_file_version, state: match|mismatch|unknown, why}."""
     source: str | None = '/sys/module/nvidia/version'
-    driver = _version(sysroot.text(source, quiet=True))
+    driver = _version(sysroot.text('/sys/module/%s/version' % DRIVER_MODULE, quiet=True))
     if driver is None:
         driver, source = nvrm_version(sysroot.text('/proc/driver/nvidia/version', quiet=True)), '/proc/driver/nvidia/version'
     if driver is None:
