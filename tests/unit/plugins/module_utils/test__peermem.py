@@ -232,3 +232,11 @@ def test_nothing_is_read_without_a_candidate(tmp_path):
 
 def test_fixture_path_exists():
     assert os.path.isfile(fixture_path('public', 'kmsg', 'mlx5_probe_failed.txt'))
+
+
+def test_kmsg_records_of_the_real_gpu_machine():
+    """tests/fixtures/real/h200x2/state/kmsg_records.txt: /dev/kmsg as the GPU machine's kernel hands it out."""
+    messages = _peermem.parse_kmsg(fixture_text('real', 'h200x2', 'state', 'kmsg_records.txt'))
+    assert len(messages) == 5 and messages[0].startswith('Linux version 6.18.44')
+    assert _peermem.nvrm_version(messages[3] + '\n') == '580.159.04'
+    assert messages[4].startswith('NVRM: gpuClearFbhubPoisonIntr')          # flags 'c': a continuation, still a record
