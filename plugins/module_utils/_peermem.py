@@ -57,7 +57,6 @@ _MAX_SECTIONS = 4096
 _MAX_MODINFO = 1 << 20
 _MAX_COMPRESSED = 8 << 20
 _MAX_DECOMPRESSED = 32 << 20
-_MODULES_DEP_LIMIT = 16 << 20
 # What may follow a module's file name in modules.dep before the colon: nothing, or its compression.
 _SUFFIXES = (b'', b'.xz', b'.gz', b'.zst')
 
@@ -140,6 +139,9 @@ def _open_regular(sysroot: SysRoot, rel: str) -> tuple[int, int]:
     """A file descriptor of the regular file ``rel`` below the root (never a FIFO or device; no symlink
     followed outside the root), and its size. OSError otherwise."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | (0 if sysroot.live else os.O_NOFOLLOW)
+    # Asked of path() too: the snapshot recorder (module_utils/_capture.py RecordingSysRoot) packs a file a reader
+    # opens itself when its path was asked there, so that a snapshot gives the facts the live node gave.
+    sysroot.path(rel)
     fd = os.open(sysroot.host_path(rel), flags)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -201,7 +203,7 @@ def module_files(sysroot: SysRoot, release: str | None, names: Iterable[str]) ->
     if not release:
         return {}, 'the kernel release is unknown'
     base = '/lib/modules/%s' % release
-    data = sysroot.cached(base + '/modules.dep', limit=_MODULES_DEP_LIMIT)
+    data = sysroot.cached(base + '/modules.dep')
     if data is None:
         return {}, '%s/modules.dep not readable' % base
     found = {}
@@ -227,7 +229,7 @@ def module_files(sysroot: SysRoot, release: str | None, names: Iterable[str]) ->
 def read_peer_memory_build(sysroot: SysRoot, modules: Iterable[str], release: str | None) -> list[dict[str, Any]]:
     """gpu_fabric_gdr ``peer_memory_build``: per separate peer-memory module loaded or installed for the
     running kernel, {module, loaded, loaded_version, loaded_srcversion, file, file_state, file_version,
-    file_vermagic, driver_version, driver_source, driver_file_version, state: match|mismatch|unknown, why}."""
+    file_vermagic, driver_version, driver_source, state: match|mismatch|unknown, why}."""
     source: str | None = '/sys/module/nvidia/version'
     driver = _version(sysroot.text('/sys/module/%s/version' % DRIVER_MODULE, quiet=True))
     if driver is None:
@@ -237,8 +239,9 @@ def read_peer_memory_build(sysroot: SysRoot, modules: Iterable[str], release: st
     loaded = [name for name in PEER_MODULES if name in modules]
     if not loaded and DRIVER_MODULE not in modules and driver is None:
         return []       # no NVIDIA driver and no peer-memory module: nothing to compare
-    files, not_read = module_files(sysroot, release, PEER_MODULES + (DRIVER_MODULE,))
-    driver_file = module_file_info(sysroot, files[DRIVER_MODULE]) if DRIVER_MODULE in files else None
+    # The peer-memory modules' files only: they are small (~100 kB) and a snapshot packs what is read; the driver's
+    # own nvidia.ko (tens of MB) is not read.
+    files, not_read = module_files(sysroot, release, PEER_MODULES)
     entries = []
     for name in PEER_MODULES:
         if name not in loaded and name not in files:
@@ -249,8 +252,7 @@ def read_peer_memory_build(sysroot: SysRoot, modules: Iterable[str], release: st
                  'loaded_srcversion': _version(sysroot.text('/sys/module/%s/srcversion' % name, quiet=True)) if name in loaded else None,
                  'file': info['file'] if info else None, 'file_state': info['state'] if info else not_read or 'not in modules.dep',
                  'file_version': info['version'] if info else None, 'file_vermagic': info['vermagic'] if info else None,
-                 'driver_version': driver, 'driver_source': source,
-                 'driver_file_version': driver_file['version'] if driver_file else None}
+                 'driver_version': driver, 'driver_source': source}
         entry['state'], entry['why'] = _judge(entry)
         entries.append(entry)
     return entries
@@ -275,10 +277,9 @@ def _judge(entry: dict[str, Any]) -> tuple[str, str]:
     if entry['file_version'] is None:
         return 'unknown', '%s is not loaded and its file was %s' % (name, entry['file_state'] or 'not found')
     if entry['file_version'] != driver:
-        updated = (' (the driver on disk is %s: it was updated without a reboot)' % entry['driver_file_version']
-                   if entry['driver_file_version'] and entry['driver_file_version'] != driver else '')
-        return 'mismatch', ('%s is not loaded and %s, what modprobe would load, is version %s while the loaded NVIDIA driver is %s%s: '
-                            'it cannot load against this driver' % (name, entry['file'], entry['file_version'], driver, updated))
+        return 'mismatch', ('%s is not loaded and %s, what modprobe would load, is version %s while the loaded NVIDIA driver is %s '
+                            '(a driver updated without a reboot, or a module left from another build): it cannot load against '
+                            'this driver' % (name, entry['file'], entry['file_version'], driver))
     return 'match', '%s is not loaded; %s is built for the loaded driver %s' % (name, entry['file'], driver)
 
 

@@ -175,7 +175,7 @@ ansible_facts:
               against the loaded NVIDIA driver (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)).
             - C(loaded_version) from C(/sys/module/<module>/version); C(file) the module modprobe would load (C(modules.dep)),
               C(file_version) and C(file_vermagic) from its ELF C(.modinfo) section (C(file_state) says why not read, e.g. a
-              C(.ko.zst)); C(driver_file_version) the driver module on disk.
+              C(.ko.zst)).
             - C(state) C(match), C(mismatch) or C(unknown) (C(nv_peer_mem) carries its own version, so no comparison is
               valid; or a version was not read), and C(why) in words. Empty without an NVIDIA driver or peer-memory module.
           type: list

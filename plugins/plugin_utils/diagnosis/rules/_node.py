@@ -462,7 +462,7 @@ def peer_build_findings(host, gdr):
             continue
         evidence = dict((key, entry.get(key)) for key in (
             'loaded', 'loaded_version', 'driver_version', 'driver_source', 'file', 'file_state', 'file_version',
-            'driver_file_version', 'state'))
+            'state'))
         if entry['state'] == 'unknown':
             found.append(finding(F.GDR_PEERMEM_DRIVER_MISMATCH, host, entry.get('module'), evidence,
                                  'whether %s is built for the loaded driver is unknown: %s' % (entry.get('module'), entry.get('why')),

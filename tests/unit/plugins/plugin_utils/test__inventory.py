@@ -146,7 +146,7 @@ def test_unbound_plain_ethernet_is_info_on_no_path():
 def _build(state, loaded=True):
     return {'module': 'nvidia_peermem', 'loaded': loaded, 'loaded_version': '570.124.06' if loaded else None,
             'driver_version': '570.133.20', 'driver_source': '/proc/driver/nvidia/version', 'file': '/lib/x.ko',
-            'file_state': 'read', 'file_version': '570.133.20', 'driver_file_version': None, 'state': state, 'why': 'why'}
+            'file_state': 'read', 'file_version': '570.133.20', 'state': state, 'why': 'why'}
 
 
 @pytest.mark.parametrize('entry, dmabuf, severity, at', [
