@@ -16,6 +16,7 @@ from ansible.module_utils.common.validation import (check_type_bool, check_type_
                                                     check_type_list)
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._printable import printable
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._inventory import VARIABLE as EXPECTED, expected_errors
 
 # The collection's roles, beside plugins/ (in a checkout and in an installed copy alike).
 ROLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'roles')
@@ -95,6 +96,12 @@ def role_variable_errors(variables: Any) -> list[str]:
         error = variable_error(name, value)
         if error:
             errors.append(error)
+    # No role reads gpu_fabric_expected (the report does): its shape is checked here all the same, in every run.
+    if EXPECTED in variables:
+        try:
+            errors.extend(printable(error) for error in expected_errors(variables[EXPECTED]))
+        except AnsibleError as exc:
+            errors.append('%s cannot be rendered (%s)' % (EXPECTED, printable(' '.join(str(exc).split()))[:200]))
     return errors
 
 

@@ -22,7 +22,7 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _pcie
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _pci, _pcie, _peermem
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import WHOLE_LIMIT
 
 MEMORY_PEERS = '/sys/kernel/mm/memory_peers'
@@ -522,6 +522,13 @@ def read_gdr(sysroot, rdma_devices):
     peer['modules_loaded'] = sorted(m for m in modules if any(m in spec['modules'] for spec in PEER_PATHS.values()))
     dmabuf = read_dmabuf(sysroot, kernel, vendors, sysroot.text('/proc/driver/nvidia/version', quiet=True))
     ready, reasons, notes = assess(gpus, nics, pairs, peer, kernel, ofed, dmabuf)
+    # The peer-memory module against the loaded driver, and RDMA-capable functions without an RDMA device:
+    # facts the diagnosis judges (GDR_PEERMEM_DRIVER_MISMATCH, RDMA_DEVICE_UNBOUND); gdr_ready keeps its meaning.
+    peer_build = _peermem.read_peer_memory_build(sysroot, modules, kernel['release'])
+    rdma_unbound = _peermem.read_rdma_unbound(sysroot, pci, rdma_devices, modules)
+    notes.extend('%s: %s' % (entry['module'], entry['why']) for entry in peer_build if entry['state'] == 'mismatch')
+    notes.extend('%s (PCI function of an RDMA class, driver %s): %s' % (entry['bdf'], entry['driver'] or 'none', entry['why'])
+                 for entry in rdma_unbound)
     # PCIe links below what both ends can do, and the IOMMU mode: they slow GPUDirect RDMA down
     # (or stop it, an IOMMU that translates), they do not make it impossible: notes, and the
     # diagnosis judges them (plugin_utils/diagnosis/_pcie_rules.py).
@@ -545,6 +552,8 @@ def read_gdr(sysroot, rdma_devices):
         'pcie_links': pcie_links,
         'iommu': iommu,
         'peer_memory': peer,
+        'peer_memory_build': peer_build,
+        'rdma_unbound': rdma_unbound,
         'kernel': kernel,
         'ofed': ofed,
         'dmabuf': dmabuf,

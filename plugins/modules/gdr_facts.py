@@ -169,6 +169,34 @@ ansible_facts:
           description: Loaded peer-memory modules, memory_peers clients, and per GPU vendor whether its library detects peer memory.
           type: dict
           returned: always
+        peer_memory_build:
+          description:
+            - Each separate peer-memory module (C(nvidia_peermem), C(nv_peer_mem)) loaded or installed for the running kernel,
+              against the loaded NVIDIA driver (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)).
+            - C(loaded_version) from C(/sys/module/<module>/version); C(file) the module modprobe would load (C(modules.dep)),
+              C(file_version) and C(file_vermagic) from its ELF C(.modinfo) section (C(file_state) says why not read, e.g. a
+              C(.ko.zst)).
+            - C(state) C(match), C(mismatch) or C(unknown) (C(nv_peer_mem) carries its own version, so no comparison is
+              valid; or a version was not read), and C(why) in words. Empty without an NVIDIA driver or peer-memory module.
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - {module: nvidia_peermem, loaded: true, loaded_version: 570.124.06, driver_version: 570.133.20,
+               driver_source: /proc/driver/nvidia/version, state: mismatch}
+        rdma_unbound:
+          description:
+            - PCI functions of an RDMA-capable class (InfiniBand; Mellanox/NVIDIA Ethernet; Broadcom C(bnxt_en) and Intel
+              C(ice)/C(i40e) Ethernet with C(strict) false) with no RDMA device in C(/sys/class/infiniband), except those
+              bound to C(vfio-pci) or C(pci-stub).
+            - C(driver) the bound driver (null - its probe failed, or none claims it), C(why) in words, C(log) the last kernel
+              log lines naming the function (C(/dev/kmsg), read only when there is such a function), C(log_state) C(read) or why not.
+          type: list
+          elements: dict
+          returned: always
+          sample:
+            - {bdf: "0000:1b:00.0", vendor: "0x15b3", class: "0x020700", driver: null, strict: true, log_state: read,
+               log: ["mlx5_core: probe of 0000:1b:00.0 failed with error -22"]}
         kernel:
           description: Kernel release and whether it exports C(mm_kobj) (and where that was seen).
           type: dict

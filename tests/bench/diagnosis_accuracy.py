@@ -42,6 +42,7 @@ from tests.bench import _accuracy_h17_subnet
 from tests.bench import _accuracy_h13_ncclconf
 from tests.bench import _accuracy_h18_window  # issue 34: the counters over each pair test's window
 from tests.bench import _accuracy_h15_differential
+from tests.bench import _accuracy_h14_peermem
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -530,6 +531,7 @@ def main(argv=None):
     result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
     result['h18_window'] = _accuracy_h18_window.run()
     result['h15_differential'] = _accuracy_h15_differential.run()
+    result['h14_peermem'] = _accuracy_h14_peermem.run()     # peer-memory build, RDMA functions, expected inventory
     print(json.dumps(result, indent=1))
     return 0
 

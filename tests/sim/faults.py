@@ -385,6 +385,47 @@ def iommu_translated(profile, target):
 _ROCE_PORT0 = "roce.ports[?hca=='{hca}'] | [0]"
 
 
+def peermem_driver_mismatch(profile, target):
+    # The NVIDIA driver was updated and reloaded (/proc/driver/nvidia/version, the packages on disk) while
+    # the nvidia_peermem of the old build stayed loaded: its /sys/module/nvidia_peermem/version is the old one.
+    driver = profile.get('nvidia_driver')
+    old = (profile.get('module_versions') or {}).get('nvidia_peermem')
+    if not driver or not old or 'nvidia_peermem' not in profile.get('modules', []):
+        raise ValueError('profile %s has no loaded nvidia_peermem' % profile.get('name'))
+    new = '570.133.20' if driver['version'] != '570.133.20' else '575.57.08'
+    driver['version'] = new
+    profile['module_files'] = {'nvidia': new, 'nvidia-peermem': new}
+    return {'module': 'nvidia_peermem', 'old': old, 'new': new}
+
+
+# A ConnectX whose mlx5_core probe failed, as the kernel logs it (pocopico/rp-ext issue 129, ConnectX-4 Lx:
+# tests/fixtures/public/kmsg/mlx5_probe_failed.txt): the function stays on the bus with no driver bound.
+MLX5_PROBE_FAILED = ('mlx5_core {bdf}: firmware version: 28.41.1000', 'mlx5_core {bdf}: handle_hca_cap failed',
+                     'mlx5_core {bdf}: mlx5_load_one failed with error code -22', 'mlx5_core: probe of {bdf} failed with error -22')
+
+
+def rdma_unbound(profile, target):
+    hca = _hca(profile, target)
+    dev = _pci_by_bdf(profile).get(hca['pci'])
+    if dev is None or dev.get('vendor') != 0x15b3:
+        raise ValueError('profile %s: HCA %s is no Mellanox PCI function' % (profile.get('name'), hca['name']))
+    profile['hcas'] = [h for h in profile['hcas'] if h is not hca]
+    dev['driver'] = None
+    profile['kmsg'] = list(profile.get('kmsg') or []) + [
+        [6 if index == 0 else 3, 5.3 + index * 0.1, line.format(bdf=hca['pci'])] for index, line in enumerate(MLX5_PROBE_FAILED)]
+    return {'hca': hca['name'], 'bdf': hca['pci']}
+
+
+def gpus_outnumber_rails(profile, target):
+    # One compute HCA fewer than GPUs on a rail-optimised node (every node of the fleet alike: the fleet
+    # comparison sees nothing): its GPU reaches its neighbour's NIC, which then serves two.
+    gpus = _gpus(profile)
+    rails = [h for h in profile.get('hcas', []) if h['ports']]
+    if len(rails) < 2 or len(rails) < len(gpus):
+        raise ValueError('profile %s has fewer compute rails than GPUs already' % profile.get('name'))
+    return hca_missing(profile, target)
+
+
 def _fault(mutate, description, expect):
     return {'mutate': mutate, 'description': description, 'expect': expect}
 
@@ -523,6 +564,27 @@ CATALOG.update({
         ("roce.ports[0].dcbx.lldp_willing", True), ("roce.ports[0].dcbx.manager", 'switch')]),
     'dcbx_firmware': _fault(dcbx_firmware, 'The NIC firmware runs DCBX (Firmware controlled): the switch overrides the host.', [
         ("roce.ports[0].dcbx.mode", 'firmware'), ("roce.ports[0].dcbx.manager", 'switch')]),
+})
+
+
+CATALOG.update({
+    'peermem_driver_mismatch': _fault(
+        peermem_driver_mismatch, 'The NVIDIA driver was updated and reloaded while nvidia_peermem of the old build stayed loaded.', [
+            ("gdr.peer_memory_build[?module=='{module}'] | [0].state", 'mismatch'),
+            ("gdr.peer_memory_build[?module=='{module}'] | [0].loaded_version == '{old}'", True),
+            ("gdr.peer_memory_build[?module=='{module}'] | [0].driver_version == '{new}'", True),
+            ("gdr.peer_memory_build[?module=='{module}'] | [0].file_version == '{new}'", True),
+        ]),
+    'rdma_unbound': _fault(
+        rdma_unbound, 'A ConnectX function whose mlx5_core probe failed: on the PCI bus, no driver, no RDMA device.', [
+            ("gdr.rdma_unbound[?bdf=='{bdf}'] | [0].driver", None),
+            ("gdr.rdma_unbound[?bdf=='{bdf}'] | [0].log[-1] == 'mlx5_core: probe of {bdf} failed with error -22'", True),
+            ("contains(ib.devices[*].name, '{hca}')", False),
+        ]),
+    'gpus_outnumber_rails': _fault(
+        gpus_outnumber_rails, 'A rail-optimised node with one compute HCA fewer than GPUs (on every node alike).', [
+            ("contains(ib.devices[*].name, '{hca}')", False),
+        ]),
 })
 
 

@@ -590,6 +590,60 @@ def render_nccl_conf(root, profile):
         _write(root, rel, ''.join('%s=%s\n' % item for item in sorted((settings or {}).items())))
 
 
+def module_elf(modinfo, big_endian=False, wide=True):
+    """A kernel module as far as modinfo(8) reads it: an ELF relocatable file with a ``.modinfo`` section of
+    NUL-terminated 'key=value' strings (include/linux/moduleparam.h __MODULE_INFO) and the section names."""
+    info = b''.join(('%s=%s' % (key, value)).encode() + b'\0' for key, value in modinfo.items())
+    names = b'\0.modinfo\0.shstrtab\0'
+    end = '>' if big_endian else '<'
+    head, entry = (64, 64) if wide else (52, 40)
+    info_at = head
+    names_at = info_at + len(info)
+    table_at = names_at + len(names)
+    table_at += (-table_at) % 8
+
+    def section(name, kind, offset, size):
+        if wide:
+            return struct.pack(end + 'IIQQQQIIQQ', name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+        return struct.pack(end + 'IIIIIIIIII', name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+    sections = section(0, 0, 0, 0) + section(1, 1, info_at, len(info)) + section(10, 3, names_at, len(names))
+    ident = b'\x7fELF' + (b'\x02' if wide else b'\x01') + (b'\x02' if big_endian else b'\x01') + b'\x01' + b'\0' * 9
+    if wide:
+        header = ident + struct.pack(end + 'HHIQQQIHHHHHH', 1, 62, 1, 0, 0, table_at, 0, head, 0, 0, entry, 3, 2)
+    else:
+        header = ident + struct.pack(end + 'HHIIIIIHHHHHH', 1, 3, 1, 0, 0, table_at, 0, head, 0, 0, entry, 3, 2)
+    body = header + info + names
+    return body + b'\0' * (table_at - len(body)) + sections
+
+
+def render_module_files(root, profile):
+    """/lib/modules/<release>/modules.dep and the module files it names, from the profile's ``module_files``
+    ({module file stem: version}, e.g. {'nvidia': '570.133.20', 'nvidia-peermem': '570.133.20'}): the driver
+    package on disk, which an update without a reboot changes while the loaded modules stay."""
+    files = profile.get('module_files') or {}
+    if not files:
+        return
+    release = profile.get('kernel', {}).get('release', '5.15.0-119-generic')
+    base = '/lib/modules/%s' % release
+    lines = []
+    for stem, version in sorted(files.items()):
+        rel = 'updates/dkms/%s.ko' % stem
+        info = {'version': version, 'srcversion': '0123456789ABCDEF0123456', 'vermagic': '%s SMP mod_unload modversions ' % release,
+                'name': stem.replace('-', '_')}
+        _write(root, '%s/%s' % (base, rel), module_elf(info))
+        lines.append('%s:%s' % (rel, ' updates/dkms/nvidia.ko' if stem != 'nvidia' else ''))
+    _write(root, base + '/modules.dep', '\n'.join(lines))
+
+
+def render_kmsg(root, profile):
+    """The kernel log as /dev/kmsg hands it out (Documentation/ABI/testing/dev-kmsg: 'prio,seq,usec,flags;message'),
+    a regular file of the node's tree, from the profile's ``kmsg`` ([[priority, seconds, message]])."""
+    records = profile.get('kmsg') or []
+    if records:
+        lines = ['%d,%d,%d,-;%s' % (prio, seq, int(seconds * 1e6), message) for seq, (prio, seconds, message) in enumerate(records, 1000)]
+        _write(root, '/dev/kmsg', '\n'.join(lines))
+
+
 def render(profile, dest):
     """Render ``profile`` (a dict, faults already applied) into ``dest``."""
     if os.path.exists(dest):
@@ -607,6 +661,8 @@ def render(profile, dest):
     render_nccl_conf(dest, profile)
     # The GPUs' own state for the nvidia-smi stand-in, and the kernel log (tests/sim/tools_gpu.py).
     tools_gpu.render_gpu(dest, profile)
+    render_module_files(dest, profile)
+    render_kmsg(dest, profile)
     _write(dest, '/etc/hostname', profile.get('hostname', profile.get('name', 'node')))
 
 

@@ -22,6 +22,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _l
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _bench, _collective, _gpu, _node, _run, _window, _differential  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _nccl_settings  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _fabric, _fleet, _pcie_rules, _roce_rules, _search_findings  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _inventory  # noqa: F401 pylint: disable=unused-import
 
 
 def ordered(rules: Optional[List[Rule]] = None) -> List[Rule]:

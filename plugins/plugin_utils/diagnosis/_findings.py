@@ -770,6 +770,53 @@ BASELINE_NOT_USED = _register(
     'the node, or the node was not healthy in it (`evidence.why`)',
     'give as gpu_fabric_baseline a report.json of a healthy run of the same node (its collective run ok, its status not error)')
 
+# ---- h14-peermem
+# The peer-memory module against the loaded driver (module_utils/_peermem.py read_peer_memory_build): the deepest
+# root of the GPUDirect chain where it holds - the module not loading, or loaded and not registering, is its effect.
+GDR_PEERMEM_DRIVER_MISMATCH = _register(
+    'GDR_PEERMEM_DRIVER_MISMATCH', 'ib_gpu', 'error',
+    'the peer-memory module (loaded, or the file modprobe would load) is built for another NVIDIA driver version than '
+    'the one loaded (a driver updated without a reboot or a DKMS rebuild); evidence: both versions and where each was read',
+    'rebuild and reload the peer-memory module for the loaded driver (reboot after a driver update, or rebuild its DKMS '
+    'package, then modprobe -r nvidia_peermem && modprobe nvidia_peermem; role rdma_modules)',
+    other={'info': 'the comparison could not be made (nv_peer_mem carries its own version, or a version was not read): '
+                   'what was not read is in the evidence',
+           'warning': 'the module is not loaded and dma-buf can stand in'},
+    explains=_PEER_MEMORY_SYMPTOMS + ('GDR_PEERMEM_NOT_LOADED', 'GDR_MEMORY_PEERS_MISSING'), gpu_memory=True,
+    roles=('gpudirect',))
+# A PCI function of an RDMA-capable class without an RDMA device (module_utils/_peermem.py read_rdma_unbound): the
+# node has fewer RDMA devices than cards, whatever its peers have.
+RDMA_DEVICE_UNBOUND = _register(
+    'RDMA_DEVICE_UNBOUND', ('ib', 'ib_gpu'), 'error',
+    'a PCI function of an RDMA-capable class (InfiniBand, or a Mellanox/NVIDIA Ethernet function) has no RDMA device: its '
+    'driver is not bound (probe failed) or its RDMA driver is not loaded; evidence: the driver and the kernel log\'s lines '
+    'naming the function',
+    'read the kernel log lines of %(subject)s (dmesg | grep %(subject)s): a firmware or PCIe fault needs the card checked '
+    '(mlxfwmanager, reseat); an RDMA driver not loaded: modprobe it (role rdma_modules)',
+    other={'info': 'a Broadcom or Intel Ethernet function whose RDMA driver (bnxt_re, irdma) is not loaded: often run as '
+                   'plain Ethernet by design'},
+    explains=('GDR_NO_RDMA_NIC', 'FLEET_HW_MISSING', 'BENCH_NODE_NOT_TESTED', 'COLLECTIVE_SOCKET_TRANSPORT', 'COLLECTIVE_CULPRIT',
+              'INVENTORY_EXPECTED_MISMATCH', 'INVENTORY_GPU_WITHOUT_RAIL'),
+    scope='node')
+# The node against itself and the user's expected inventory (plugin_utils/diagnosis/_inventory.py).
+INVENTORY_EXPECTED_MISMATCH = _register(
+    'INVENTORY_EXPECTED_MISMATCH', ('ib_gpu', 'ib'), 'error',
+    'fewer GPUs or compute HCAs than `gpu_fabric_expected` says, or a compute port slower than its `rate_gbps`; subject '
+    '`gpus`, `hcas.<role>` or the port',
+    'find the missing or slow device (lspci, ibstat, nvidia-smi) or correct gpu_fabric_expected for this group',
+    other={'warning': 'more devices, or a faster port, than expected (the inventory may be out of date)'},
+    explains=('BENCH_PAIR_FAILED', 'BENCH_PAIR_LOW', 'BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT', 'FLEET_HW_MISSING'),
+    scope='node')
+INVENTORY_GPU_WITHOUT_RAIL = _register(
+    'INVENTORY_GPU_WITHOUT_RAIL', 'ib_gpu', 'error',
+    'a node with several compute rails has more GPUs than rails, unevenly: some GPU has no compute NIC of its own and '
+    'shares another GPU\'s (found on every node alike, where the fleet comparison sees nothing)',
+    'add the missing compute NIC(s), or check that every rail\'s HCA enumerated (lspci) and has its RDMA device',
+    other={'warning': 'the rails are shared evenly but more GPUs share one than `gpu_fabric_expected` allows',
+           'info': 'every compute rail serves the same number of GPUs, a documented design (DGX-1: 8 GPUs, 4 EDR NICs, '
+                   'a pair of GPUs per NIC), or gpu_fabric_expected says so'},
+    explains=('BENCH_GPU_MEMORY_LOW', 'COLLECTIVE_CULPRIT'), gpu_memory=True)
+
 # Where a finding sits when its rule names no place (Code.scope): causes that hold for a whole
 # node (the peer-memory chain, the kernel, memlock, the governor, a node lost or failed), the
 # subnet manager's state, the run as a whole. One decision per code, so that no rule forgets it.

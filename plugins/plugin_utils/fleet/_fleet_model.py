@@ -23,7 +23,8 @@ and per node (each part only where it was asked for, ``parts``):
                   the node has (ib_link_facts, gdr_facts, ib_fabric_facts, roce_qos_facts), and
                   'address' (ansible_host, or None);
     run:          'stages' (the stages it got through), 'failures' (its rescued task failures,
-                  each a mapping), 'nccl_ib_hca' (NCCL_IB_HCA of its settings, or None);
+                  each a mapping), 'nccl_ib_hca' (NCCL_IB_HCA of its settings, or None),
+                  'expected' (gpu_fabric_expected as the node saw it, or None);
     bench:        'bench' {'plan', 'tool', 'records', 'records_file', 'run_id'}: role fabric_bench's
                   plan, its check-mode perftest_run result, the records it kept (in hostvars, or
                   the path of the file perftest_collect wrote them to, and the run they are from);
@@ -63,6 +64,8 @@ CAPTURE_STATE = '__gpu_fabric_capture_state'
 # {'address': ansible_host or '', 'nccl': [the SETTINGS, each a mapping]}. A node without it (its
 # facts failed, or it never answered) is read through Ansible's templated view of its variables.
 SEEN = '__gpu_fabric_seen'
+# The inventory a user expects of a node (per group or host; plugin_utils/diagnosis/_inventory.py reads it).
+EXPECTED = 'gpu_fabric_expected'
 # What roles/fabric_collective/tasks/local.yml registers on each node (launcher local).
 COLLECTIVE_LOCAL = '__fabric_collective_local'
 # What its idle gate registers just before that run (gpu_state_facts parts=[processes], as_facts=false).
@@ -185,8 +188,11 @@ def _run(node: _Node) -> dict[str, Any]:
     failures = [r if isinstance(r, dict) else {'msg': str(r)} for r in _get(raw, 'gpu_fabric_failures', [])]
     seen = _seen(node)
     settings = list(seen['nccl']) if seen else [_get(node.view(), name) for name in SETTINGS]
+    # The inventory the user expects of the node (plugin_utils/diagnosis/_inventory.py), as validate recorded it.
+    # A record without it (written before the variable existed) stands for no expectation: no view for it alone.
+    expected = seen.get('expected') if seen else _get(node.view(), EXPECTED)
     return {'stages': list(_get(raw, 'gpu_fabric_stages', [])), 'failures': failures,
-            'nccl_ib_hca': _rails.settings_ib_hca(*settings)}
+            'nccl_ib_hca': _rails.settings_ib_hca(*settings), 'expected': expected}
 
 
 def _bench(variables: Any) -> dict[str, Any]:

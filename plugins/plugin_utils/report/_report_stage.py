@@ -76,6 +76,8 @@ def from_model(model: dict[str, Any], bench: dict[str, Any] | None = None, colle
             # role fabric_bench passes the same settings to bench_node_plan, so the rails it tests are the ones judged here.
             if node['nccl_ib_hca']:
                 nodes[host]['nccl_ib_hca'] = node['nccl_ib_hca']
+            if node.get('expected') is not None:   # gpu_fabric_expected (diagnosis/_inventory.py)
+                nodes[host]['expected'] = node['expected']
             # The stages each node got through (set at the end of each stage's play on the nodes).
             stages[host] = list(node['stages'])
         else:

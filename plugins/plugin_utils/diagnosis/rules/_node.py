@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import rule
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, peer_verdict
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gdr import BEYOND_GDR_LEVEL, DEFAULT_GDR_LEVEL, PEER_PATHS, dmabuf_stands_in, peer_verdict
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._ib import ERROR_COUNTERS
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._pci import DISTANCE_CLASSES
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails  # what role each HCA plays
@@ -446,3 +446,41 @@ def fleet_mtu(fleet, _findings):
 @rule(produces=(F.HOST_CPU_GOVERNOR, F.HOST_MEMLOCK_LIMITED, F.HOST_MODULES_NOT_PERSISTENT), parts=('judged',))
 def host_settings(fleet, _findings):
     return [item for name in sorted(fleet.judged) for item in host_findings(name, fleet.judged[name].get('gdr'))]
+
+
+def peer_build_findings(host, gdr):
+    """GDR_PEERMEM_DRIVER_MISMATCH per separate peer-memory module built for another driver than the loaded one
+    (gdr facts ``peer_memory_build``, module_utils/_peermem.py): an error where the module is loaded (its calls go
+    into a driver of another build) or where it is the file modprobe would load and no dma-buf path stands in;
+    info where the comparison could not be made (what was not read is in the evidence)."""
+    gdr = gdr or {}
+    if not gdr.get('gpus') or not gdr.get('nics'):
+        return []
+    found = []
+    for entry in gdr.get('peer_memory_build') or []:
+        if not isinstance(entry, dict) or entry.get('state') not in ('mismatch', 'unknown'):
+            continue
+        evidence = dict((key, entry.get(key)) for key in (
+            'loaded', 'loaded_version', 'driver_version', 'driver_source', 'file', 'file_state', 'file_version',
+            'state'))
+        if entry['state'] == 'unknown':
+            found.append(finding(F.GDR_PEERMEM_DRIVER_MISMATCH, host, entry.get('module'), evidence,
+                                 'whether %s is built for the loaded driver is unknown: %s' % (entry.get('module'), entry.get('why')),
+                                 severity='info', at=[('peer_memory', host)]))
+            continue
+        standing_in = not entry.get('loaded') and dmabuf_stands_in('nvidia', gdr.get('dmabuf'))
+        found.append(finding(
+            F.GDR_PEERMEM_DRIVER_MISMATCH, host, entry.get('module'), evidence,
+            '%s -> %s%s' % (entry.get('why'),
+                            'NCCL registers GPU memory through a peer-memory client built for another driver'
+                            if entry.get('loaded') else 'modprobe %s fails (or loads a module of another build), so NCCL '
+                            'gets no peer-memory client' % entry.get('module'),
+                            '; the dma-buf path can stand in' if standing_in else ''),
+            severity='warning' if standing_in else None,
+            at=[('peer_memory', host)] if standing_in else [('node', host)]))
+    return found
+
+
+@rule(produces=(F.GDR_PEERMEM_DRIVER_MISMATCH,), parts=('judged',))
+def peer_memory_build(fleet, _findings):
+    return [item for host in sorted(fleet.judged) for item in peer_build_findings(host, fleet.judged[host].get('gdr'))]

@@ -349,7 +349,9 @@ def test_a_real_gpu_nodes_snapshot_gives_its_live_facts(monkeypatch, tmp_path):
 
     # Read since the capture (issue 22): the snapshot holds no PCIe link attribute and no IOMMU
     # directory, so they are unknown - never 'not degraded' or 'off'.
-    later = dict((key, facts['gdr'][0].pop(key)) for key in ('pcie_links', 'iommu'))
+    later = dict((key, facts['gdr'][0].pop(key)) for key in ('pcie_links', 'iommu', 'peer_memory_build', 'rdma_unbound'))
+    # No peer-memory module loaded or installed, no RDMA-capable PCI function (plugins/module_utils/_peermem.py).
+    assert later['peer_memory_build'] == [] and later['rdma_unbound'] == []
     assert [(link['downstream'], link['kind'], link['degraded']) for link in later['pcie_links']] == [('0000:00:06.0', 'gpu', None)]
     assert (later['iommu']['mode'], [d['mode'] for d in later['iommu']['devices']]) == ('unknown', ['unknown'])
     for name in ('ib', 'gdr'):

@@ -46,8 +46,10 @@ def fleet_codes(nodes, **kwargs):
 
 def test_a_node_with_an_hca_that_did_not_enumerate_is_no_longer_ok(sim):
     nodes = {'h1': sim('nvidia_h100_8x_ndr'), 'h2': sim('nvidia_h100_8x_ndr'), 'h3': sim('nvidia_h100_8x_ndr', 'hca_missing')}
-    # Alone, nothing on h3 looks wrong.
-    assert [f for f in _diagnose.diagnose({'h3': nodes['h3']}) if f['severity'] != 'info'] == []
+    # Alone, h3 is checked against itself only: 8 GPUs and 7 compute rails, one GPU without a NIC of its own
+    # (plugin_utils/diagnosis/_inventory.py); beside its peers the comparison names the missing HCA instead.
+    assert [(f['code'], f['subject']) for f in _diagnose.diagnose({'h3': nodes['h3']}) if f['severity'] != 'info'] == \
+        [('INVENTORY_GPU_WITHOUT_RAIL', 'node')]
     found = [f for f in _diagnose.diagnose(nodes) if f['severity'] != 'info']
     assert [(f['code'], f['host'], f['subject'], f['severity'], f['layer']) for f in found] == \
         [('FLEET_HW_MISSING', 'h3', 'hca_count', 'error', 'ib')]

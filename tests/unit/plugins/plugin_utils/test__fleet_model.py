@@ -226,7 +226,7 @@ def test_what_modules_and_set_fact_left_is_read_raw_what_a_user_may_template_thr
     node = model['nodes']['a']
     assert node['facts'] == {'ib': {'hcas': {}}} and node['stages'] == ['validate'] and model['collective'] == {'status': 'ok'}
     assert node['address'] == '10.0.0.7' and node['nccl_ib_hca'] is not None
-    assert sorted(view.templated) == ['ansible_host', 'fabric_collective_env', 'nccl_conf_overrides'], view.templated
+    assert sorted(view.templated) == ['ansible_host', 'fabric_collective_env', 'gpu_fabric_expected', 'nccl_conf_overrides'], view.templated
 
 
 def _ansible_hostvars(tmp_path, nodes):
