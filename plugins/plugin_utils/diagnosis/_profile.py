@@ -16,6 +16,7 @@ with this code's costs, never with what that file says.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -308,3 +309,34 @@ def differences(mine: Profile, references: Sequence[Profile], sources: Sequence[
     found = [item for item in (_difference(key, mine, references, not_compared) for key in keys) if item is not None]
     found.sort(key=lambda item: (COSTS.index(item['cost']), [natural_key(part) for part in item['key'].split('/')]))
     return found, not_compared
+
+
+# A local run's verdicts of a healthy node (module_utils/_collective.py judge_nodes): a warning is below the healthy
+# share of its NVLink but above NVLINK_LOW_RATIO, which a ring that does not use every link of a GPU reaches on some
+# topologies (module_utils/_collective.py): such nodes are peers to compare with (and a baseline), a low one is not.
+HEALTHY_STATUS = ('ok', 'measured', 'warning')
+
+
+def baseline_run(baseline: Dict[str, Any], host: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(the node's own run in the baseline report, None) or (None, why it cannot be used)."""
+    if baseline.get('error'):
+        return None, str(baseline['error'])[:300]
+    report = _mapping(_mapping(baseline.get('hosts')).get(host))
+    run = _mapping(_mapping(_mapping(_mapping(baseline.get('collective')).get('nodes')).get('hosts')).get(host))
+    # Matched by inventory name only: another host's report could be of other hardware (docs/report.md).
+    if not report or not run:
+        return None, 'the baseline holds no %s of %s (a baseline is matched by inventory name)' % (
+            'collective run of its own (launcher local)' if report else 'report', host)
+    verdict = _mapping(run.get('verdict'))
+    why = []
+    # Its own run decides, not the node's status: a finding elsewhere on the node (a storage port down) leaves
+    # its GPUs' run a fair measure of them.
+    if verdict.get('status') not in HEALTHY_STATUS or run.get('slow'):
+        why.append('its own run there was %s' % ('slow against its peers' if run.get('slow') else str(verdict.get('status'))[:40]))
+    busbw = run.get('busbw_gbs')
+    # Python's JSON reader takes NaN and Infinity: another run's file is read as numbers only where they are finite.
+    if not isinstance(busbw, (int, float)) or isinstance(busbw, bool) or not math.isfinite(busbw) or busbw <= 0:
+        why.append('its run there measured no busbw')
+    if why:
+        return None, 'the baseline run of %s was not healthy: %s' % (host, '; '.join(why))
+    return run, None

@@ -16,7 +16,6 @@ symptom's cause with what was not read, and makes no root: a cause that was not 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
@@ -37,10 +36,6 @@ _DEVICE_SOURCES = {'hca': ('ib', 'host'), 'gpu': ('gpu', 'host'), 'gpu_nic': ('g
 # How many differences the cause names (evidence.differences holds them all, up to DIFFERENCES_MAX).
 NAMED = 4
 DIFFERENCES_MAX = 64
-# A local run's verdicts of a healthy node (module_utils/_collective.py judge_nodes): a warning is below the healthy
-# share of its NVLink but above NVLINK_LOW_RATIO, which a ring that does not use every link of a GPU reaches on some
-# topologies (module_utils/_collective.py): such nodes are peers to compare with (and a baseline), a low one is not.
-_HEALTHY_STATUS = ('ok', 'measured', 'warning')
 
 
 def _local(fleet: Fleet) -> Dict[str, Any]:
@@ -57,31 +52,6 @@ def _runs(fleet: Fleet) -> Dict[str, Any]:
 
 def _map(value: Any) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _baseline_entry(baseline: Dict[str, Any], host: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
-    """(the node's own run in the baseline report, None) or (None, why it cannot be used)."""
-    if baseline.get('error'):
-        return None, str(baseline['error'])[:300]
-    report = _map(_map(baseline.get('hosts')).get(host))
-    run = _map(_map(_map(_map(baseline.get('collective')).get('nodes')).get('hosts')).get(host))
-    # Matched by inventory name only: another host's report could be of other hardware (docs/report.md).
-    if not report or not run:
-        return None, 'the baseline holds no %s of %s (a baseline is matched by inventory name)' % (
-            'collective run of its own (launcher local)' if report else 'report', host)
-    verdict = _map(run.get('verdict'))
-    why = []
-    # Its own run decides, not the node's status: a finding elsewhere on the node (a storage port down) leaves
-    # its GPUs' run a fair measure of them.
-    if verdict.get('status') not in _HEALTHY_STATUS or run.get('slow'):
-        why.append('its own run there was %s' % ('slow against its peers' if run.get('slow') else str(verdict.get('status'))[:40]))
-    busbw = run.get('busbw_gbs')
-    # Python's JSON reader takes NaN and Infinity: another run's file is read as numbers only where they are finite.
-    if not isinstance(busbw, (int, float)) or isinstance(busbw, bool) or not math.isfinite(busbw) or busbw <= 0:
-        why.append('its run there measured no busbw')
-    if why:
-        return None, 'the baseline run of %s was not healthy: %s' % (host, '; '.join(why))
-    return run, None
 
 
 def _generated(fleet: Fleet) -> Optional[str]:
@@ -117,7 +87,7 @@ def lone_node_baseline(fleet: Fleet, _findings: List[Finding]) -> List[Finding]:
         return [finding(F.BASELINE_NOT_USED, None, 'baseline', {'why': str(fleet.baseline['error'])[:300]},
                         'the baseline report was not used: %s' % str(fleet.baseline['error'])[:300])]
     for host in lone:
-        run, why = _baseline_entry(fleet.baseline, host)
+        run, why = _profile.baseline_run(fleet.baseline, host)
         if run is None:
             found.append(finding(F.BASELINE_NOT_USED, host, 'baseline', {'why': why},
                                  'the baseline report was not used for %s: %s' % (host, why)))
@@ -138,14 +108,14 @@ def _profiles(fleet: Fleet) -> Dict[str, _profile.Profile]:
 def _baseline_profile(fleet: Fleet, host: str) -> Optional[_profile.Profile]:
     baseline = fleet.baseline or {}
     entry = _map(_map(baseline.get('hosts')).get(host))
-    return _profile.from_report(entry.get('profile')) if _baseline_entry(baseline, host)[0] is not None else None
+    return _profile.from_report(entry.get('profile')) if _profile.baseline_run(baseline, host)[0] is not None else None
 
 
 def _healthy_local(fleet: Fleet, host: str) -> List[str]:
     local = _local(fleet)
     bad = set(local.get('slow') or []) | set(local.get('failed') or [])
     return sorted(h for h, e in _runs(fleet).items() if h != host and h not in bad and h in fleet.judged
-                  and (e.get('verdict') or {}).get('status') in _HEALTHY_STATUS)
+                  and (e.get('verdict') or {}).get('status') in _profile.HEALTHY_STATUS)
 
 
 def _cleared(fleet: Fleet, host: str) -> List[str]:
@@ -161,8 +131,30 @@ def _words(item: Dict[str, Any]) -> str:
     return '%s: %s here, %s on %s' % (item['label'], item['mine'], item['theirs'], item['against'])
 
 
+def _merged(diffs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The differences as said: one fact read from several sources (NCCL_PROTO in the node's settings and in
+    NCCL's log of the run: 'NCCL_PROTO (the node's NCCL settings)') with the same values is one, its sources joined."""
+    said: List[Dict[str, Any]] = []
+    index: Dict[Tuple[str, str, str], Dict[str, Any]] = {}
+    for item in diffs:
+        name, _sep, source = str(item['label']).partition(' (')
+        key = (name, str(item['mine']), str(item['theirs']))
+        if key in index and source:
+            index[key]['sources'].append(source.rstrip(')'))
+            continue
+        entry = dict(item, name=name, sources=[source.rstrip(')')] if source else [])
+        index[key] = entry
+        said.append(entry)
+    return [dict(e, label='%s (%s)' % (e['name'], '; '.join(e['sources'])) if e['sources'] else e['name']) for e in said]
+
+
 def _not_compared(missing: Dict[str, str]) -> str:
-    return '; '.join('%s (%s)' % (_profile.SOURCES.get(source, source), why) for source, why in sorted(missing.items())) or 'nothing'
+    return '; '.join('%s (%s)' % (_profile.SOURCES.get(source, source), why) for source, why in sorted(missing.items()))
+
+
+def _unread(missing: Dict[str, str]) -> str:
+    """What the cause says of the sources not compared: each with why, or that every source was."""
+    return '; not compared: %s' % _not_compared(missing) if missing else '; every source it recorded was compared'
 
 
 def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, peers: List[str], sources: Sequence[str],  # pylint: disable=too-many-arguments
@@ -190,14 +182,14 @@ def _compare(fleet: Fleet, profiles: Dict[str, _profile.Profile], host: str, pee
 
 def _root(host: str, subject: str, at: List[Tuple[Any, ...]], diffs: List[Dict[str, Any]], missing: Dict[str, str],  # pylint: disable=too-many-arguments
           basis: Any) -> Finding:
-    worst = diffs[0]
+    worst, said = diffs[0], _merged(diffs)
     return finding(F.NODE_DIFFERS_FROM_PEERS, host, subject,
                    {'differences': [dict((k, d[k]) for k in ('key', 'label', 'cost', 'mine', 'theirs')) for d in diffs],
                     'compared_with': basis, 'not_compared': missing},
-                   '%s differs from %s in %d recorded fact(s) that can shape its speed, the costliest first: %s%s; not compared: %s' % (
-                       host if subject in ('node', 'collective') else '%s of %s' % (subject, host), worst['against'], len(diffs),
-                       '; '.join(_words(d) for d in diffs[:NAMED]), ' (and %d more in the evidence)' % (len(diffs) - NAMED) if len(diffs) > NAMED else '',
-                       _not_compared(missing)),
+                   '%s differs from %s in %d recorded fact(s) that can shape its speed, the costliest first: %s%s%s' % (
+                       host if subject in ('node', 'collective') else '%s of %s' % (subject, host), worst['against'], len(said),
+                       '; '.join(_words(d) for d in said[:NAMED]), ' (and %d more in the evidence)' % (len(said) - NAMED) if len(said) > NAMED else '',
+                       _unread(missing)),
                    severity='warning' if all(d['cost'] == 'low' for d in diffs) else None, first=worst['label'], at=at)
 
 
@@ -244,5 +236,5 @@ def differential(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
         elif not against:
             symptom['cause'] = '%s; no healthy peer or usable baseline to compare it with: nothing recorded was compared' % symptom['cause']
         else:
-            symptom['cause'] = '%s; nothing recorded differs from %s; not compared: %s' % (symptom['cause'], against, _not_compared(missing))
+            symptom['cause'] = '%s; nothing recorded differs from %s%s' % (symptom['cause'], against, _unread(missing))
     return list(made.values())

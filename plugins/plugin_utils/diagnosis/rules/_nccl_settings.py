@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _profile
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
 
@@ -137,12 +138,12 @@ def _p2p_named(findings: List[Finding]) -> Dict[str, List[str]]:
     return named
 
 
-def _describe(name: str, item: Dict[str, Any]) -> str:
+def _describe(name: str, item: Dict[str, Any], against: str = 'its peers') -> str:
     effect, advice, _discouraged = TUNING[name]
     if not item.get('differs'):
-        peers = 'its peers: the same' if item.get('peers') == item['value'] else 'its peers differ among themselves'
+        peers = '%s: the same' % against if item.get('peers') == item['value'] else '%s differ among themselves' % against
     else:
-        peers = 'its peers: %s' % ('not set' if item.get('peers') is None else item['peers'])
+        peers = '%s: %s' % (against, 'not set' if item.get('peers') is None else item['peers'])
     return '%s=%s from %s (%s): %s; %s' % (name, item['value'], item['source'], peers, effect, advice)
 
 
@@ -165,15 +166,21 @@ def _compare(settings: Dict[str, Dict[str, str]], peers: List[Dict[str, Dict[str
 
 
 def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], basis: str, symptoms: List[str],  # pylint: disable=too-many-arguments
-            fleet: bool = False) -> Finding:
+            fleet: bool = False, baseline: Optional[Dict[str, Any]] = None) -> Finding:
     """COLLECTIVE_NCCL_TUNING of one node: an error where its run was slow (``symptoms``), else a warning;
-    ``fleet``: the slow run was the one over every node."""
+    ``fleet``: the slow run was the one over every node; ``baseline``: its own run in the baseline report
+    stood for its peers (a lone node)."""
+    against = 'its baseline run' if baseline is not None else 'its peers'
     sources = sorted(set(v['source'] for v in named.values() if v['value'] is not None)) or ['the node\'s settings']
-    text = '; '.join(_describe(n, v) if v['value'] is not None else
-                     '%s is not set here, its peers set %s: %s' % (n, v['peers'], TUNING[n][0]) for n, v in sorted(named.items()))
+    text = '; '.join(_describe(n, v, against) if v['value'] is not None else
+                     '%s is not set here, %s set %s: %s' % (n, against, v['peers'], TUNING[n][0]) for n, v in sorted(named.items()))
     if fleet:
         cause = ('the run over every node was slow (busbw %s GB/s) and NCCL on %s used settings most other nodes\' did not '
                  '(read from %s): %s (%s)' % (entry.get('busbw_gbs'), host, basis, text, DOCS))
+    elif symptoms and baseline is not None:
+        cause = ('the run over the GPUs of %s (busbw %s GB/s, %s GB/s in its own run of the baseline report) used NCCL '
+                 'settings that run did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), baseline.get('busbw_gbs'),
+                                                                          basis, text, DOCS))
     elif symptoms:
         cause = ('the run over the GPUs of %s (busbw %s GB/s, its peers\' median %s GB/s) used NCCL settings its peers\' '
                  'did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), entry.get('peer_median_gbs'), basis, text, DOCS))
@@ -181,13 +188,21 @@ def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], 
         cause = 'NCCL used on %s, read from %s: %s (%s)' % (host, basis, text, DOCS)
     return finding(F.COLLECTIVE_NCCL_TUNING, host, 'nccl settings',
                    {'variables': named, 'read_from': basis, 'busbw_gbs': entry.get('busbw_gbs'),
-                    'peer_median_gbs': entry.get('peer_median_gbs'), 'symptoms': symptoms},
+                    'peer_median_gbs': entry.get('peer_median_gbs'), 'symptoms': symptoms,
+                    'baseline_gbs': baseline.get('busbw_gbs') if baseline is not None else None},
                    cause, severity='error' if symptoms else 'warning', variables=', '.join(sorted(named)),
                    sources=' and '.join(sources), at=[('gpus', host)])
 
 
-def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings: List[Finding]) -> List[Finding]:
-    """COLLECTIVE_NCCL_TUNING per node of the per-node runs (launcher local)."""
+def _baseline_peer(baseline: Optional[Dict[str, Any]], host: str) -> Optional[Dict[str, Any]]:
+    """A lone node's own healthy run in the baseline report (gpu_fabric_baseline; _profile.baseline_run), or None."""
+    return _profile.baseline_run(baseline, host)[0] if isinstance(baseline, dict) else None
+
+
+def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings: List[Finding],
+                    baseline: Optional[Dict[str, Any]] = None) -> List[Finding]:
+    """COLLECTIVE_NCCL_TUNING per node of the per-node runs (launcher local); a node without peers that ran
+    is compared with its own run in the baseline report, where one is given and healthy."""
     hosts = _mapping(_mapping(local).get('hosts'))
     ran = dict((host, run_settings(_mapping(entry), _mapping(nodes.get(host)).get('nccl'))) for host, entry in hosts.items()
                if _mapping(entry).get('status') == 'ok')
@@ -196,12 +211,16 @@ def tuning_findings(local: Optional[Dict[str, Any]], nodes: Dict[str, Any], find
     found = []
     for host in sorted(ran):
         settings, basis = ran[host]
-        variables = _compare(settings, [ran[other][0] for other in ran if other != host], p2p.get(host, []))
+        peers = [ran[other][0] for other in ran if other != host]
+        before = _baseline_peer(baseline, host) if not peers else None
+        if before is not None:
+            peers = [run_settings(before, None)[0]]
+        variables = _compare(settings, peers, p2p.get(host, []))
         # A discouraged variable only where the node sets it itself; any difference only on a slow node.
         named = dict((n, v) for n, v in variables.items()
                      if (host in slow and v['differs']) or (TUNING[n][2] and v['value'] is not None))
         if named:
-            found.append(_tuning(host, _mapping(hosts[host]), named, basis, slow.get(host, [])))
+            found.append(_tuning(host, _mapping(hosts[host]), named, basis, slow.get(host, []), baseline=before))
     return found
 
 
@@ -242,10 +261,10 @@ def _run_host(name: str, nodes: Dict[str, Any]) -> Optional[str]:
 
 
 @rule(produces=(F.COLLECTIVE_NCCL_TUNING,), reads=(F.COLLECTIVE_NODE_SLOW, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_GPUS_NOT_P2P),
-      parts=('collective', 'nodes'))
+      parts=('collective', 'nodes', 'baseline'))
 def nccl_tuning(fleet: Fleet, findings: List[Finding]) -> List[Finding]:
     local = (fleet.collective or {}).get('nodes')
-    found = tuning_findings(local, fleet.nodes, findings) if local else []
+    found = tuning_findings(local, fleet.nodes, findings, fleet.baseline) if local else []
     named = set(f['host'] for f in found)
     return found + [f for f in fleet_tuning((fleet.collective or {}).get('fleet'), fleet.nodes, findings) if f['host'] not in named]
 
