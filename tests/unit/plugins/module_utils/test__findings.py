@@ -37,7 +37,7 @@ RULES = ('plugins/plugin_utils/diagnosis/rules/_node.py', 'plugins/plugin_utils/
          'plugins/plugin_utils/diagnosis/rules/_differential.py',
          # RDMA functions without an RDMA device, the expected inventory.
          'plugins/plugin_utils/diagnosis/_inventory.py')
-CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE|INVENTORY|RDMA|NODE|BASELINE|NCCL)_[A-Z0-9_]+)['"]""")
+CODE_LITERAL = re.compile(r"""['"]((?:IB|ROCE|MTU|FLEET|GDR|GPU|HOST|RUN|BENCH|COLLECTIVE|FABRIC|PCIE|INVENTORY|RDMA|NODE|BASELINE)_[A-Z0-9_]+)['"]""")
 CODE_CONSTANT = re.compile(r'\b(?:F|_findings)\.([A-Z][A-Z0-9_]+)\b')
 
 
