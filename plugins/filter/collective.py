@@ -43,15 +43,34 @@ def collective_verdict(result: Any, expected_gbs: Any, healthy: Any = None, warn
     return _collective.judge(result, float(expected_gbs) if expected_gbs else None, float(healthy), float(warn), metric)
 
 
-def _gate(gate: Any) -> dict[str, Any] | None:
-    """A node's idle gate before its own run: the foreign compute processes on its GPUs
-    (module_utils/_gpu_state.py foreign_processes: monitoring agents left out), None where it read nothing."""
+def _run_buses(run: Any) -> list[str]:
+    """The PCI addresses of the GPUs a run used, as nccl-tests names them ('Using devices': '[0000:00:09]',
+    tests/fixtures/real/h200x2/all_reduce_perf_g2.txt), lowercased; empty where it named none."""
+    ranks = run.get('ranks') if isinstance(run, dict) else None
+    return sorted(set(str(rank.get('bus_id')).lower() for rank in ranks or [] if isinstance(rank, dict) and rank.get('bus_id')))
+
+
+def _on(process: dict[str, Any], buses: list[str]) -> bool:
+    """Whether a process sits on one of the GPUs of ``buses`` (its bdf '0000:00:09.0' begins with '0000:00:09')."""
+    bdf = str(process.get('bdf') or '').lower()
+    return any(bdf == bus or bdf.startswith(bus + '.') for bus in buses)
+
+
+def _gate(gate: Any, run: Any = None) -> dict[str, Any] | None:
+    """A node's idle gate before its own run: the foreign compute processes on the GPUs the run used
+    (module_utils/_gpu_state.py foreign_processes: monitoring agents left out; a node whose run named no GPU:
+    every GPU nvidia-smi showed), None where it read nothing. The GPUs the run did not use are not its own
+    (CUDA_VISIBLE_DEVICES in fabric_collective_env: a process there did not share its GPUs)."""
     state = gate.get('gpu_fabric_gpu') if isinstance(gate, dict) else None
     if not isinstance(state, dict):
         return None
     processes = [p for p in state.get('processes') or [] if isinstance(p, dict)]
+    buses = _run_buses(run)
+    if buses:
+        processes = [p for p in processes if _on(p, buses)]
     agents = [str(name) for name in state.get('monitoring_agents') or []]
-    return {'processes': _gpu_state.foreign_processes(processes, (), agents)[:20], 'not_read': state.get('not_read') or {}}
+    return {'processes': _gpu_state.foreign_processes(processes, (), agents)[:20], 'not_read': state.get('not_read') or {},
+            'gpus': buses}
 
 
 def collective_local_verdict(hostvars: Any, hosts: Any, expected_gbs: Any = None, healthy: Any = None, warn: Any = None,
@@ -63,7 +82,7 @@ def collective_local_verdict(hostvars: Any, hosts: Any, expected_gbs: Any = None
     verdict = _collective.judge_nodes(results, expected_gbs, float(healthy), float(warn), metric)
     # Each run's record says which other processes held its GPUs (rules/_collective.py and rules/_gpu.py read it).
     for host, node in model['nodes'].items():
-        gate = _gate(node.get('collective_gate'))
+        gate = _gate(node.get('collective_gate'), node.get('collective_local'))
         if gate is not None and host in verdict['hosts']:
             verdict['hosts'][host]['gpu_gate'] = gate
     return verdict

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import math
 import os
 import re
 import time
@@ -135,7 +136,7 @@ def _number(raw: str | None, kind: type) -> Any:
     except ValueError:
         return None
     # A run of digits past float's range reads as inf: no value, never a crash or an infinite reading.
-    if number != number or number in (float('inf'), float('-inf')):
+    if math.isnan(number) or math.isinf(number):
         return None
     return int(number) if kind is int else number
 

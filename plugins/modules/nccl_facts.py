@@ -31,7 +31,7 @@ extends_documentation_fragment:
 options:
   env:
     description:
-      - The job's NCCL environment as the project gives it (C(fabric_collective_env)): its C(NCCL_CONF_FILE) says
+      - The job's NCCL environment as the project gives it (C(fabric_collective_env)). Its C(NCCL_CONF_FILE) says
         which file NCCL reads instead of C(~/.nccl.conf), its C(LD_LIBRARY_PATH) and C(NCCL_HOME) where the library is.
       - On a live node the C(NCCL_*) variables of this module's own environment count too (the collective inherits
         them); C(env) wins over them.

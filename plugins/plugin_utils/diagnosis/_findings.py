@@ -656,7 +656,8 @@ GPU_CLOCKS_THROTTLED = _register(
     '(idle, application clocks and a software power cap are not faults)',
     'check the GPU\'s cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER): airflow, fans, the PSU and the '
     'board\'s power brake signal',
-    other={'warning': 'software thermal slowdown only'},
+    other={'warning': 'software thermal slowdown only',
+           'info': 'the SM clock within 10 % of its maximum (rules/_gpu.py CLOCK_HELD_RATIO): said, explains nothing'},
     explains=_GPU_SLOW)
 GPU_NVLINK_DOWN = _register(
     'GPU_NVLINK_DOWN', 'host', 'error',

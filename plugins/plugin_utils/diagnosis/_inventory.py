@@ -31,6 +31,7 @@ JSON), and the rules below judge only a value it accepts.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _rails
@@ -43,6 +44,8 @@ _TOP_KEYS = ('gpus', 'gpus_per_rail', 'hcas')
 _ROLE_KEYS = ('count', 'rate_gbps')
 # A JSON value given as a string is read up to this size: an inventory value, not a file.
 _MAX_TEXT = 65536
+# The largest count or rate read (GPUs, HCAs, Gb/s): 1e6 is past any node's; a larger number is no count.
+_NUMBER_MAX = 10 ** 6
 
 
 def _number(value: Any, whole: bool) -> Optional[float]:
@@ -54,9 +57,14 @@ def _number(value: Any, whole: bool) -> Optional[float]:
             value = int(value.strip()) if whole else float(value.strip())
         except ValueError:
             return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None          # JSON's 1e999 reads as inf: no count or rate is
     if whole and isinstance(value, float) and value.is_integer():
         value = int(value)
-    if (whole and not isinstance(value, int)) or not isinstance(value, (int, float)) or value != value:
+    if (whole and not isinstance(value, int)) or not isinstance(value, (int, float)):
+        return None
+    # No count or rate has more digits than this: past it an int would not even compare with a float rate.
+    if abs(value) > _NUMBER_MAX:
         return None
     return value
 

@@ -51,7 +51,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _gdr, _host, _ib, _ibdiag, _nccl, _pci, _pcie, _perftest, _process, _roce, _slurm, _sysroot
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _aer, _ethtool, _gpu_state, _nccl_conf
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _aer, _ethtool, _gpu_state, _nccl_conf, _peermem
+from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _inventory
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.fleet import _offline
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.report import _report_stage
 from tests.unit.fuzz import _mutate
@@ -169,7 +170,10 @@ def _slurm_all(text):
 
 PARSERS = {
     'nccl_text': (lambda text: _nccl.outcome(_nccl.parse_text(text, text[:200]), 1),
-                  ('public/nccl_tests', 'public/nccl_info', 'public/misc', 'seeds', 'real/h200x2'), ()),
+                  # real/h200x2's nccl-tests outputs, and two of its NCCL logs with ENV lines (state/: not its nvidia-smi outputs).
+                  ('public/nccl_tests', 'public/nccl_info', 'public/misc', 'seeds', 'real/h200x2/all_reduce_perf_g2.txt',
+                   'real/h200x2/all_gather_perf_g2.txt', 'real/h200x2/all_reduce_bad_g3.txt', 'real/h200x2/state/nccl_maxnch1.txt',
+                   'real/h200x2/state/nccl_conffile.txt'), ()),
     'nccl_json_bytes': (lambda text: _nccl.outcome(_nccl.merge(_nccl.parse_any(text), _nccl.parse_text('')), 0),
                         ('real/h200x2/all_reduce.json', 'real/h200-vm-snapshot/capture.json'), ()),
     'perftest': (_perftest_all, ('public/perftest', 'real/cpu-vm-no-rdma'), ()),
@@ -202,12 +206,19 @@ PARSERS = {
                 (b'NIC statistics:\n     rx_prio3_pause: 1523\n     rx_prio3_pause_duration: 48736\n     tx_pause_storm_warning_events: 2\n',)),
     # nvidia-smi's outputs and the kernel log's XID lines (module_utils/_gpu_state.py), on the real and public outputs.
     'gpu_state': (lambda text: [parse(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text) for parse in (
-        _gpu_state.parse_query_gpu, _gpu_state.parse_compute_apps, _gpu_state.parse_nvlink_status, _gpu_state.parse_nvlink_errors,
-        _gpu_state.parse_xid)],
+                      _gpu_state.parse_query_gpu, _gpu_state.parse_compute_apps, _gpu_state.parse_nvlink_status,
+                      _gpu_state.parse_nvlink_errors, _gpu_state.parse_xid)],
                   ('public/gpu_state', 'real/h200x2/state/nvsmi_query_gpu.txt', 'real/h200x2/state/nvsmi_apps_busy.txt',
                    'real/h200x2/state/nvsmi_nvlink_s.txt', 'real/h200x2/state/nvsmi_nvlink_e.txt', 'real/h200x2/state/dmesg_xid.txt'), ()),
     # NCCL's configuration files as NCCL reads them (module_utils/_nccl_conf.py).
-    'nccl_conf': (lambda text: _nccl_conf.parse_conf(text.encode('utf-8', 'surrogateescape') if isinstance(text, str) else text), (), (b'NCCL_MAX_NCHANNELS=2\n# comment\nNCCL_ALGO=Ring\n', b'NCCL_PROTO=Simple\r\nNCCL_NTHREADS=64\n')),
+    'nccl_conf': (lambda text: _nccl_conf.parse_conf(text.encode('utf-8', 'surrogateescape') if isinstance(text, str) else text), (),
+                  (b'NCCL_MAX_NCHANNELS=2\n# comment\nNCCL_ALGO=Ring\n', b'NCCL_PROTO=Simple\r\nNCCL_NTHREADS=64\n')),
+    # The kernel log's records and a module's .modinfo (module_utils/_peermem.py); gpu_fabric_expected as -e gives it (a string).
+    'peermem': (lambda text: (_peermem.parse_kmsg(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text),
+                              _peermem.parse_modinfo(text.encode('utf-8', 'surrogateescape') if isinstance(text, str) else text)),
+                ('public/kmsg', 'real/h200x2/state/kmsg_records.txt'), (b'version=580.159.04\0vermagic=6.8.0 SMP mod_unload\0',)),
+    'expected': (lambda text: _inventory.parse_expected(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text), (),
+                 (b'{"gpus": 8, "gpus_per_rail": 1, "hcas": {"compute": {"count": 8, "rate_gbps": 400}}}', b'{"hcas": {"storage": 2}}')),
     'report_files': (_report_files, (),
                      (json.dumps({'schema': 'hpc.gpu_fabric/report', 'schema_version': 1, 'summary': {'hosts': 2, 'errors': 0},
                                   'hosts': {'n1': {'status': 'ok', 'ports': 8}}, 'findings': [],
@@ -249,6 +260,8 @@ COVERED = {
     '_gpu_state': dict((name, 'gpu_state') for name in (
         'parse_query_gpu', 'parse_compute_apps', 'parse_nvlink_status', 'parse_nvlink_errors', 'parse_xid')),
     '_nccl_conf': {'parse_conf': 'nccl_conf'},
+    '_peermem': {'parse_kmsg': 'peermem', 'parse_modinfo': 'peermem'},
+    '_inventory': {'parse_expected': 'expected'},
 }
 
 

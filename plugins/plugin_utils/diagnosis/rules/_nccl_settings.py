@@ -179,8 +179,8 @@ def _tuning(host: str, entry: Dict[str, Any], named: Dict[str, Dict[str, Any]], 
                  '(read from %s): %s (%s)' % (entry.get('busbw_gbs'), host, basis, text, DOCS))
     elif symptoms and baseline is not None:
         cause = ('the run over the GPUs of %s (busbw %s GB/s, %s GB/s in its own run of the baseline report) used NCCL '
-                 'settings that run did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), baseline.get('busbw_gbs'),
-                                                                          basis, text, DOCS))
+                 'settings that run did not (read from %s): %s (%s)'
+                 % (host, entry.get('busbw_gbs'), baseline.get('busbw_gbs'), basis, text, DOCS))
     elif symptoms:
         cause = ('the run over the GPUs of %s (busbw %s GB/s, its peers\' median %s GB/s) used NCCL settings its peers\' '
                  'did not (read from %s): %s (%s)' % (host, entry.get('busbw_gbs'), entry.get('peer_median_gbs'), basis, text, DOCS))

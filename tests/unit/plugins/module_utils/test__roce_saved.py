@@ -184,7 +184,8 @@ def test_module_from_log(node, tmp_path, monkeypatch):
     assert [p['source'] for p in facts['ports']] == ['mlnx_qos'] + [None] * 7
     assert facts['from_log'] == {'read': [os.path.join(str(tmp_path), NETDEV + '.mlnx_qos.txt')], 'unused': [],
                                  'refused': [{'path': os.path.join(str(tmp_path), 'notes.txt'),
-                                              'reason': 'not named <netdev>.<mlnx_qos|dcb_pfc|dcb_app|dcb_ets|dcb_apptrust|dcb_dcbx|lldptool_pfc|lldptool_ets>.txt'}],
+                                              'reason': 'not named <netdev>.<mlnx_qos|dcb_pfc|dcb_app|dcb_ets|dcb_apptrust|dcb_dcbx|'
+                                                        'lldptool_pfc|lldptool_ets>.txt'}],
                                  'refused_more': 0}
     assert result['warnings'] == ['from_log: %s not used: %s' % (facts['from_log']['refused'][0]['path'], facts['from_log']['refused'][0]['reason'])]
     result, failed = run_module(roce_qos_facts.main, {'root': node, 'from_log': [str(tmp_path / 'typo')]}, monkeypatch)

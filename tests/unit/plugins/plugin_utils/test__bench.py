@@ -30,7 +30,7 @@ def test_node_plan_nearest_gpu_per_hca(sim_root):
     assert plan['rate_gbps'] == {'mlx5_0': 400.0, 'mlx5_1': 400.0, 'mlx5_2': 200.0}
     # seed 000: GPU3 is PIX to mlx5_0, GPU4 PIX to mlx5_1 (--use_maca=N numbers MetaX GPUs in PCI order)
     assert plan['gpu_by_hca']['mlx5_0'] == {'gpu': 'GPU3', 'index': 3, 'vendor': 'metax', 'flag': 'use_maca', 'distance': 'PIX',
-                                              'bdf': '0000:11:00.0'}
+                                            'bdf': '0000:11:00.0'}
     assert plan['gpu_by_hca']['mlx5_1']['index'] == 4
     assert 'GPU0' == gdr['gpus'][0]['name'] and '_index' not in gdr['gpus'][0]     # the facts are left as they were
 

@@ -113,7 +113,7 @@ def test_a_process_on_a_gpu_is_named_on_its_gpu():
 def test_differences_are_ranked_by_cost():
     mine = _profile.profile(node(gpu_state(processes=['python3'], driver='570.124.06'), kernel='6.8.0'),
                             {'env': {'NCCL_DEBUG': 'INFO', 'NCCL_FOO_UNKNOWN': '3'}})
-    peers = [_profile.profile(node(gpu_state()), {'env': {}}) for _ in range(3)]
+    peers = [_profile.profile(node(gpu_state()), {'env': {}}) for _peer in range(3)]
     found, missing = _profile.differences(mine, peers)
     assert [(d['key'], d['cost']) for d in found] == [
         ('gpu/GPU1/processes', 'high'), ('gpu/-/driver', 'medium'), ('host/-/kernel', 'medium'),

@@ -166,3 +166,27 @@ def test_accuracy_on_the_simulator():
     """tests/bench/_accuracy_h12_gpustate.py: each class on its own GPU, the traps clean (about 90 s)."""
     result = _accuracy_h12_gpustate.run()
     assert (result['right'], result['total'], result['false_positives'], result['misattributed']) == (5, 5, 0, 0), result
+
+
+def test_a_clock_held_within_a_tenth_of_its_maximum_is_only_said():
+    # The real 4 x H200 node under matrix products: sw_thermal_slowdown at 1965 of 1980 MHz.
+    found = _diagnose.diagnose({'b': node(clock_reasons=['sw_thermal_slowdown'], sm_clock_mhz=1965, sm_clock_max_mhz=1980)})
+    held = [f for f in found if f['code'] == 'GPU_CLOCKS_THROTTLED']
+    assert [(f['severity'], f['at']) for f in held] == [('info', [['gpu_clock', 'b', 'GPU1']])]
+    # Held to 1200 of 1980 MHz: a root on its GPU.
+    found = _diagnose.diagnose({'b': node(clock_reasons=['sw_thermal_slowdown'], sm_clock_mhz=1200, sm_clock_max_mhz=1980)})
+    assert [(f['severity'], f['at']) for f in found if f['code'] == 'GPU_CLOCKS_THROTTLED'] == [
+        ('warning', [['gpu', 'b', 'GPU1'], ['gpus', 'b']])]
+
+
+def test_the_gate_keeps_only_the_gpus_the_run_used():
+    # One host split into two inventory nodes (CUDA_VISIBLE_DEVICES): nvidia-smi shows b's process to a as well,
+    # but a's run used only its own GPU (nccl-tests' 'Using devices' names its bus), so a's run is not contaminated.
+    other = dict(PYTHON, bdf='0000:00:09.0')
+    variables = hostvars(149.5, [other])
+    variables['a']['__fabric_collective_gpu_gate'] = {'gpu_fabric_gpu': {'processes': [other], 'not_read': {}, 'monitoring_agents': []}}
+    variables['a']['__fabric_collective_local']['ranks'] = [{'rank': 0, 'bus_id': '0000:00:06'}, {'rank': 1, 'bus_id': '0000:00:07'}]
+    variables['b']['__fabric_collective_local']['ranks'] = [{'rank': 0, 'bus_id': '0000:00:08'}, {'rank': 1, 'bus_id': '0000:00:09'}]
+    local = collective_filter.collective_local_verdict(variables, ['a', 'b', 'c'])
+    assert local['hosts']['a']['gpu_gate']['processes'] == [] and local['hosts']['a']['gpu_gate']['gpus'] == ['0000:00:06', '0000:00:07']
+    assert local['hosts']['b']['gpu_gate']['processes'] == [other]

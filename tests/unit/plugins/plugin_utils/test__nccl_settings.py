@@ -19,7 +19,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules imp
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATE = os.path.join(HERE, '..', '..', '..', 'fixtures', 'real', 'h200x2', 'state')
 BASE = {'NCCL_NVLS_ENABLE': '0'}
-NO_FILES = [('/root/.nccl.conf', 'home', None), ('/etc/nccl.conf', 'etc', None)]
+NO_FILES = (('/root/.nccl.conf', 'home', None), ('/etc/nccl.conf', 'etc', None))
 
 
 def result(name, env):
