@@ -18,7 +18,7 @@ from rendered snapshot roots.
 
 Usage, from the checkout's root (venv active: .venv/bin/python):
     python -m tests.bench.diagnosis_accuracy            # every case: ~10 min on one core; one line per case on stderr
-    python -m tests.bench.diagnosis_accuracy --quick    # each fault alone, no pairs, no fabric faults
+    python -m tests.bench.diagnosis_accuracy --quick    # each fault alone, no pairs, no fabric faults, no CLASSES
 The JSON result goes to stdout.
 """
 
@@ -35,14 +35,18 @@ import time
 
 # Importable without PYTHONPATH from the checkout's root: tests/bench/__init__.py.
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose
-from tests.bench import _accuracy_h12_gpustate
 from tests.sim import render
 from tests.sim import node_facts as _node_facts
-from tests.bench import _accuracy_h17_subnet
-from tests.bench import _accuracy_h13_ncclconf
-from tests.bench import _accuracy_h18_window  # issue 34: the counters over each pair test's window
-from tests.bench import _accuracy_h15_differential
-from tests.bench import _accuracy_h14_peermem
+# The classes judged beyond the fault catalog, each with its own cases and traps (run by main, or alone:
+# python -m tests.bench._accuracy_<name>).
+from tests.bench import _accuracy_differential, _accuracy_gpu_state, _accuracy_nccl_settings, _accuracy_peermem_inventory
+from tests.bench import _accuracy_subnet, _accuracy_window
+
+# What main adds beyond the catalog's cases: the GPUs' own state, NCCL's settings, the peer-memory build and the
+# inventory, the differential diagnosis of a slow node, the subnet's ports, the counters over each pair test's window.
+CLASSES = (('gpu_state', _accuracy_gpu_state), ('nccl_settings', _accuracy_nccl_settings),
+           ('peermem_inventory', _accuracy_peermem_inventory), ('differential', _accuracy_differential),
+           ('subnet', _accuracy_subnet), ('window', _accuracy_window))
 
 # The code each fault must produce, and the profile it is injected on.
 EXPECTED = {
@@ -71,7 +75,7 @@ EXPECTED = {
     'roce_pfc_prio4': ('FLEET_DIFFERS', 'amd_mi300x_roce'),
     'roce_mtu_low': ('ROCE_MTU_MISMATCH', 'amd_mi300x_roce'),
     'roce_congestion': ('ROCE_CONGESTION', 'amd_mi300x_roce'),
-    # DCBX against who manages the host (h16-parsers): _roce_rules.py roce_dcbx.
+    # DCBX against who manages the host: _roce_rules.py roce_dcbx.
     'dcbx_willing_host': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
     'dcbx_firmware': ('ROCE_DCBX_MISMATCH', 'amd_mi300x_roce'),
     # PCIe links and the IOMMU: plugin_utils/diagnosis/_pcie_rules.py.
@@ -526,12 +530,8 @@ def main(argv=None):
     result = run(pairs=not args.quick, faults=args.fault, jobs=max(1, args.jobs))
     if not args.quick and not args.fault:
         result['fabric'] = fabric_run()
-        result['subnet_h17'] = _accuracy_h17_subnet.run()
-    result['h13_ncclconf'] = _accuracy_h13_ncclconf.run()
-    result['gpu_state'] = _accuracy_h12_gpustate.run() if not args.fault else None   # tests/bench/_accuracy_h12_gpustate.py
-    result['h18_window'] = _accuracy_h18_window.run()
-    result['h15_differential'] = _accuracy_h15_differential.run()
-    result['h14_peermem'] = _accuracy_h14_peermem.run()     # peer-memory build, RDMA functions, expected inventory
+        for name, module in CLASSES:
+            result[name] = module.run()
     print(json.dumps(result, indent=1))
     return 0
 

@@ -674,7 +674,7 @@ CATALOG.update({
 # They show in no fact at rest: only in the counters each pair test's window reads (the PCIe AER files, the
 # mlx5 congestion counters, ethtool -S, the PCIe link sampled during the test), which tests/sim/tools_window.py
 # moves at each perftest run of the simulated node. So they are not in CATALOG (whose faults the facts show);
-# the accuracy benchmark (tests/bench/_accuracy_h18_window.py) and the window tests inject them.
+# the accuracy benchmark (tests/bench/_accuracy_window.py) and the window tests inject them.
 
 def _window(profile, target, spec, roce=False):
     hca = (_roce_hcas(profile)[0] if target is None else _hca(profile, target)) if roce else _hca(profile, target)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _nccl
-from tests.bench import _accuracy_h13_ncclconf as acc
+from tests.bench import _accuracy_nccl_settings as acc
 from tests.sim import render, tools_nccl
 
 
@@ -52,7 +52,7 @@ def test_the_env_lines_are_the_real_ones():
 
 
 def test_the_accuracy_cases_of_the_nccl_settings():
-    # tests/bench/diagnosis_accuracy.py reports the same under 'h13_ncclconf'.
+    # tests/bench/diagnosis_accuracy.py reports the same under 'nccl_settings'.
     result = acc.run()
     assert (result['right'], result['false_positives'], result['misattributed']) == (result['total'], 0, 0), result['cases']
     assert result['total'] == len(acc.CASES) >= 9

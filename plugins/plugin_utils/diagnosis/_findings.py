@@ -603,7 +603,7 @@ FABRIC_TOOLS_MISSING = _register(
     'the fabric could not be (fully) discovered: infiniband-diags missing, a tool failed or timed out, or the node has no IB port',
     'install infiniband-diags on the node that discovers the fabric and give it access to umad (root)')
 # ---------------------------------------------------------------------------- end of fabric block
-# ---- h17-subnet
+# ---- the subnet's ports (ibqueryerrors) and the bring-up grace
 IB_SUBNET_ERRORS = _register(
     'IB_SUBNET_ERRORS', 'ib', 'error',
     'a port of the subnet (ibqueryerrors read twice over every switch and CA) whose error counters rose over the window: '
@@ -616,7 +616,7 @@ IB_SUBNET_ERRORS = _register(
                    'not retrain repeatedly: explains nothing'},
     explains=_FABRIC_PORT_SYMPTOMS)
 
-# ---- h13-ncclconf
+# ---- NCCL's settings and configuration files
 # NCCL's settings (plugin_utils/diagnosis/rules/_nccl_settings.py): what each run's own log says NCCL used (its ENV
 # lines, module_utils/_nccl.py), attributed to the file that holds it (nccl_facts, module_utils/_nccl_conf.py).
 # Root on the node's GPUs (its own run's path): it explains only that node's slow run, never a peer's.
@@ -636,7 +636,7 @@ NCCL_CONF_DIFFERS = _register(
     'make %(file)s on %(host)s the same as on the other nodes (or remove %(variables)s from it): a job reads it '
     'without saying so, and NCCL prints its settings as "set by environment"')
 
-# ---- h12-gpustate
+# ---- the GPUs' own state (gpu_state_facts)
 # The GPUs' own state (module gpu_state_facts, module_utils/_gpu_state.py; rules/_gpu.py). Each root
 # sits on its GPU (('gpu', host, name), the place a GPU-memory pair test goes through) and on the
 # node's GPUs (('gpus', host), the place of the node's own collective): it explains only symptoms
@@ -691,9 +691,9 @@ GPU_STATE_NOT_READ = _register(
     'nothing is said of them',
     'install the GPU vendor\'s tool on the node (nvidia-smi comes with the driver) and give the facts root (become) '
     'for the kernel log', scope='node')
-# ---- end h12-gpustate
+# ---- end of the GPUs' own state
 
-# ---- h16-parsers
+# ---- DCBX
 # DCBX (plugin_utils/diagnosis/_roce_rules.py roce_dcbx, module_utils/_dcbx.py manager): who sets a RoCE
 # port's PFC/ETS/APP - the host (roce_qos) or the switch through LLDP - against who is meant to.
 ROCE_DCBX_MISMATCH = _register(
@@ -707,7 +707,7 @@ ROCE_DCBX_MISMATCH = _register(
     'and do not run roce_qos there',
     other={'info': 'the DCBX mode could not be read (mlnx_qos, dcb dcbx and lldptool gave nothing): not checked'})
 
-# ---- h18-window
+# ---- the counters over each pair test's window
 # Counters over each pair test's window (plugin_utils/bench/_window.py; rules: plugin_utils/diagnosis/rules/_window.py).
 PCIE_ERRORS_UNDER_LOAD = _register(
     'PCIE_ERRORS_UNDER_LOAD', 'ib_gpu', 'error',
@@ -750,7 +750,7 @@ ROCE_LOSSLESS_LOSS = _register(
     'map the same DSCP, and their buffers (headroom); ethtool -S IF | grep -E "discard|pause" on the node',
     explains=('BENCH_PAIR_LOW', 'COLLECTIVE_CULPRIT'))
 
-# ---- h15-differential
+# ---- a slow node against its peers or its baseline
 # A slow node, GPU or HCA that no root on its path explains, compared with its healthy peers (or with its own
 # earlier healthy report, gpu_fabric_baseline) on every fact the run recorded that can shape its speed
 # (plugin_utils/diagnosis/_profile.py; rule: rules/_differential.py, run after the causes are linked).
@@ -771,7 +771,7 @@ BASELINE_NOT_USED = _register(
     'the node, or the node was not healthy in it (`evidence.why`)',
     'give as gpu_fabric_baseline a report.json of a healthy run of the same node (its collective run ok, its status not error)')
 
-# ---- h14-peermem
+# ---- the peer-memory build, RDMA functions, the expected inventory
 # The peer-memory module against the loaded driver (module_utils/_peermem.py read_peer_memory_build): the deepest
 # root of the GPUDirect chain where it holds - the module not loading, or loaded and not registering, is its effect.
 GDR_PEERMEM_DRIVER_MISMATCH = _register(

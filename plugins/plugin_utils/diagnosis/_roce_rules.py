@@ -274,7 +274,7 @@ def roce_lossless(fleet, _findings):
             for item in roce_findings(host, fleet.judged[host].get('roce'), fleet.roles[host], host in windowed)]
 
 
-# ---- h16-parsers: DCBX
+# ---- DCBX: who manages a port's DCB
 
 def dcbx_findings(host, roce, role_of=None):
     """ROCE_DCBX_MISMATCH of one node's gpu_fabric_roce: the ACTIVE RoCE ports of its compute rails whose

@@ -168,6 +168,9 @@ def _slurm_all(text):
     return nodes, [_slurm.parse_record(line) for line in text.splitlines()[:50]]
 
 
+GPU_STATE_PARSERS = (_gpu_state.parse_query_gpu, _gpu_state.parse_compute_apps, _gpu_state.parse_nvlink_status,
+                     _gpu_state.parse_nvlink_errors, _gpu_state.parse_xid)
+
 PARSERS = {
     'nccl_text': (lambda text: _nccl.outcome(_nccl.parse_text(text, text[:200]), 1),
                   # real/h200x2's nccl-tests outputs, and two of its NCCL logs with ENV lines (state/: not its nvidia-smi outputs).
@@ -198,16 +201,14 @@ PARSERS = {
     'nccl_size': (_nccl.parse_size, (), (b'8', b'1K', b'64M', b'8G', b' 128 MB ', b'1T')),
     'offline_names': (_offline_names, (), (b'/logs/n1__n2__0__host.txt\n/logs/n1__n2__mlx5_1__gpu.log\n/logs/all_reduce.json\n'
                                            b'/logs/a_b__c_d__1__gpu.txt\n/logs/run.log\n/logs/notes.md\n',)),
-    # The PCIe AER files and ethtool -S (tests/unit/plugins/module_utils/test_fuzz_h18.py fuzzes them too).
+    # The PCIe AER files and ethtool -S (tests/unit/plugins/module_utils/test_fuzz_aer_ethtool_window.py fuzzes them too).
     'aer': (lambda text: (_aer.parse_aer(text), _aer.parse_count(text)), ('public/aer',),
             (b'RxErr 0\nBadTLP 2600\nBadDLLP 1400\nRollover 3\nTimeout 800\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 4803\n',
              b'17\n')),
     'ethtool': (lambda text: _ethtool.pfc(_ethtool.parse_stats(text)['counters']), ('public/ethtool',),
                 (b'NIC statistics:\n     rx_prio3_pause: 1523\n     rx_prio3_pause_duration: 48736\n     tx_pause_storm_warning_events: 2\n',)),
     # nvidia-smi's outputs and the kernel log's XID lines (module_utils/_gpu_state.py), on the real and public outputs.
-    'gpu_state': (lambda text: [parse(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text) for parse in (
-                      _gpu_state.parse_query_gpu, _gpu_state.parse_compute_apps, _gpu_state.parse_nvlink_status,
-                      _gpu_state.parse_nvlink_errors, _gpu_state.parse_xid)],
+    'gpu_state': (lambda text: [parse(text.decode('utf-8', 'replace') if isinstance(text, bytes) else text) for parse in GPU_STATE_PARSERS],
                   ('public/gpu_state', 'real/h200x2/state/nvsmi_query_gpu.txt', 'real/h200x2/state/nvsmi_apps_busy.txt',
                    'real/h200x2/state/nvsmi_nvlink_s.txt', 'real/h200x2/state/nvsmi_nvlink_e.txt', 'real/h200x2/state/dmesg_xid.txt'), ()),
     # NCCL's configuration files as NCCL reads them (module_utils/_nccl_conf.py).
@@ -245,16 +246,16 @@ COVERED = {
     '_process': {'parse_proc_net_tcp': 'proc_net_tcp'},
     '_roce': dict([(name, 'roce_qos') for name in (
         'parse_mlnx_qos', 'parse_dcb_pfc', 'parse_dcb_app', 'parse_dcb_ets', 'parse_dcb_apptrust', 'parse_saved')]
-        + [('parse_dcb_pfc_stats', 'test_fuzz_h16.py')]),
+        + [('parse_dcb_pfc_stats', 'test_fuzz_dcbx_rdma_stat_aer_log.py')]),
     '_slurm': {'parse_nodes': 'slurm', 'parse_record': 'slurm'},
     '_sysroot': {'parse_int': 'sysfs_values', 'parse_hex': 'sysfs_values', 'parse_numa': 'sysfs_values'},
     '_offline': {'classify': 'offline_names'},
     '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
     '_bench': {'read_records': 'test_fuzz_records.py'},
-    # Fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_h16.py.
-    '_dcbx': {'parse_lldptool': 'test_fuzz_h16.py', 'parse_dcb_dcbx': 'test_fuzz_h16.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_h16.py'},
-    '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_h16.py'},
-    '_aer_log': {'parse_aer_log': 'test_fuzz_h16.py'},
+    # Fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_dcbx_rdma_stat_aer_log.py.
+    '_dcbx': {'parse_lldptool': 'test_fuzz_dcbx_rdma_stat_aer_log.py', 'parse_dcb_dcbx': 'test_fuzz_dcbx_rdma_stat_aer_log.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
+    '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
+    '_aer_log': {'parse_aer_log': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
     '_aer': {'parse_aer': 'aer', 'parse_count': 'aer'},
     '_ethtool': {'parse_stats': 'ethtool'},
     '_gpu_state': dict((name, 'gpu_state') for name in (
@@ -290,7 +291,7 @@ def test_every_public_parser_is_fuzzed():
     assert _public_parsers() == dict((module, sorted(names)) for module, names in COVERED.items())
     for module, names in COVERED.items():
         for name, entry in names.items():
-            assert entry in PARSERS or entry in ('test_fuzz_records.py', 'test_fuzz_h16.py'), (module, name)
+            assert entry in PARSERS or entry in ('test_fuzz_records.py', 'test_fuzz_dcbx_rdma_stat_aer_log.py'), (module, name)
 
 
 @pytest.mark.parametrize('name', sorted(PARSERS))

@@ -13,7 +13,7 @@ import copy
 from ansible_collections.hpc.gpu_fabric.plugins.filter import collective as collective_filter
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _collective
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _findings
-from tests.bench import _accuracy_h12_gpustate
+from tests.bench import _accuracy_gpu_state
 
 BDFS = ('0000:00:06.0', '0000:00:07.0')
 
@@ -163,8 +163,8 @@ def test_facts_read_before_the_pairwise_benchmark_make_it_contaminated():
 
 
 def test_accuracy_on_the_simulator():
-    """tests/bench/_accuracy_h12_gpustate.py: each class on its own GPU, the traps clean (about 90 s)."""
-    result = _accuracy_h12_gpustate.run()
+    """tests/bench/_accuracy_gpu_state.py: each class on its own GPU, the traps clean (about 90 s)."""
+    result = _accuracy_gpu_state.run()
     assert (result['right'], result['total'], result['false_positives'], result['misattributed']) == (5, 5, 0, 0), result
 
 

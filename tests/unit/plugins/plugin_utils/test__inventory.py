@@ -16,7 +16,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.filter.role_variables import rol
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils import _rails
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _diagnose, _inventory
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis.rules import _node
-from tests.bench import _accuracy_h14_peermem as accuracy
+from tests.bench import _accuracy_peermem_inventory as accuracy
 
 GOOD = {'gpus': 8, 'gpus_per_rail': 1, 'hcas': {'compute': {'count': 8, 'rate_gbps': 400}, 'management': {'count': 1}}}
 

@@ -175,8 +175,8 @@ def test_since_boot_congestion_is_info_without_a_window():
 
 @pytest.fixture(scope='module')
 def replays():
-    from tests.bench import _accuracy_h18_window
-    return _accuracy_h18_window
+    from tests.bench import _accuracy_window
+    return _accuracy_window
 
 
 def test_accuracy_case_and_its_records_read_back_from_files(replays, tmp_path_factory):

@@ -14,7 +14,7 @@ a GPU finding above info on a healthy peer, on the healthy fleet, or on the trap
 agent (DCGM's nv-hostengine) holding 310 MiB on every GPU of every node, a software power cap on
 every GPU, an application's own XID 13. Goal: every case right, 0 false positives, 0 misattributed.
 
-    python -m tests.bench._accuracy_h12_gpustate     # the JSON result on stdout
+    python -m tests.bench._accuracy_gpu_state     # the JSON result on stdout
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ pair symptom explained by a root that is not the fault's own (or on another node
 through the fault left without a root; the healthy-congestion trap: no finding above info of the window codes, nor any
 pair symptom (``false_positives``).
 
-Usage: python -m tests.bench._accuracy_h18_window   (JSON on stdout; tests/bench/diagnosis_accuracy.py runs it too)
+Usage: python -m tests.bench._accuracy_window   (JSON on stdout; tests/bench/diagnosis_accuracy.py runs it too)
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def run():
 
 
 def main(argv=None):
-    argparse.ArgumentParser(prog='python -m tests.bench._accuracy_h18_window', description=(
+    argparse.ArgumentParser(prog='python -m tests.bench._accuracy_window', description=(
         "Accuracy of the window rules on the simulator's faults under load (tests/sim/faults.py WINDOW_FAULTS) and the "
         "healthy-congestion trap: one line per case on stderr, the JSON result on stdout.")).parse_args(argv)
     print(json.dumps(run(), indent=1))

@@ -8,7 +8,7 @@ node (or on every node alike, where the fleet comparison sees nothing), named as
 the symptoms it causes explained by it (``misattributed`` counts those that are not); and, goal 0,
 findings of these codes above info on healthy-but-unusual nodes (``false_positives``).
 
-    python -m tests.bench._accuracy_h14_peermem      # the JSON result on stdout (diagnosis_accuracy main adds it too)
+    python -m tests.bench._accuracy_peermem_inventory      # the JSON result on stdout (diagnosis_accuracy main adds it too)
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ A case is right when NODE_DIFFERS_FROM_PEERS is a root on the planted node only,
 planted key, and the node's slow symptom points at it (``misattributed`` counts a slow symptom explained by
 anything else, ``false_positives`` a NODE_DIFFERS_FROM_PEERS anywhere else).
 
-    python -m tests.bench._accuracy_h15_differential      # the JSON result on stdout
+    python -m tests.bench._accuracy_differential      # the JSON result on stdout
 """
 
 from __future__ import annotations

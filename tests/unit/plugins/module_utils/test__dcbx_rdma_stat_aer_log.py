@@ -260,5 +260,5 @@ def test_read_dcbx_without_lldpad_and_without_tools():
 
 
 def test_rdma_statistic_superscript_digit_is_no_count():
-    # '²'.isdigit() is True but int('²') raises: found by tests/unit/plugins/module_utils/test_fuzz_h16.py.
+    # '²'.isdigit() is True but int('²') raises: found by tests/unit/plugins/module_utils/test_fuzz_dcbx_rdma_stat_aer_log.py.
     assert _rdma_stat.parse_rdma_statistic('link mlx5_0/1 out_of_sequence \u00b2 np_cnp_sent 4')[0] == {'mlx5_0/1': {'np_cnp_sent': 4}}
