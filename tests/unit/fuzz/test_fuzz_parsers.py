@@ -253,7 +253,7 @@ COVERED = {
     '_report_stage': {'read_baseline': 'report_files', 'read_bench': 'report_files'},
     '_bench': {'read_records': 'test_fuzz_records.py'},
     # Fuzzed, and their linearity measured, in tests/unit/plugins/module_utils/test_fuzz_dcbx_rdma_stat_aer_log.py.
-    '_dcbx': {'parse_lldptool': 'test_fuzz_dcbx_rdma_stat_aer_log.py', 'parse_dcb_dcbx': 'test_fuzz_dcbx_rdma_stat_aer_log.py', 'parse_mlnx_qos_dcbx': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
+    '_dcbx': dict((name, 'test_fuzz_dcbx_rdma_stat_aer_log.py') for name in ('parse_lldptool', 'parse_dcb_dcbx', 'parse_mlnx_qos_dcbx')),
     '_rdma_stat': {'parse_rdma_statistic': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
     '_aer_log': {'parse_aer_log': 'test_fuzz_dcbx_rdma_stat_aer_log.py'},
     '_aer': {'parse_aer': 'aer', 'parse_count': 'aer'},
