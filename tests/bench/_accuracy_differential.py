@@ -10,9 +10,10 @@ culprits; a slow node where nothing recorded differs; and fleets of healthy-but-
 agent on every GPU, a tuning variable set on every node, one node with another kernel and VBIOS) where nothing
 may be named.
 
-A case is right when NODE_DIFFERS_FROM_PEERS is a root on the planted node only, its first difference is the
-planted key, and the node's slow symptom points at it (``misattributed`` counts a slow symptom explained by
-anything else, ``false_positives`` a NODE_DIFFERS_FROM_PEERS anywhere else).
+A case is right when the node's slow symptom points at a root on the planted node that names the planted key:
+NODE_DIFFERS_FROM_PEERS with the key first, or - where a rule knows the cause (an NCCL tuning variable, a process
+on a GPU) - that rule's root, which wins over the differential (``misattributed`` counts a slow symptom explained
+by nothing or by a root on another node, ``false_positives`` a NODE_DIFFERS_FROM_PEERS anywhere else).
 
     python -m tests.bench._accuracy_differential      # the JSON result on stdout
 """
@@ -110,15 +111,36 @@ def _plant(name, node, env):
 CAUSES = ('driver', 'gpu_clock', 'unknown_nccl_variable', 'kernel', 'nccl_conf_file', 'gpu_process')
 
 
+def _specific_names(root, keys):
+    """Whether a specific root (a rule that knows the cause: rules/_nccl_settings.py, rules/_gpu.py) names the
+    planted key: NCCL_<X> in its variables, or a process on the planted GPU."""
+    evidence = root.get('evidence') or {}
+    for key in keys:
+        source, device, attribute = key.split('/', 2)
+        if root['code'] == 'COLLECTIVE_NCCL_TUNING' and source in ('run', 'conf') and attribute in (evidence.get('variables') or {}):
+            return True
+        if root['code'] == 'GPU_BUSY' and attribute == 'processes' and evidence.get('gpu') == device:
+            return True
+    return False
+
+
 def _judge(found, host, key):
+    """Right: the node's slow symptom points at a root on the node that names the planted key - the
+    differential's (its first difference) or, where a rule knows the cause, that rule's root (the specific root
+    wins over the differential: rules/_differential.py runs only for what nothing explains)."""
+    keys = key if isinstance(key, tuple) else (key,)
     roots = [f for f in found if f['code'] == 'NODE_DIFFERS_FROM_PEERS']
     mine = [f for f in roots if f['host'] == host]
     slow = [f for f in found if f['code'] == 'COLLECTIVE_NODE_SLOW' and f['host'] == host]
+    by_id = dict((f['id'], f) for f in found)
     first = mine[0]['evidence']['differences'][0]['key'] if mine else None
-    right = bool(mine) and first in (key if isinstance(key, tuple) else (key,)) and all(f['explained_by'] == mine[0]['id'] for f in slow) and bool(slow)
+    named = [by_id.get(f['explained_by']) for f in slow]
+    right = bool(slow) and all(root is not None and root['host'] == host and (
+        (root['code'] == 'NODE_DIFFERS_FROM_PEERS' and root['evidence']['differences'][0]['key'] in keys)
+        or _specific_names(root, keys)) for root in named)
     return {'right': int(right), 'total': 1, 'false_positives': len(roots) - len(mine),
-            'misattributed': len([f for f in slow if f['explained_by'] not in (None,) + tuple(r['id'] for r in mine)]),
-            'named': first}
+            'misattributed': len([root for root in named if root is None or root['host'] != host]),
+            'named': first or (named[0]['id'] if named and named[0] else None)}
 
 
 def _fleet(planted=None, dcgm=False, env_all=None):
