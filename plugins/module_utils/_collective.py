@@ -289,3 +289,11 @@ def judge_nodes(results: Mapping[str, object] | None, expected_gbs: Any = None, 
             'healthy_ratio': healthy, 'warn_ratio': warn, 'expected_gbs': expected_gbs, 'slow': slow,
             'failed': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('failed', 'corrupt')),
             'bad': sorted(h for h, e in hosts.items() if e['verdict'].get('status') in ('warning', 'low'))}
+
+
+def run_host(name: str, nodes: Mapping[str, Any]) -> str | None:
+    """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
+    if name in nodes:
+        return name
+    matches = [host for host in nodes if host.split('.')[0] == name]
+    return matches[0] if len(matches) == 1 else None

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _findings as F
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, Place, finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
-from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import HEALTHY_RATIO, gpu_interconnect, intra_node, run_host
 
 
 # NCCL_P2P_DISABLE=1, NCCL_P2P_LEVEL=LOC (or 0: P2P only within one GPU), NCCL_SHM_DISABLE=1.
@@ -146,14 +146,6 @@ def _nccl_release(versions: Any) -> Optional[Tuple[int, ...]]:
         return None
 
 
-def _run_host(name: str, nodes: Dict[str, Any]) -> Optional[str]:
-    """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
-    if name in nodes:
-        return name
-    matches = [host for host in nodes if host.split('.')[0] == name]
-    return matches[0] if len(matches) == 1 else None
-
-
 def _verdict(fleet: Dict[str, Any], transport: Dict[str, Any], path: Sequence[Place]) -> List[Finding]:
     """The fleet run's own verdict: slow, corrupt or failed (or nothing)."""
     verdict = fleet.get('verdict') or {}
@@ -241,7 +233,7 @@ def _fleet_not_p2p(fleet: Dict[str, Any], transport: Dict[str, Any], nodes: Dict
     found = []
     interconnects = dict((name, _collective_interconnect(transport, name)) for name in (transport.get('intra_by_host') or {}))
     for name, intra in sorted(intra_node(transport).items()):
-        host = _run_host(name, nodes)
+        host = run_host(name, nodes)
         if host is None:
             continue
         root = _gpus_not_p2p(host, intra, interconnects.get(name), (transport.get('env') or {},), fleet.get('benchmark') or 'collective')
@@ -273,7 +265,7 @@ def collective_findings(collective: Optional[Dict[str, Any]], nodes: Optional[Di
                              'the collective benchmark did not run: %s' % skipped))
     fleet = (collective or {}).get('fleet') or {}
     transport = fleet.get('transport') or {}
-    run_hosts = [host for host in (_run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
+    run_hosts = [host for host in (run_host(name, nodes) for name in fleet.get('hosts') or []) if host] or sorted(nodes)
     # A fleet run's path: every node of it, their GPUs and the HCAs NCCL used.
     hcas = [name.split(':', 1)[0] for name in transport.get('hcas') or []]
     path = [('node', host) for host in run_hosts] + [('gpus', host) for host in run_hosts] + [

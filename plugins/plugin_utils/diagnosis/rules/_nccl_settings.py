@@ -24,6 +24,7 @@ from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _f
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis import _profile
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._findings import Finding, finding
 from ansible_collections.hpc.gpu_fabric.plugins.plugin_utils.diagnosis._rule import Fleet, rule
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._collective import run_host
 
 DOCS = 'https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html'
 # The tuning variables: what each does and what NCCL's documentation (DOCS; its source is
@@ -233,7 +234,7 @@ def fleet_tuning(run: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings:
     by_host = _mapping(_mapping(run.get('transport')).get('env_by_host'))
     if not slow or len(by_host) < 3:   # of two nodes, neither is the odd one
         return []
-    hosts = dict((name, _run_host(name, nodes)) for name in by_host)
+    hosts = dict((name, run_host(name, nodes)) for name in by_host)
     p2p = _p2p_named(findings)
     found = []
     for name in sorted(by_host):
@@ -250,14 +251,6 @@ def fleet_tuning(run: Optional[Dict[str, Any]], nodes: Dict[str, Any], findings:
             found.append(_tuning(host, {'busbw_gbs': _mapping(run.get('verdict')).get('busbw_gbs')}, named,
                                  'its ENV lines in the run over every node', [F.COLLECTIVE_BUSBW_LOW], fleet=True))
     return found
-
-
-def _run_host(name: str, nodes: Dict[str, Any]) -> Optional[str]:
-    """The inventory host a name of NCCL's log (gethostname cut at the first dot) stands for, or None."""
-    if name in nodes:
-        return name
-    matches = [host for host in nodes if host.split('.')[0] == name]
-    return matches[0] if len(matches) == 1 else None
 
 
 @rule(produces=(F.COLLECTIVE_NCCL_TUNING,), reads=(F.COLLECTIVE_NODE_SLOW, F.COLLECTIVE_BUSBW_LOW, F.COLLECTIVE_GPUS_NOT_P2P),
