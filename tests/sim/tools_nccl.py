@@ -87,6 +87,20 @@ def parse_args(argv):
     return opts
 
 
+def gpu_buses(root, env=None):
+    """The bus ids nccl-tests prints for the node's GPUs ('Using devices': '[0000:3b:00]', the PCI address
+    without its function: tests/fixtures/real/h200x2/all_reduce_perf_g2.txt), in PCI order as CUDA numbers
+    them, the ones CUDA_VISIBLE_DEVICES names (the node's env) first and only."""
+    sysroot = SysRoot(root)
+    buses = [gpu['pci_address'].rsplit('.', 1)[0] for gpu in sorted(_gdr.read_gdr(sysroot, _ib.list_rdma_devices(sysroot))['gpus'],
+                                                                      key=lambda gpu: gpu['pci_address'])]
+    visible = str((env or {}).get('CUDA_VISIBLE_DEVICES', '')).strip()
+    if visible:
+        picked = [int(item) for item in visible.split(',') if item.strip().isdigit() and int(item) < len(buses)]
+        buses = [buses[index] for index in picked]
+    return buses
+
+
 def node_peak(root):
     """(NIC GB/s, GDR ready, vendor, GPU count, HCA names) of one simulated node."""
     sysroot = SysRoot(root)
@@ -258,9 +272,11 @@ def main_perf(bench, argv):
     debug = os.environ.get('NCCL_DEBUG', '').upper() == 'INFO'
     rank = 0
     for node, (_nic, _gdr_ok, vendor, _gpus, _hcas) in zip(nodes, info):
+        buses = gpu_buses(node['root'], node.get('env'))
         for local in range(node['ranks'] * gpus_per_rank):
-            print('#  Rank %2d Group  0 Pid %6d on %10s device %2d [0000:%02x:00] %s' % (
-                rank, 1000 + rank // gpus_per_rank, node['host'], local, 0x18 + local, GPU_NAME.get(vendor, 'GPU')))
+            bus = buses[local] if local < len(buses) else '0000:%02x:00' % (0x18 + local)
+            print('#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s' % (
+                rank, 1000 + rank // gpus_per_rank, node['host'], local, bus, GPU_NAME.get(vendor, 'GPU')))
             rank += 1
     multi = len(nodes) > 1
     if debug:
