@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Accuracy of the subnet's port counters (issue 34, ibqueryerrors and the bring-up window) on the
+"""Accuracy of the subnet's port counters (ibqueryerrors and the bring-up window) on the
 simulated fat tree (tests/sim/fabric.py), the fabric discovered through ib_fabric_facts' own code over
 the stand-ins (tests/sim/tools_ibdiags.py), as diagnosis_accuracy.fabric_run() builds its cases.
 

@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Accuracy of the window rules (issue 34) on the simulator's faults under load (tests/sim/faults.py WINDOW_FAULTS).
+"""Accuracy of the window rules on the simulator's faults under load (tests/sim/faults.py WINDOW_FAULTS).
 
 Each fault on one HCA of 'node' beside two healthy peers of its profile: every node rendered (tests/sim/render.py),
 the pairwise mesh run step by step as perftest_run's sequence runs it (each ordered pair of nodes, each memory kind:

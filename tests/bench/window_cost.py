@@ -2,7 +2,7 @@
 # Copyright (c) hpc.gpu_fabric contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What the window costs a pair test (issue 34): one counters read as perftest_run's sequence makes it around each
+"""What the window costs a pair test: one counters read as perftest_run's sequence makes it around each
 step - read_ib's error counters (the read there was before), and the window (module_utils/_window.py: AER of the
 HCAs, GPUs and bridges, the congestion counters, ethtool -S per RoCE port) - and one link sample (sample_links),
 on rendered simulator nodes (tests/sim): 8 InfiniBand HCAs (nvidia_h100_8x_ndr), 8 RoCE HCAs (amd_mi300x_roce, with

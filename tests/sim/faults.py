@@ -670,7 +670,7 @@ CATALOG.update({
 })
 
 
-# ---------------------------------------------------------------------------- faults under load (issue 34)
+# ---------------------------------------------------------------------------- faults under load
 # They show in no fact at rest: only in the counters each pair test's window reads (the PCIe AER files, the
 # mlx5 congestion counters, ethtool -S, the PCIe link sampled during the test), which tests/sim/tools_window.py
 # moves at each perftest run of the simulated node. So they are not in CATALOG (whose faults the facts show);
