@@ -92,8 +92,8 @@ def gpu_buses(root, env=None):
     without its function: tests/fixtures/real/h200x2/all_reduce_perf_g2.txt), in PCI order as CUDA numbers
     them, the ones CUDA_VISIBLE_DEVICES names (the node's env) first and only."""
     sysroot = SysRoot(root)
-    buses = [gpu['pci_address'].rsplit('.', 1)[0] for gpu in sorted(_gdr.read_gdr(sysroot, _ib.list_rdma_devices(sysroot))['gpus'],
-                                                                      key=lambda gpu: gpu['pci_address'])]
+    gpus = _gdr.read_gdr(sysroot, _ib.list_rdma_devices(sysroot))['gpus']
+    buses = sorted(gpu['pci_address'].rsplit('.', 1)[0] for gpu in gpus)
     visible = str((env or {}).get('CUDA_VISIBLE_DEVICES', '')).strip()
     if visible:
         picked = [int(item) for item in visible.split(',') if item.strip().isdigit() and int(item) < len(buses)]
