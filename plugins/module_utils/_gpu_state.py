@@ -534,10 +534,11 @@ def _read_nvlink(run: Runner, tool: str, facts: dict[str, Any]) -> None:
     _merge_nvlink(facts['gpus'], status, errors)
 
 
-def read_kmsg(path: str = '/dev/kmsg', limit: int = KMSG_BYTES, most: int = KMSG_READ_MAX) -> str:
+def read_kmsg(path: str = '/dev/kmsg', limit: int = KMSG_BYTES, most: int = KMSG_READ_MAX, newest: bool = True) -> str:
     """The kernel's ring buffer as /dev/kmsg records, read without blocking (EAGAIN: the end): the
     newest ``limit`` bytes of at most ``most`` read (the records come oldest first, and a ring buffer of
-    log_buf_len=32M is larger than ``limit``); raises OSError where it cannot be opened."""
+    log_buf_len=32M is larger than ``limit``); ``newest`` False: the oldest ``limit`` bytes (what a driver said
+    when it probed, at boot: module_utils/_peermem.py). Raises OSError where it cannot be opened or read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
     chunks: collections.deque[bytes] = collections.deque()
     kept = total = 0
@@ -556,6 +557,8 @@ def read_kmsg(path: str = '/dev/kmsg', limit: int = KMSG_BYTES, most: int = KMSG
             chunks.append(chunk)
             kept += len(chunk)
             total += len(chunk)
+            if not newest and kept >= limit:
+                break
             while kept > limit and len(chunks) > 1:
                 kept -= len(chunks.popleft())
     finally:

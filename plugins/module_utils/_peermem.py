@@ -24,6 +24,7 @@ import struct
 import zlib
 from typing import Any, Callable, Iterable
 
+from ansible_collections.hpc.gpu_fabric.plugins.module_utils._gpu_state import read_kmsg
 from ansible_collections.hpc.gpu_fabric.plugins.module_utils._sysroot import SysRoot
 
 try:
@@ -300,7 +301,6 @@ RDMA_SIBLING = {'mlx5_core': 'mlx5_ib', 'mlx4_core': 'mlx4_ib', 'bnxt_en': 'bnxt
 PASSED_THROUGH = ('vfio-pci', 'pci-stub', 'pci_stub', 'vfio_pci')
 # The kernel log lines kept per function (the last ones naming it), and what is read of the log.
 LOG_LINES = 4
-LOG_RECORDS = 20000
 LOG_BYTES = 4 << 20
 _LINE_LIMIT = 240
 
@@ -343,37 +343,17 @@ def parse_kmsg(text: str | None) -> list[str]:
 
 
 def read_kernel_log(sysroot: SysRoot) -> tuple[str | None, str | None]:
-    """(text, None) of the kernel log, or (None, why not). Live: /dev/kmsg opened non-blocking, one record per
-    read(2) until EAGAIN (Documentation/ABI/testing/dev-kmsg), at most LOG_RECORDS records and LOG_BYTES bytes;
+    """(text, None) of the kernel log, or (None, why not). Live: /dev/kmsg read as gpu_state_facts reads it
+    (module_utils/_gpu_state.py read_kmsg: non-blocking, one record per read(2)), its oldest LOG_BYTES bytes;
     it needs CAP_SYSLOG where kernel.dmesg_restrict is 1. Below another root: a regular file /dev/kmsg of
     the snapshot (records, or dmesg's lines), bounded the same."""
     if not sysroot.live:
         data = sysroot.binary('/dev/kmsg', size=LOG_BYTES) if sysroot.exists('/dev/kmsg') else None
         return (data.decode('utf-8', 'replace'), None) if data is not None else (None, '/dev/kmsg is not in the snapshot')
     try:
-        fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
+        return read_kmsg(limit=LOG_BYTES, most=LOG_BYTES, newest=False), None
     except OSError as exc:
         return None, '/dev/kmsg not readable: %s' % (exc.strerror or exc)
-    chunks, size = [], 0
-    try:
-        for _record in range(LOG_RECORDS):
-            try:
-                chunk = os.read(fd, 8192)
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:        # a record overwritten while reading: the next one follows
-                    continue
-                if exc.errno != errno.EAGAIN:
-                    return None, '/dev/kmsg not readable: %s' % (exc.strerror or exc)
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= LOG_BYTES:
-                break
-    finally:
-        os.close(fd)
-    return b''.join(chunks).decode('utf-8', 'replace'), None
 
 
 def _printable_line(text: str) -> str:

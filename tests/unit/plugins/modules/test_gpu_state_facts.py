@@ -106,6 +106,9 @@ def test_read_kmsg_without_blocking_and_bounded(tmp_path):
     # The newest records kept (a regular file reads in 8 KiB chunks where /dev/kmsg gives one record per read).
     assert len(kept) <= 2 * 8192 and kept.rstrip().endswith('6,2999,2,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.')
     assert _gpu_state.read_kmsg(str(log), limit=8192, most=8192).startswith('6,1000,')
+    # The oldest records (a driver's probe at boot, module_utils/_peermem.py): it stops at the limit.
+    oldest = _gpu_state.read_kmsg(str(log), limit=8192, newest=False)
+    assert oldest.startswith('6,1000,') and len(oldest) <= 2 * 8192 and '6,2999,' not in oldest
     with pytest.raises(OSError):
         _gpu_state.read_kmsg(str(tmp_path / 'absent'))
 
